@@ -1,0 +1,33 @@
+# The two set-up commands from the README. Both create or refresh .venv from pyproject.toml.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: serve test venv test-deps lint bench
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+venv: $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+
+serve: venv
+	scripts/ensure-java.sh
+	$(BIN)/kompakt serve $(ARGS)
+
+test-deps: $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	scripts/ensure-java.sh
+	scripts/ensure-kcat.sh
+
+lint: test-deps
+	$(BIN)/ruff check kompakt tests benchmarks
+	$(BIN)/ruff format --check kompakt tests benchmarks
+
+test: test-deps lint
+	$(BIN)/pytest -q
+
+bench: venv
+	$(BIN)/python benchmarks/bench_log.py

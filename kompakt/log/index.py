@@ -1,0 +1,244 @@
+"""Kafka's sparse segment indexes: ``.index`` (offset -> position) and ``.timeindex``.
+
+Both are files of fixed-width big-endian entries, memory-mapped, preallocated to
+``segment.index.bytes`` (rounded down to a whole entry) while the segment is active and
+trimmed to the used size when it rolls or the log closes. They are derived data: no
+checksum; a missing or inconsistent index is rebuilt from the ``.log`` (see
+``LogSegment.recover``). One base class holds the file mechanics; subclasses only say
+what an entry holds.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+from kompakt.errors import CorruptRecordError
+
+
+class IndexCorruptError(CorruptRecordError):
+    """An index file fails its sanity check; the caller rebuilds it."""
+
+
+class AbstractIndex:
+    ENTRY_SIZE = 0
+    _ENTRY: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int, writable: bool = True):
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self.max_index_size = max(self.ENTRY_SIZE, max_index_size - max_index_size % self.ENTRY_SIZE)
+        exists = self.path.exists() and self.path.stat().st_size > 0
+        self._file = open(self.path, "r+b" if self.path.exists() else "w+b")  # noqa: SIM115
+        length = os.fstat(self._file.fileno()).st_size
+        self.entries = length // self.ENTRY_SIZE if exists else 0
+        if writable:
+            length = self.max_index_size if not exists else max(length, self.max_index_size)
+            length -= length % self.ENTRY_SIZE
+            self._file.truncate(length)
+        elif length % self.ENTRY_SIZE:
+            length -= length % self.ENTRY_SIZE
+        self._length = length
+        self._mmap = mmap.mmap(self._file.fileno(), length) if length else None
+        if exists:
+            self.entries = self._trailing_entries(self.entries)
+
+    # -- subclass hooks ------------------------------------------------------------------
+    def _trailing_entries(self, n: int) -> int:
+        """Entries in use: a preallocated file after a crash has zero-filled tail slots."""
+        while n > 0 and self._raw(n - 1) == (0, 0) and n > 1:
+            n -= 1
+        if n == 1 and self._raw(0) == (0, 0):
+            return 0
+        return n
+
+    def _raw(self, i: int) -> tuple[int, int]:
+        assert self._mmap is not None
+        return self._ENTRY.unpack_from(self._mmap, i * self.ENTRY_SIZE)
+
+    # -- common mechanics ----------------------------------------------------------------
+    @property
+    def max_entries(self) -> int:
+        return self._length // self.ENTRY_SIZE
+
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    def size_bytes(self) -> int:
+        return self.entries * self.ENTRY_SIZE
+
+    def _write(self, values: tuple[int, int]) -> None:
+        if self.is_full():
+            raise IndexCorruptError(f"index {self.path.name} is full")
+        assert self._mmap is not None
+        self._ENTRY.pack_into(self._mmap, self.entries * self.ENTRY_SIZE, *values)
+        self.entries += 1
+
+    def _search(self, target: int, key_of: int) -> int:
+        """Index of the largest entry whose ``key_of`` field is <= target, or -1."""
+        lo, hi = 0, self.entries - 1
+        if hi < 0 or self._raw(0)[key_of] > target:
+            return -1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._raw(mid)[key_of] <= target:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def truncate_entries(self, n: int) -> None:
+        n = max(0, min(n, self.entries))
+        if self._mmap is not None:
+            start = n * self.ENTRY_SIZE
+            end = self.entries * self.ENTRY_SIZE
+            self._mmap[start:end] = bytes(end - start)
+        self.entries = n
+
+    def reset(self) -> None:
+        self.truncate_entries(0)
+
+    def flush(self) -> None:
+        if self._mmap is not None:
+            self._mmap.flush()
+
+    def trim_to_valid_size(self) -> None:
+        """Shrink the file to the used entries (on roll and close, like Kafka)."""
+        self.resize(self.entries * self.ENTRY_SIZE)
+
+    def resize(self, new_size: int) -> None:
+        new_size -= new_size % self.ENTRY_SIZE
+        if self._mmap is not None:
+            self._mmap.flush()
+            self._mmap.close()
+            self._mmap = None
+        self._file.truncate(new_size)
+        self._length = new_size
+        if new_size:
+            self._mmap = mmap.mmap(self._file.fileno(), new_size)
+
+    def close(self) -> None:
+        if self._mmap is not None:
+            self._mmap.flush()
+            self._mmap.close()
+            self._mmap = None
+        self._file.close()
+
+    def rename(self, new_path: Path) -> None:
+        os.replace(self.path, new_path)
+        self.path = Path(new_path)
+
+
+class OffsetIndex(AbstractIndex):
+    """``.index``: 8-byte entries ``relativeOffset int32 | position int32``.
+
+    Sparse: one entry per ``index.interval.bytes`` appended. A lookup gives the greatest
+    indexed offset <= the target and the byte position to start scanning from.
+    """
+
+    ENTRY_SIZE = 8
+    _ENTRY = struct.Struct(">ii")
+
+    def append(self, offset: int, position: int) -> None:
+        rel = offset - self.base_offset
+        if self.entries and rel <= self._raw(self.entries - 1)[0]:
+            raise IndexCorruptError(
+                f"index entry offset {offset} not larger than last in {self.path.name}"
+            )
+        self._write((rel, position))
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the largest entry <= offset; (base, 0) when none."""
+        i = self._search(offset - self.base_offset, 0)
+        if i < 0:
+            return self.base_offset, 0
+        rel, pos = self._raw(i)
+        return self.base_offset + rel, pos
+
+    def entry(self, i: int) -> tuple[int, int]:
+        rel, pos = self._raw(i)
+        return self.base_offset + rel, pos
+
+    @property
+    def last_offset(self) -> int:
+        return self.entry(self.entries - 1)[0] if self.entries else self.base_offset
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries for offsets >= offset."""
+        i = self._search(offset - self.base_offset, 0)
+        n = i + 1
+        if n > 0 and self.entry(i)[0] >= offset:
+            n -= 1
+        self.truncate_entries(n)
+
+    def sanity_check(self, log_size: int) -> None:
+        """Kafka's ``OffsetIndex.sanityCheck`` plus monotonic entries within the log."""
+        last_rel, last_pos = -1, -1
+        for i in range(self.entries):
+            rel, pos = self._raw(i)
+            if rel <= last_rel or pos <= last_pos or rel < 0 or pos >= max(log_size, 1):
+                raise IndexCorruptError(f"corrupt offset index {self.path.name} at entry {i}")
+            last_rel, last_pos = rel, pos
+
+
+class TimeIndex(AbstractIndex):
+    """``.timeindex``: 12-byte entries ``timestamp int64 | relativeOffset int32``.
+
+    An entry is added when a batch's max timestamp exceeds every earlier one, at most
+    one per index interval, so lookups find where records at or after a time begin.
+    """
+
+    ENTRY_SIZE = 12
+    _ENTRY = struct.Struct(">qi")
+
+    def _trailing_entries(self, n: int) -> int:
+        while n > 0 and self._raw(n - 1) == (0, 0):
+            n -= 1
+        return n
+
+    def is_full(self) -> bool:
+        # Kafka keeps the last slot free so a roll can always write the final entry.
+        return self.entries >= self.max_entries - 1
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry; (-1, base) when empty."""
+        if not self.entries:
+            return -1, self.base_offset
+        ts, rel = self._raw(self.entries - 1)
+        return ts, self.base_offset + rel
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        if not skip_full_check and self.is_full():
+            raise IndexCorruptError(f"time index {self.path.name} is full")
+        last_ts, last_off = self.last_entry
+        if self.entries and offset < last_off:
+            raise IndexCorruptError(f"time index offset {offset} goes backwards")
+        if timestamp > last_ts:
+            if self.entries >= self.max_entries:
+                return
+            self._write((timestamp, offset - self.base_offset))
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry with timestamp <= target, or (-1, base)."""
+        i = self._search(timestamp, 0)
+        if i < 0:
+            return -1, self.base_offset
+        ts, rel = self._raw(i)
+        return ts, self.base_offset + rel
+
+    def truncate_to(self, offset: int) -> None:
+        n = self.entries
+        while n > 0 and self.base_offset + self._raw(n - 1)[1] >= offset:
+            n -= 1
+        self.truncate_entries(n)
+
+    def sanity_check(self, log_size: int) -> None:
+        last_ts, last_rel = -1, -1
+        for i in range(self.entries):
+            ts, rel = self._raw(i)
+            if ts < last_ts or rel < last_rel or rel < 0:
+                raise IndexCorruptError(f"corrupt time index {self.path.name} at entry {i}")
+            last_ts, last_rel = ts, rel
