@@ -29,7 +29,9 @@ class AbstractIndex:
     def __init__(self, path: Path, base_offset: int, max_index_size: int, writable: bool = True):
         self.path = Path(path)
         self.base_offset = base_offset
-        self.max_index_size = max(self.ENTRY_SIZE, max_index_size - max_index_size % self.ENTRY_SIZE)
+        self.max_index_size = max(
+            self.ENTRY_SIZE, max_index_size - max_index_size % self.ENTRY_SIZE
+        )
         exists = self.path.exists() and self.path.stat().st_size > 0
         self._file = open(self.path, "r+b" if self.path.exists() else "w+b")  # noqa: SIM115
         length = os.fstat(self._file.fileno()).st_size

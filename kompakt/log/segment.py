@@ -66,7 +66,9 @@ class LogSegment:
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self.rolling_timestamp: int | None = None  # first batch's max timestamp
-        self.created_ms = created_ms if created_ms is not None else int(os.stat(self._fd).st_mtime * 1000)
+        self.created_ms = (
+            created_ms if created_ms is not None else int(os.stat(self._fd).st_mtime * 1000)
+        )
         self.last_offset: int | None = None  # last offset of the last batch, once known
         if self.size:
             self._load_tail_state()
@@ -244,7 +246,10 @@ class LogSegment:
                 if self.rolling_timestamp is None and h.max_timestamp >= 0:
                     self.rolling_timestamp = h.max_timestamp
                 if h.max_timestamp > self.max_timestamp:
-                    self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
+                    self.max_timestamp, self.offset_of_max_timestamp = (
+                        h.max_timestamp,
+                        h.last_offset,
+                    )
                 if since_index > self.index_interval_bytes:
                     self.offset_index.append(h.last_offset, b.position)
                     self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)

@@ -379,7 +379,9 @@ def build_batch(
         max_timestamp = max((r.timestamp for r in recs), default=NO_TIMESTAMP)
     body = bytearray()
     for r in recs:
-        encode_record(body, r.offset - base_offset, r.timestamp - base_ts, r.key, r.value, r.headers)
+        encode_record(
+            body, r.offset - base_offset, r.timestamp - base_ts, r.key, r.value, r.headers
+        )
     payload = codecs.compress(compression, bytes(body)) if compression else bytes(body)
     attributes = compression & COMPRESSION_MASK
     if timestamp_type == LOG_APPEND_TIME:

@@ -66,7 +66,9 @@ def decompress(codec: int, data: bytes | memoryview) -> bytes:
     except CorruptRecordError:
         raise
     except Exception as exc:  # codec libraries raise their own error types
-        raise CorruptRecordError(f"cannot decompress {NAMES.get(codec, codec)} data: {exc}") from exc
+        raise CorruptRecordError(
+            f"cannot decompress {NAMES.get(codec, codec)} data: {exc}"
+        ) from exc
     raise CorruptRecordError(f"unknown compression codec id {codec}")
 
 

@@ -220,7 +220,8 @@ def scan_records(
     if packed and plain:
         order = np.argsort(out_batch, kind="stable")
         out_offset, out_ts, out_key_start, out_key_len, out_value_len, out_batch = (
-            a[order] for a in (out_offset, out_ts, out_key_start, out_key_len, out_value_len, out_batch)
+            a[order]
+            for a in (out_offset, out_ts, out_key_start, out_key_len, out_value_len, out_batch)
         )
     key_null = out_key_len < 0
     lens = np.where(key_null, 0, out_key_len).astype(np.int64)

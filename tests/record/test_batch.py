@@ -36,7 +36,9 @@ ALL_CODECS = [codecs.NONE, codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD]
 
 keys = st.one_of(st.none(), st.binary(max_size=40))
 values = st.one_of(st.none(), st.binary(max_size=200))
-headers = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=8))), max_size=3)
+headers = st.lists(
+    st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=8))), max_size=3
+)
 records_st = st.lists(st.tuples(keys, values, headers), min_size=1, max_size=30)
 
 
@@ -78,7 +80,9 @@ def test_delete_horizon_bit_keeps_absolute_record_timestamps_kip_534():
 
 @pytest.mark.parametrize("ctype", [CONTROL_ABORT, CONTROL_COMMIT])
 def test_control_batch_markers_roundtrip(ctype):
-    data = build_control_batch(ctype, producer_id=7, producer_epoch=1, coordinator_epoch=5, timestamp=1)
+    data = build_control_batch(
+        ctype, producer_id=7, producer_epoch=1, coordinator_epoch=5, timestamp=1
+    )
     b = RecordBatch.from_bytes(data)
     assert b.header.is_control and b.header.is_transactional
     marker = b.control_record()
@@ -89,7 +93,12 @@ def test_control_batch_markers_roundtrip(ctype):
 
 def test_empty_batch_keeps_offsets_and_producer_state_like_kafka_cleaner():
     src = RecordBatch.from_bytes(
-        build_batch([Record(10, 1, b"a", b"1"), Record(11, 2, b"b", b"2")], producer_id=5, producer_epoch=0, base_sequence=0)
+        build_batch(
+            [Record(10, 1, b"a", b"1"), Record(11, 2, b"b", b"2")],
+            producer_id=5,
+            producer_epoch=0,
+            base_sequence=0,
+        )
     )
     empty = RecordBatch.from_bytes(build_empty_batch(src.header))
     empty.ensure_valid()
@@ -140,15 +149,23 @@ def test_kompakt_batches_parse_with_kafka_python_reader(codec, items):
 @given(items=records_st, ts=st.integers(min_value=0, max_value=2**41))
 def test_kafka_python_built_batches_decode_identically(codec, items, ts):
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=codec, is_transactional=False, producer_id=-1,
-        producer_epoch=-1, base_sequence=-1, batch_size=1 << 24,
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 24,
     )
     for i, (k, v, h) in enumerate(items):
         builder.append(i, timestamp=ts + i, key=k, value=v, headers=[(hk, hv) for hk, hv in h])
     data = bytes(builder.build())
     b = RecordBatch.from_bytes(data)
     b.ensure_valid()
-    assert b.header.compression in (codecs.NONE, codec)  # kafka-python skips codecs that do not shrink
+    assert b.header.compression in (
+        codecs.NONE,
+        codec,
+    )  # kafka-python skips codecs that do not shrink
     got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in b.records()]
     want = [(i, ts + i, k, v, [(hk, hv) for hk, hv in h]) for i, (k, v, h) in enumerate(items)]
     assert got == want

@@ -13,7 +13,10 @@ from kompakt.record.scan import scan_records
 
 batch_st = st.tuples(
     st.lists(
-        st.tuples(st.one_of(st.none(), st.binary(max_size=12)), st.one_of(st.none(), st.binary(max_size=30))),
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=12)),
+            st.one_of(st.none(), st.binary(max_size=30)),
+        ),
         min_size=1,
         max_size=12,
     ),

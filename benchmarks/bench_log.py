@@ -1,0 +1,97 @@
+"""Log layer throughput: append, sequential read and the columnar segment scan.
+
+Prints each figure and its ratio to ``cp`` of the same bytes on the same disk, so the
+numbers travel between machines. Run: ``.venv/bin/python benchmarks/bench_log.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from kompakt.log.manager import LogManager
+from kompakt.record.batch import build_simple_batch, iter_batches
+from kompakt.record.scan import scan_records
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--batch", type=int, default=500, help="records per batch")
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--keys", type=int, default=100_000)
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="kompakt-bench-"))
+    try:
+        value = b"v" * args.value_size
+        now_ms = int(
+            time.time() * 1000
+        )  # old timestamps would roll a segment per append (segment.ms)
+        batches = [
+            build_simple_batch(
+                [(b"key-%08d" % ((i + j) % args.keys), value) for j in range(args.batch)],
+                timestamp=now_ms,
+            )
+            for i in range(0, args.records, args.batch)
+        ]
+        total = sum(map(len, batches))
+        scan_records(batches[0])  # compile the numba kernel outside the timings
+
+        m = LogManager(tmp / "data")
+        m.create_topic("bench", 1, {"segment.bytes": str(256 * 1024 * 1024)})
+        plog = m.get_log("bench", 0)
+        t0 = time.perf_counter()
+        for b in batches:
+            plog.append(b)
+        t_append = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        offset, read_bytes = 0, 0
+        while offset < plog.log_end_offset:
+            data = plog.read(offset, 1 << 20)
+            read_bytes += len(data)
+            offset = _next_offset(data)
+        t_read = time.perf_counter() - t0
+
+        seg_paths = [s.log_path for s in plog.segments]
+        t0 = time.perf_counter()
+        scanned = 0
+        for p in seg_paths:
+            scanned += len(scan_records(p.read_bytes()))
+        t_scan = time.perf_counter() - t0
+        m.close()
+
+        src = seg_paths[0]
+        t0 = time.perf_counter()
+        subprocess.run(["cp", str(src), str(tmp / "copy.log")], check=True)
+        t_cp = time.perf_counter() - t0
+        cp_mbs = src.stat().st_size / t_cp / 1e6
+
+        mb = total / 1e6
+        print(f"data: {args.records:,} records, {mb:.1f} MB, {args.batch} records/batch")
+        print(f"cp of the same bytes:  {cp_mbs:8.1f} MB/s  (page cache, no fsync; nor for append)")
+        rows = [
+            ("append", mb / t_append, args.records / t_append),
+            ("sequential read", read_bytes / 1e6 / t_read, args.records / t_read),
+            ("segment scan", mb / t_scan, scanned / t_scan),
+        ]
+        for name, mbs, rps in rows:
+            print(f"{name:22s} {mbs:8.1f} MB/s  {rps:12,.0f} records/s  {mbs / cp_mbs:5.2f}x cp")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _next_offset(data: bytes) -> int:
+    last = 0
+    for b in iter_batches(data):
+        last = b.header.next_offset
+    return last
+
+
+if __name__ == "__main__":
+    main()

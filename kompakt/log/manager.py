@@ -1,0 +1,398 @@
+"""The set of partition logs in one data dir (Kafka's ``LogManager`` for one log dir).
+
+A data dir holds ``TOPIC-PARTITION/`` folders in Kafka's layout plus, at the root,
+``.lock`` (one process at a time), ``meta.properties``, the offset checkpoint files and
+``.kafka_cleanshutdown`` (present only after a clean close, so the next open can skip
+recovery). Topic configs and partition counts live in ``kompakt-topics.json``, since
+kompakt has no KRaft metadata log; a Kafka data dir without it opens with default configs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import heapq
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kompakt.errors import (
+    InvalidPartitionsError,
+    LogDirLockedError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from kompakt.log.checkpoint import OffsetCheckpointFile, fsync_dir
+from kompakt.log.config import TopicConfig
+from kompakt.log.names import validate_topic_name
+from kompakt.log.partition_log import Clock, PartitionLog
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+TOPICS_FILE = "kompakt-topics.json"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+
+
+def system_clock() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class TopicMeta:
+    name: str
+    partitions: int
+    topic_id: str
+    overrides: dict[str, str] = field(default_factory=dict)
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        return None
+    return topic, int(part)
+
+
+class FileDeleter:
+    """Removes ``.deleted`` files after ``file.delete.delay.ms`` on a daemon thread."""
+
+    def __init__(self, clock: Clock):
+        self._clock = clock
+        self._heap: list[tuple[int, str]] = []
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def schedule(self, paths: list[Path], delay_ms: int) -> None:
+        if delay_ms <= 0:
+            for p in paths:
+                Path(p).unlink(missing_ok=True)
+            return
+        due = self._clock() + delay_ms
+        with self._cv:
+            for p in paths:
+                heapq.heappush(self._heap, (due, str(p)))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="kompakt-deleter", daemon=True
+                )
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self) -> None:
+        with self._cv:
+            while not self._stopped:
+                now = self._clock()
+                while self._heap and self._heap[0][0] <= now:
+                    _due, p = heapq.heappop(self._heap)
+                    Path(p).unlink(missing_ok=True)
+                wait = (self._heap[0][0] - now) / 1000 if self._heap else None
+                self._cv.wait(timeout=min(wait, 1.0) if wait is not None else 1.0)
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+
+
+class LogManager:
+    def __init__(
+        self,
+        data_dir: str | os.PathLike,
+        broker_config: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
+    ):
+        self.dir = Path(data_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.broker_config = dict(broker_config or {})
+        self.clock = clock or system_clock
+        self._lock_fd = self._acquire_lock()
+        self.lock = threading.RLock()
+        self.deleter = FileDeleter(self.clock)
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._topics: dict[str, TopicMeta] = {}
+        self.defaults = TopicConfig({}, self.broker_config)
+        marker = self.dir / CLEAN_SHUTDOWN_FILE
+        self.was_clean_shutdown = marker.exists()
+        try:
+            self._load()
+        except BaseException:
+            self._release_lock()
+            raise
+        marker.unlink(missing_ok=True)
+        self._closed = False
+
+    # -- dir lock ------------------------------------------------------------------------
+    def _acquire_lock(self) -> int:
+        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LogDirLockedError(
+                f"data dir {self.dir} is locked by another process (.lock is held)"
+            ) from None
+        return fd
+
+    def _release_lock(self) -> None:
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+        except OSError:
+            pass
+
+    # -- loading -------------------------------------------------------------------------
+    def _load(self) -> None:
+        meta_path = self.dir / "meta.properties"
+        if not meta_path.exists():
+            node = self.broker_config.get("node.id", "1")
+            cluster = uuid.uuid4().hex[:22]
+            meta_path.write_text(
+                f"#kompakt\nversion=1\nnode.id={node}\ncluster.id={cluster}\n"
+                f"directory.id={uuid.uuid4().hex[:22]}\n"
+            )
+        self.cluster_id = _read_props(meta_path).get("cluster.id", "kompakt")
+        topics_file = self.dir / TOPICS_FILE
+        if topics_file.exists():
+            for name, m in json.loads(topics_file.read_text()).items():
+                self._topics[name] = TopicMeta(name, m["partitions"], m["topic_id"], m["configs"])
+        for p in self.dir.iterdir():
+            if p.is_dir() and p.name.endswith("-delete"):
+                shutil.rmtree(p, ignore_errors=True)
+        recovery = OffsetCheckpointFile(self.dir / RECOVERY_POINT_CHECKPOINT).read()
+        starts = OffsetCheckpointFile(self.dir / LOG_START_CHECKPOINT).read()
+        found: dict[str, int] = {}
+        for p in sorted(self.dir.iterdir()):
+            parsed = parse_partition_dir(p.name) if p.is_dir() else None
+            if parsed is None:
+                continue
+            topic, part = parsed
+            validate_topic_name(topic)
+            found[topic] = max(found.get(topic, 0), part + 1)
+        for topic, n in found.items():
+            if topic not in self._topics:  # e.g. a log dir written by Apache Kafka
+                self._topics[topic] = TopicMeta(topic, n, _new_topic_id())
+            else:
+                self._topics[topic].partitions = max(self._topics[topic].partitions, n)
+        t0 = time.monotonic()
+        for meta in self._topics.values():
+            config = TopicConfig(meta.overrides, self.broker_config)
+            for part in range(meta.partitions):
+                tp = (meta.name, part)
+                self._logs[tp] = PartitionLog(
+                    self.dir / f"{meta.name}-{part}",
+                    meta.name,
+                    part,
+                    config,
+                    clock=self.clock,
+                    needs_recovery=not self.was_clean_shutdown,
+                    recovery_point=recovery.get(tp),
+                    log_start_offset=starts.get(tp, 0),
+                    schedule_delete=self.deleter.schedule,
+                )
+        if self._logs:
+            log.info(
+                "loaded %d partitions of %d topics from %s in %.0f ms (%s shutdown)",
+                len(self._logs),
+                len(self._topics),
+                self.dir,
+                (time.monotonic() - t0) * 1000,
+                "clean" if self.was_clean_shutdown else "unclean",
+            )
+        self._save_topics()
+
+    def _save_topics(self) -> None:
+        body = {
+            t.name: {"partitions": t.partitions, "topic_id": t.topic_id, "configs": t.overrides}
+            for t in self._topics.values()
+        }
+        path = self.dir / TOPICS_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(body, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(self.dir)
+
+    # -- topics --------------------------------------------------------------------------
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        configs: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> TopicMeta:
+        validate_topic_name(name)
+        if partitions < 1:
+            raise InvalidPartitionsError(
+                f"number of partitions must be at least 1, got {partitions}"
+            )
+        config = TopicConfig(dict(configs or {}), self.broker_config)
+        with self.lock:
+            if name in self._topics:
+                raise TopicExistsError(f"Topic '{name}' already exists.")
+            meta = TopicMeta(name, partitions, _new_topic_id(), dict(config.overrides))
+            if validate_only:
+                return meta
+            for part in range(partitions):
+                self._open_new(meta, part, config)
+            self._topics[name] = meta
+            self._save_topics()
+        log.info("created topic %s with %d partitions %s", name, partitions, meta.overrides)
+        return meta
+
+    def _open_new(self, meta: TopicMeta, part: int, config: TopicConfig) -> None:
+        path = self.dir / f"{meta.name}-{part}"
+        path.mkdir(exist_ok=True)
+        (path / "partition.metadata").write_text(f"version: 0\ntopic_id: {meta.topic_id}\n")
+        self._logs[(meta.name, part)] = PartitionLog(
+            path, meta.name, part, config, clock=self.clock, schedule_delete=self.deleter.schedule
+        )
+
+    def delete_topic(self, name: str) -> None:
+        with self.lock:
+            meta = self._require(name)
+            for part in range(meta.partitions):
+                plog = self._logs.pop((name, part))
+                with plog.lock:
+                    plog.close()
+                    target = self.dir / f"{name}-{part}.{uuid.uuid4().hex}-delete"
+                    os.replace(plog.dir, target)
+                    shutil.rmtree(target, ignore_errors=True)
+            del self._topics[name]
+            self._save_topics()
+        log.info("deleted topic %s", name)
+
+    def alter_topic_config(
+        self, name: str, set: Mapping[str, str] | None = None, delete: Iterable[str] = ()
+    ) -> TopicConfig:
+        with self.lock:
+            meta = self._require(name)
+            current = TopicConfig(meta.overrides, self.broker_config)
+            new = current.with_changes(dict(set or {}), list(delete))
+            meta.overrides = dict(new.overrides)
+            for part in range(meta.partitions):
+                self._logs[(name, part)].config = new
+            self._save_topics()
+        return new
+
+    def create_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
+        with self.lock:
+            meta = self._require(name)
+            if total <= meta.partitions:
+                raise InvalidPartitionsError(
+                    f"Topic currently has {meta.partitions} partitions, which is higher than "
+                    f"or equal to the requested {total}."
+                )
+            if validate_only:
+                return
+            config = self.topic_config(name)
+            for part in range(meta.partitions, total):
+                self._open_new(meta, part, config)
+            meta.partitions = total
+            self._save_topics()
+
+    def _require(self, name: str) -> TopicMeta:
+        try:
+            return self._topics[name]
+        except KeyError:
+            raise UnknownTopicError(f"unknown topic {name!r}") from None
+
+    def topics(self) -> list[str]:
+        return sorted(self._topics)
+
+    def has_topic(self, name: str) -> bool:
+        return name in self._topics
+
+    def topic_meta(self, name: str) -> TopicMeta:
+        return self._require(name)
+
+    def topic_config(self, name: str) -> TopicConfig:
+        return TopicConfig(self._require(name).overrides, self.broker_config)
+
+    def partition_count(self, name: str) -> int:
+        return self._require(name).partitions
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog:
+        try:
+            return self._logs[(topic, partition)]
+        except KeyError:
+            raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
+
+    def logs(self) -> Iterator[PartitionLog]:
+        with self.lock:
+            items = list(self._logs.values())
+        return iter(items)
+
+    # -- checkpoints and shutdown ----------------------------------------------------------
+    def cleaner_checkpoint(self) -> OffsetCheckpointFile:
+        return OffsetCheckpointFile(self.dir / CLEANER_CHECKPOINT)
+
+    def checkpoint(self) -> None:
+        """Persist recovery points and log start offsets (Kafka's periodic checkpoints)."""
+        logs = list(self.logs())
+        OffsetCheckpointFile(self.dir / RECOVERY_POINT_CHECKPOINT).write(
+            {(p.topic, p.partition): p.recovery_point for p in logs}
+        )
+        OffsetCheckpointFile(self.dir / LOG_START_CHECKPOINT).write(
+            {(p.topic, p.partition): p.log_start_offset for p in logs}
+        )
+
+    def flush_all(self) -> None:
+        for plog in self.logs():
+            plog.flush()
+        self.checkpoint()
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        deleted = sum(p.apply_retention(now_ms) for p in self.logs())
+        if deleted:
+            self.checkpoint()
+        return deleted
+
+    def close(self) -> None:
+        """Flush everything and leave the clean-shutdown marker."""
+        if self._closed:
+            return
+        self._closed = True
+        for plog in self.logs():
+            plog.flush()
+        self.checkpoint()
+        for plog in self.logs():
+            plog.close()
+        self.deleter.stop()
+        marker = self.dir / CLEAN_SHUTDOWN_FILE
+        marker.write_text("")
+        fsync_dir(self.dir)
+        self._release_lock()
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _new_topic_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def _read_props(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out

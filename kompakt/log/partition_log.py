@@ -1,0 +1,557 @@
+"""One partition's log: an ordered list of segments, the last one active.
+
+Appends assign offsets and may roll; reads return whole batches like a Kafka fetch;
+retention deletes whole segments from the start. Loading follows Kafka's ``LogLoader``:
+half-done cleaner swaps are finished or rolled back, stray files removed, and after an
+unclean shutdown every segment from the recovery point on is re-validated, its indexes
+rebuilt and a torn tail truncated.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kompakt.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from kompakt.log.config import TopicConfig
+from kompakt.log.index import IndexCorruptError
+from kompakt.log.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    offset_from_name,
+)
+from kompakt.record import codecs
+from kompakt.record.batch import (
+    LOG_APPEND_TIME,
+    MAGIC,
+    Header,
+    RecordBatch,
+    build_batch,
+    iter_batches,
+    set_base_offset,
+    set_log_append_time,
+    set_partition_leader_epoch,
+)
+from kompakt.record.scan import scan_records
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+LEADER_EPOCH = 0  # single node: the partition's leader epoch never changes
+
+
+@dataclass
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    record_count: int
+    batch_count: int
+
+
+def _codec_for(config: TopicConfig) -> int | None:
+    name = config.compression_type
+    if name == "producer":
+        return None
+    return codecs.NONE if name == "uncompressed" else codecs.codec_id(name)
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: TopicConfig,
+        *,
+        clock: Clock,
+        recovery_point: int | None = None,
+        needs_recovery: bool = False,
+        log_start_offset: int = 0,
+        schedule_delete: Callable[[list[Path], int], None] | None = None,
+    ):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.append_listeners: list[Callable[[PartitionLog], None]] = []
+        self._schedule_delete = schedule_delete
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._load(needs_recovery, recovery_point)
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        if self.log_start_offset > self.log_end_offset:
+            self.log_start_offset = self.segments[0].base_offset
+        self.recovery_point = self.log_end_offset
+        self.uncleanable_reason: str | None = None
+
+    # -- loading -------------------------------------------------------------------------
+    def _segment_kwargs(self) -> dict:
+        return {
+            "index_interval_bytes": self.config.index_interval_bytes,
+            "max_index_size": self.config.segment_index_bytes,
+        }
+
+    def _load(self, needs_recovery: bool, recovery_point: int | None) -> None:
+        self._complete_swaps()
+        bases = sorted(
+            offset_from_name(p.name) for p in self.dir.iterdir() if p.name.endswith(LOG_SUFFIX)
+        )
+        for p in self.dir.iterdir():  # orphan index files, like Kafka's LogLoader
+            if p.name.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX)):
+                if offset_from_name(p.name) not in bases:
+                    p.unlink()
+        for i, base in enumerate(bases):
+            missing_index = not all(
+                (self.dir / f"{base:020d}{s}").exists() for s in (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+            )
+            seg = LogSegment(self.dir, base, writable=i == len(bases) - 1, **self._segment_kwargs())
+            self._add(seg)
+            if missing_index:
+                log.info("%s: rebuilding missing index files", seg.log_path)
+                seg.recover()
+        if not self.segments:
+            self._add(LogSegment(self.dir, 0, created_ms=self.clock(), **self._segment_kwargs()))
+            return
+        if needs_recovery:
+            self._recover(recovery_point)
+        else:
+            for seg in self.segments:
+                try:
+                    seg.sanity_check()
+                except IndexCorruptError as exc:
+                    log.warning("%s: %s; rebuilding indexes", seg.log_path, exc)
+                    seg.recover()
+
+    def _recover(self, recovery_point: int | None) -> None:
+        """Kafka's ``LogLoader.recoverLog``: re-validate segments past the recovery point."""
+        start = 0
+        if recovery_point is not None:
+            start = max(0, bisect.bisect_right(self._bases, recovery_point) - 1)
+        for i in range(start, len(self.segments)):
+            seg = self.segments[i]
+            truncated = seg.recover()
+            if truncated:
+                rest = self.segments[i + 1 :]
+                if rest:
+                    log.warning(
+                        "%s: corrupt segment %s; deleting %d later segments",
+                        self.dir.name,
+                        seg.log_path.name,
+                        len(rest),
+                    )
+                for later in rest:
+                    self._remove(later)
+                    later.delete_files()
+                break
+        for seg in self.segments[:-1]:
+            seg.offset_index.trim_to_valid_size()
+            seg.time_index.trim_to_valid_size()
+
+    def _complete_swaps(self) -> None:
+        """Resolve a cleaner swap interrupted by a crash (Kafka ``LogLoader``).
+
+        ``.deleted`` files go; every ``.cleaned`` file goes, with any ``.swap`` at or
+        beyond the smallest ``.cleaned`` offset (the swap had not finished writing);
+        remaining ``.swap`` files replace the segments they cover.
+        """
+        names = list(self.dir.iterdir())
+        for p in names:
+            if p.name.endswith(DELETED_SUFFIX) or p.name.endswith(".tmp"):
+                p.unlink(missing_ok=True)
+        cleaned = [p for p in names if p.name.endswith(CLEANED_SUFFIX)]
+        min_cleaned = min((offset_from_name(p.name) for p in cleaned), default=None)
+        for p in cleaned:
+            p.unlink(missing_ok=True)
+        swaps = [p for p in self.dir.iterdir() if p.name.endswith(SWAP_SUFFIX)]
+        for p in swaps:
+            if min_cleaned is not None and offset_from_name(p.name) >= min_cleaned:
+                p.unlink(missing_ok=True)
+        swap_logs = sorted(
+            p for p in self.dir.iterdir() if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)
+        )
+        for p in swap_logs:
+            base = offset_from_name(p.name)
+            seg = LogSegment(
+                self.dir, base, suffix=SWAP_SUFFIX, writable=False, **self._segment_kwargs()
+            )
+            seg.recover()
+            end = seg.next_offset
+            seg.close()
+            for q in self.dir.iterdir():
+                if q.name.endswith(
+                    (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+                ) and not q.name.endswith(SWAP_SUFFIX):
+                    if base <= offset_from_name(q.name) < end:
+                        q.unlink()
+            for q in list(self.dir.iterdir()):
+                if q.name.endswith(SWAP_SUFFIX) and offset_from_name(q.name) == base:
+                    q.rename(q.with_name(q.name[: -len(SWAP_SUFFIX)]))
+            log.info("%s: completed interrupted swap of segment %d", self.dir.name, base)
+
+    def _add(self, seg: LogSegment) -> None:
+        i = bisect.bisect_left(self._bases, seg.base_offset)
+        self._bases.insert(i, seg.base_offset)
+        self.segments.insert(i, seg)
+
+    def _remove(self, seg: LogSegment) -> None:
+        i = self.segments.index(seg)
+        del self.segments[i]
+        del self._bases[i]
+
+    # -- offsets -------------------------------------------------------------------------
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        for seg in reversed(self.segments):
+            if seg.last_offset is not None:
+                return seg.next_offset
+        return self.segments[-1].base_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset  # single node: everything appended is replicated
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.high_watermark
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # -- append --------------------------------------------------------------------------
+    def validate(self, records: bytes | bytearray | memoryview) -> list[RecordBatch]:
+        """Kafka's ``LogValidator`` checks; nothing is written when any batch fails."""
+        batches = list(iter_batches(records))
+        consumed = batches[-1].position + batches[-1].header.size if batches else 0
+        if not batches or consumed != len(records):
+            raise CorruptRecordError(
+                f"record set for {self.name} is empty or ends in a partial batch"
+            )
+        limit = self.config.max_message_bytes
+        for b in batches:
+            h = b.header
+            if h.magic != MAGIC:
+                raise InvalidRecordError(f"unsupported record batch magic {h.magic}")
+            b.ensure_valid()
+            if h.size > limit:
+                raise RecordTooLargeError(
+                    f"batch of {h.size} bytes exceeds max.message.bytes={limit} for {self.name}"
+                )
+            if h.record_count != h.last_offset_delta + 1:
+                raise InvalidRecordError(
+                    f"inconsistent batch offset range: {h.record_count} records, "
+                    f"lastOffsetDelta {h.last_offset_delta}"
+                )
+        if self.config.compact:
+            scan = scan_records(records, verify_crc=False)
+            if scan.key_null.any():
+                raise InvalidRecordError(
+                    f"Compacted topic cannot accept message without key in topic partition "
+                    f"{self.name}."
+                )
+        return batches
+
+    def append(
+        self, records: bytes | bytearray | memoryview, now_ms: int | None = None
+    ) -> AppendInfo:
+        """Validate, assign offsets and append a produce request's record set."""
+        now = self.clock() if now_ms is None else now_ms
+        buf = bytearray(records)
+        batches = self.validate(buf)
+        target = _codec_for(self.config)
+        if target is not None and any(b.header.compression != target for b in batches):
+            buf = bytearray(b"".join(_recompress(b, target) for b in batches))
+            batches = list(iter_batches(buf))
+        log_append = self.config.message_timestamp_type == "LogAppendTime"
+        with self.lock:
+            next_offset = self.log_end_offset
+            first = next_offset
+            headers: list[tuple[int, Header]] = []
+            max_ts = -1
+            for b in batches:
+                set_base_offset(buf, b.position, next_offset)
+                set_partition_leader_epoch(buf, b.position, LEADER_EPOCH)
+                if log_append:
+                    set_log_append_time(buf, b.position, now)
+                h = b.header._replace(base_offset=next_offset, partition_leader_epoch=LEADER_EPOCH)
+                if log_append:
+                    h = h._replace(max_timestamp=now, attributes=h.attributes | 0x08)
+                headers.append((b.position, h))
+                max_ts = max(max_ts, h.max_timestamp)
+                next_offset = h.next_offset
+            seg = self._maybe_roll(len(buf), next_offset - 1, first, now)
+            before = seg.size
+            try:
+                seg.append(buf, headers)
+            except OSError as exc:
+                try:  # a half-written batch must never stay in the log
+                    seg.truncate_to_position(before)
+                except OSError:
+                    log.exception("%s: cannot truncate a failed append", self.name)
+                raise KafkaStorageError(f"cannot append to {self.name}: {exc.strerror}") from exc
+        for listener in list(self.append_listeners):
+            listener(self)
+        return AppendInfo(
+            first_offset=first,
+            last_offset=next_offset - 1,
+            max_timestamp=max_ts,
+            log_append_time=now if log_append else -1,
+            log_start_offset=self.log_start_offset,
+            record_count=sum(h.record_count for _p, h in headers),
+            batch_count=len(headers),
+        )
+
+    def roll_ms(self) -> int:
+        """Compacted topics roll at min(segment.ms, max.compaction.lag.ms), like Kafka."""
+        roll = self.config.segment_ms - self._jitter()
+        if self.config.compact:
+            roll = min(roll, self.config.max_compaction_lag_ms)
+        return roll
+
+    def _jitter(self) -> int:
+        jitter = self.config.get("segment.jitter.ms") or 0
+        return (hash((self.topic, self.partition)) % jitter) if jitter > 0 else 0
+
+    def _maybe_roll(self, size: int, max_offset: int, first_offset: int, now: int) -> LogSegment:
+        seg = self.active_segment
+        if seg.should_roll(size, max_offset, now, self.config.segment_bytes, self.roll_ms()):
+            return self.roll(first_offset, now)
+        return seg
+
+    def roll(self, base_offset: int | None = None, now: int | None = None) -> LogSegment:
+        with self.lock:
+            old = self.active_segment
+            base = self.log_end_offset if base_offset is None else base_offset
+            if old.size == 0 and old.base_offset == base:
+                return old
+            old.flush()
+            old.on_become_inactive()
+            seg = LogSegment(
+                self.dir,
+                base,
+                created_ms=self.clock() if now is None else now,
+                **self._segment_kwargs(),
+            )
+            self._add(seg)
+            log.debug("%s: rolled new segment at offset %d", self.name, base)
+            return seg
+
+    def flush(self) -> None:
+        with self.lock:
+            for seg in self.segments:
+                if seg.next_offset > self.recovery_point or seg is self.active_segment:
+                    seg.flush()
+            self.recovery_point = self.log_end_offset
+
+    # -- read ----------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True) -> bytes:
+        """Whole batches from the one containing ``offset``, up to ``max_bytes``.
+
+        Like a Kafka fetch, the data may start before ``offset`` (the client skips)
+        and comes from one segment. Past compaction gaps the next batch present is
+        returned. ``offset == log_end_offset`` reads nothing.
+        """
+        with self.lock:
+            leo = self.log_end_offset
+            if offset < self.log_start_offset or offset > leo:
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is out of range [{self.log_start_offset}, {leo}] "
+                    f"for {self.name}"
+                )
+            segments = self.segments[max(0, bisect.bisect_right(self._bases, offset) - 1) :]
+            sizes = [s.size for s in segments]
+        if offset == leo:
+            return b""
+        for seg, end in zip(segments, sizes, strict=True):
+            found = seg.translate_offset(offset)
+            if found is None:
+                continue
+            pos, h = found
+            if h.size > max_bytes:
+                return seg.read_at(pos, h.size) if min_one_batch else b""
+            data = seg.read_at(pos, min(max_bytes, end - pos))
+            last = 0
+            for b in iter_batches(data):
+                last = b.position + b.header.size
+            return data[:last]
+        return b""
+
+    def iter_batches(self, start_offset: int = 0):
+        """Every batch from ``start_offset`` on (convenience for tools and tests)."""
+        with self.lock:
+            segments = list(self.segments)
+        for seg in segments:
+            if seg.next_offset <= start_offset:
+                continue
+            for b in seg.iter_batches():
+                if b.header.last_offset >= start_offset:
+                    yield b
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets by time: first record with timestamp >= target, as (offset, ts)."""
+        with self.lock:
+            segments = list(self.segments)
+        for seg in segments:
+            if seg.max_timestamp >= timestamp:
+                found = seg.find_offset_by_timestamp(timestamp)
+                if found is not None:
+                    off, ts = found
+                    return max(off, self.log_start_offset), ts
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) of the largest timestamp."""
+        with self.lock:
+            best = max(self.segments, key=lambda s: s.max_timestamp)
+        if best.max_timestamp < 0:
+            return None
+        return best.offset_of_max_timestamp, best.max_timestamp
+
+    # -- retention -----------------------------------------------------------------------
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset forward (never back)."""
+        with self.lock:
+            if offset > self.high_watermark or offset < 0:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {offset}: high watermark is "
+                    f"{self.high_watermark} for {self.name}"
+                )
+            if offset > self.log_start_offset:
+                self.log_start_offset = offset
+            self._delete_segments(self._start_breached())
+            return self.log_start_offset
+
+    def _start_breached(self) -> list[LogSegment]:
+        out = []
+        for seg, nxt in zip(self.segments, self.segments[1:], strict=False):
+            if nxt.base_offset <= self.log_start_offset:
+                out.append(seg)
+            else:
+                break
+        return out
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete whole segments past ``retention.ms``/``retention.bytes`` (never the
+        active one) and those below the log start offset; returns segments deleted."""
+        now = self.clock() if now_ms is None else now_ms
+        with self.lock:
+            doomed = self._start_breached()
+            if self.config.delete:
+                sealed = self.segments[:-1]
+                retention_ms = self.config.retention_ms
+                if retention_ms >= 0:
+                    for seg in sealed:
+                        if now - seg.largest_timestamp > retention_ms:
+                            if seg not in doomed:
+                                doomed.append(seg)
+                        else:
+                            break
+                retention_bytes = self.config.retention_bytes
+                if retention_bytes >= 0:
+                    diff = self.size_bytes() - retention_bytes
+                    for seg in sealed:
+                        if diff - seg.size >= 0:
+                            diff -= seg.size
+                            if seg not in doomed:
+                                doomed.append(seg)
+                        else:
+                            break
+            doomed = [s for s in self.segments if s in doomed]  # keep log order
+            # deletion must be a prefix of the log
+            prefix = []
+            for seg, want in zip(self.segments, doomed, strict=False):
+                if seg is want:
+                    prefix.append(seg)
+                else:
+                    break
+            self._delete_segments(prefix)
+            return len(prefix)
+
+    def _delete_segments(self, doomed: list[LogSegment]) -> None:
+        if not doomed:
+            return
+        for seg in doomed:
+            self._remove(seg)
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        paths: list[Path] = []
+        for seg in doomed:
+            seg.close()
+            for p in seg.files():
+                if p.exists():
+                    target = p.with_name(p.name + DELETED_SUFFIX)
+                    os.replace(p, target)
+                    paths.append(target)
+            log.info("%s: deleted segment %d (%d bytes)", self.name, seg.base_offset, seg.size)
+        if self._schedule_delete is not None:
+            self._schedule_delete(paths, self.config.file_delete_delay_ms)
+        else:
+            for p in paths:
+                p.unlink(missing_ok=True)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def close(self) -> None:
+        with self.lock:
+            for seg in self.segments:
+                try:
+                    seg.flush()
+                    seg.offset_index.trim_to_valid_size()
+                    seg.time_index.trim_to_valid_size()
+                except OSError as exc:
+                    if exc.errno != errno.EBADF:
+                        raise
+                seg.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.name}, start={self.log_start_offset}, "
+            f"end={self.log_end_offset}, segments={len(self.segments)})"
+        )
+
+
+def _recompress(batch: RecordBatch, codec: int) -> bytes:
+    """Rewrite a batch with the topic's ``compression.type`` (Kafka's LogValidator)."""
+    h = batch.header
+    if h.compression == codec or h.is_control:
+        return bytes(batch.buffer)
+    return build_batch(
+        batch.records(),
+        base_offset=h.base_offset,
+        compression=codec,
+        timestamp_type=LOG_APPEND_TIME if h.attributes & 0x08 else 0,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        transactional=h.is_transactional,
+        partition_leader_epoch=h.partition_leader_epoch,
+        last_offset=h.last_offset,
+    )
