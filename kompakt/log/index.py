@@ -74,8 +74,9 @@ class AbstractIndex:
     def _write(self, values: tuple[int, int]) -> None:
         if self.is_full():
             raise IndexCorruptError(f"index {self.path.name} is full")
-        assert self._mmap is not None
-        self._ENTRY.pack_into(self._mmap, self.entries * self.ENTRY_SIZE, *values)
+        # pwrite, not a store into the mmap: on a full disk a store into a sparse page
+        # raises SIGBUS and kills the broker, while pwrite fails with ENOSPC.
+        os.pwrite(self._file.fileno(), self._ENTRY.pack(*values), self.entries * self.ENTRY_SIZE)
         self.entries += 1
 
     def _search(self, target: int, key_of: int) -> int:
@@ -93,10 +94,10 @@ class AbstractIndex:
 
     def truncate_entries(self, n: int) -> None:
         n = max(0, min(n, self.entries))
-        if self._mmap is not None:
-            start = n * self.ENTRY_SIZE
-            end = self.entries * self.ENTRY_SIZE
-            self._mmap[start:end] = bytes(end - start)
+        start = n * self.ENTRY_SIZE
+        end = self.entries * self.ENTRY_SIZE
+        if end > start:
+            os.pwrite(self._file.fileno(), bytes(end - start), start)
         self.entries = n
 
     def reset(self) -> None:

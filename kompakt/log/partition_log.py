@@ -305,15 +305,10 @@ class PartitionLog:
                 headers.append((b.position, h))
                 max_ts = max(max_ts, h.max_timestamp)
                 next_offset = h.next_offset
-            seg = self._maybe_roll(len(buf), next_offset - 1, first, now)
-            before = seg.size
             try:
+                seg = self._maybe_roll(len(buf), next_offset - 1, first, now)
                 seg.append(buf, headers)
-            except OSError as exc:
-                try:  # a half-written batch must never stay in the log
-                    seg.truncate_to_position(before)
-                except OSError:
-                    log.exception("%s: cannot truncate a failed append", self.name)
+            except OSError as exc:  # the segment has cut itself back to `before`
                 raise KafkaStorageError(f"cannot append to {self.name}: {exc.strerror}") from exc
         for listener in list(self.append_listeners):
             listener(self)

@@ -126,23 +126,55 @@ class LogSegment:
 
     # -- writing -------------------------------------------------------------------------
     def append(self, data: bytes | memoryview, headers: list[tuple[int, Header]]) -> None:
-        """Append whole, validated batches; ``headers`` gives (relative position, header)."""
+        """Append whole, validated batches; ``headers`` gives (relative position, header).
+
+        All or nothing: if a write fails (full disk), the log and both indexes are cut
+        back to where they were and the in-memory state is unchanged.
+        """
         start = self.size
-        written = 0
+        saved = (
+            self.rolling_timestamp,
+            self.max_timestamp,
+            self.offset_of_max_timestamp,
+            self._bytes_since_index,
+            self.last_offset,
+            self.offset_index.entries,
+            self.time_index.entries,
+        )
         view = memoryview(data)
-        while written < len(view):
-            written += os.pwrite(self._fd, view[written:], start + written)
-        for rel_pos, h in headers:
-            if self.rolling_timestamp is None and h.max_timestamp >= 0:
-                self.rolling_timestamp = h.max_timestamp
-            if h.max_timestamp > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
-            if self._bytes_since_index > self.index_interval_bytes:
-                self.offset_index.append(h.last_offset, start + rel_pos)
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-                self._bytes_since_index = 0
-            self._bytes_since_index += h.size
-            self.last_offset = h.last_offset
+        try:
+            written = 0
+            while written < len(view):
+                written += os.pwrite(self._fd, view[written:], start + written)
+            for rel_pos, h in headers:
+                if self.rolling_timestamp is None and h.max_timestamp >= 0:
+                    self.rolling_timestamp = h.max_timestamp
+                if h.max_timestamp > self.max_timestamp:
+                    self.max_timestamp = h.max_timestamp
+                    self.offset_of_max_timestamp = h.last_offset
+                if self._bytes_since_index > self.index_interval_bytes:
+                    self.offset_index.append(h.last_offset, start + rel_pos)
+                    self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                    self._bytes_since_index = 0
+                self._bytes_since_index += h.size
+                self.last_offset = h.last_offset
+        except OSError:
+            (
+                self.rolling_timestamp,
+                self.max_timestamp,
+                self.offset_of_max_timestamp,
+                self._bytes_since_index,
+                self.last_offset,
+                off_entries,
+                time_entries,
+            ) = saved
+            try:
+                os.ftruncate(self._fd, start)
+                self.offset_index.entries = min(self.offset_index.entries, off_entries)
+                self.time_index.entries = min(self.time_index.entries, time_entries)
+            except OSError:
+                log.exception("%s: cannot roll back a failed append", self.log_path)
+            raise
         self.size = start + len(view)
 
     def flush(self) -> None:
