@@ -75,3 +75,9 @@ class KafkaStorageError(KompaktError):
 
 class LogDirLockedError(KompaktError):
     """Another process holds the data dir's ``.lock``."""
+
+
+class SegmentsChangedError(KompaktError):
+    """The segments a clean read were removed meanwhile; the clean is dropped, not retried."""
+
+    error_code = -1

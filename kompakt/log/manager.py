@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,20 +67,27 @@ class FileDeleter:
 
     def __init__(self, clock: Clock):
         self._clock = clock
-        self._heap: list[tuple[int, str]] = []
+        self._heap: list[tuple[int, int, list[str], Callable[[], None] | None]] = []
+        self._seq = 0
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopped = False
 
-    def schedule(self, paths: list[Path], delay_ms: int) -> None:
+    def schedule(
+        self, paths: list[Path], delay_ms: int, before: Callable[[], None] | None = None
+    ) -> None:
+        """Unlink ``paths`` after ``delay_ms``; ``before`` runs first (e.g. close the fds
+        that readers of a swapped-out segment still use)."""
         if delay_ms <= 0:
+            if before is not None:
+                before()
             for p in paths:
                 Path(p).unlink(missing_ok=True)
             return
         due = self._clock() + delay_ms
         with self._cv:
-            for p in paths:
-                heapq.heappush(self._heap, (due, str(p)))
+            self._seq += 1
+            heapq.heappush(self._heap, (due, self._seq, [str(p) for p in paths], before))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="kompakt-deleter", daemon=True
@@ -93,8 +100,14 @@ class FileDeleter:
             while not self._stopped:
                 now = self._clock()
                 while self._heap and self._heap[0][0] <= now:
-                    _due, p = heapq.heappop(self._heap)
-                    Path(p).unlink(missing_ok=True)
+                    _due, _seq, paths, before = heapq.heappop(self._heap)
+                    if before is not None:
+                        try:
+                            before()
+                        except Exception:
+                            log.exception("closing a deleted segment failed")
+                    for p in paths:
+                        Path(p).unlink(missing_ok=True)
                 wait = (self._heap[0][0] - now) / 1000 if self._heap else None
                 self._cv.wait(timeout=min(wait, 1.0) if wait is not None else 1.0)
 

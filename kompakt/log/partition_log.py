@@ -24,7 +24,9 @@ from kompakt.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    SegmentsChangedError,
 )
+from kompakt.log.checkpoint import fsync_dir
 from kompakt.log.config import TopicConfig
 from kompakt.log.index import IndexCorruptError
 from kompakt.log.segment import (
@@ -87,7 +89,7 @@ class PartitionLog:
         recovery_point: int | None = None,
         needs_recovery: bool = False,
         log_start_offset: int = 0,
-        schedule_delete: Callable[[list[Path], int], None] | None = None,
+        schedule_delete: Callable[..., None] | None = None,
     ):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -508,6 +510,50 @@ class PartitionLog:
         else:
             for p in paths:
                 p.unlink(missing_ok=True)
+
+    # -- cleaner swap --------------------------------------------------------------------
+    def replace_segments(self, new: LogSegment, old: list[LogSegment]) -> None:
+        """Swap a cleaned segment in for ``old`` (Kafka's ``LocalLog.replaceSegments``).
+
+        ``new`` arrives flushed with suffix ``.cleaned``. Order on disk: ``.cleaned`` ->
+        ``.swap``; old files -> ``.deleted``; ``.swap`` -> final name; fsync the dir. A crash
+        at any step is finished or rolled back by :meth:`_complete_swaps` on the next open.
+        Old segments stay open for readers until ``file.delete.delay.ms`` has passed.
+        The partition lock is held only for the renames.
+        """
+        with self.lock:
+            live = {id(s) for s in self.segments}
+            if not old or any(id(s) not in live for s in old):
+                raise SegmentsChangedError(
+                    f"{self.name}: segments changed during the clean (retention or "
+                    "DeleteRecords removed some); the clean is abandoned"
+                )
+            new.change_suffix(SWAP_SUFFIX)
+            fsync_dir(self.dir)
+            for seg in old:
+                self._remove(seg)
+            self._add(new)
+            deleted: list[Path] = []
+            for seg in old:
+                seg.change_suffix(DELETED_SUFFIX)
+                deleted += seg.files()
+            new.change_suffix("")
+            fsync_dir(self.dir)
+
+        def close_old() -> None:
+            for seg in old:
+                seg.close()
+
+        if self._schedule_delete is not None:
+            self._schedule_delete(deleted, self.config.file_delete_delay_ms, close_old)
+        else:
+            close_old()
+            for p in deleted:
+                p.unlink(missing_ok=True)
+
+    def segments_snapshot(self) -> list[LogSegment]:
+        with self.lock:
+            return list(self.segments)
 
     # -- lifecycle -----------------------------------------------------------------------
     @property

@@ -272,3 +272,80 @@ def _gather(src, starts, lens, total):
         out[fill : fill + n] = src[starts[i] : starts[i] + n]
         fill += n
     return out
+
+
+@dataclass
+class BatchHeaders:
+    """Header fields of every whole batch in a buffer, without reading records."""
+
+    position: np.ndarray  # int64
+    size: np.ndarray  # int64 (whole batch, incl. the 12-byte log overhead)
+    base_offset: np.ndarray  # int64
+    last_offset: np.ndarray  # int64
+    attributes: np.ndarray  # int16
+    producer_id: np.ndarray  # int64
+    producer_epoch: np.ndarray  # int16
+    max_timestamp: np.ndarray  # int64
+    record_count: np.ndarray  # int32
+
+    def __len__(self) -> int:
+        return len(self.position)
+
+
+@numba.njit(cache=True, nogil=True)
+def _be(buf, pos, n):
+    v = np.int64(0)
+    for i in range(n):
+        v = (v << 8) | np.int64(buf[pos + i])
+    if n < 8 and v >= (np.int64(1) << (8 * n - 1)):
+        v -= np.int64(1) << (8 * n)
+    return v
+
+
+@numba.njit(cache=True, nogil=True)
+def _walk_headers(buf, pos, end, out):
+    n = 0
+    while pos + HEADER_SIZE_NB <= end:
+        length = _be(buf, pos + 8, 4)
+        size = length + 12
+        if length < HEADER_SIZE_NB - 12 or pos + size > end:
+            break
+        if n == out.shape[0]:
+            break
+        out[n, 0] = pos
+        out[n, 1] = size
+        out[n, 2] = _be(buf, pos, 8)
+        out[n, 3] = out[n, 2] + _be(buf, pos + 23, 4)
+        out[n, 4] = _be(buf, pos + 21, 2)
+        out[n, 5] = _be(buf, pos + 43, 8)
+        out[n, 6] = _be(buf, pos + 51, 2)
+        out[n, 7] = _be(buf, pos + 35, 8)
+        out[n, 8] = _be(buf, pos + 57, 4)
+        n += 1
+        pos += size
+    return n, pos
+
+
+HEADER_SIZE_NB = HEADER_SIZE
+
+
+def scan_batch_headers(
+    data: bytes | bytearray | memoryview | np.ndarray, position: int = 0, end: int | None = None
+) -> BatchHeaders:
+    """Walk batch headers only (no CRC check, no decompression); stops at a torn tail."""
+    buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+    end = len(buf) if end is None else end
+    out = np.empty((max(1, (end - position) // HEADER_SIZE + 1), 9), np.int64)
+    n, _ = _walk_headers(buf, position, end, out)
+    out = out[:n]
+    return BatchHeaders(
+        position=out[:, 0].copy(),
+        size=out[:, 1].copy(),
+        base_offset=out[:, 2].copy(),
+        last_offset=out[:, 3].copy(),
+        attributes=out[:, 4].astype(np.int16),
+        producer_id=out[:, 5].copy(),
+        producer_epoch=out[:, 6].astype(np.int16),
+        max_timestamp=out[:, 7].copy(),
+        record_count=out[:, 8].astype(np.int32),
+    )

@@ -1,0 +1,332 @@
+"""Rewrite one group of segments into one cleaned segment (Kafka ``cleanSegments``).
+
+This is the part both engines run: the in-process engine in the cleaner thread, the
+Spark engine in one task per group. Records are decided in bulk by :mod:`rule`; Python
+touches each *batch* once. A batch with nothing dropped and no horizon to stamp is
+copied byte for byte; otherwise it is rebuilt like Kafka's ``buildRetainedRecordsInto``:
+same base offset, original ``lastOffset``, codec, producer fields, flags and leader
+epoch, retained records re-encoded by a numba kernel that only rewrites each record's
+timestamp delta.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numba
+import numpy as np
+
+from kompakt.cleaner import rule
+from kompakt.cleaner.transactions import ProducerSummary, TxnTracker, control_type_of
+from kompakt.record import codecs
+from kompakt.record.batch import (
+    CONTROL_BIT,
+    DELETE_HORIZON_BIT,
+    HEADER_SIZE,
+    TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
+    Header,
+    RecordBatch,
+    _assemble,
+    build_batch,
+    build_empty_batch,
+    read_header,
+)
+from kompakt.record.scan import RecordScan, _varint, scan_records
+
+LatestLookup = Callable[[RecordScan], np.ndarray]
+FLUSH_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """Everything a group clean needs besides its segments; picklable for Spark."""
+
+    map_latest_offset: int  # records past it are kept (partial clean)
+    upper_bound: int  # first uncleanable offset of this round
+    now: int
+    delete_retention_ms: int
+    producers: ProducerSummary
+
+
+@dataclass
+class GroupStats:
+    records_read: int = 0
+    bytes_read: int = 0
+    records_written: int = 0
+    bytes_written: int = 0
+    batches_read: int = 0
+    batches_written: int = 0
+    batches_copied: int = 0
+    tombstones_removed: int = 0
+    unkeyed_removed: int = 0
+
+    def add(self, other: GroupStats) -> None:
+        for k, v in asdict(other).items():
+            setattr(self, k, getattr(self, k) + v)
+
+
+class Sink:
+    """Where cleaned batches go: ``append(data, [(relative position, header)])``."""
+
+    def append(self, data: bytes | memoryview, headers: list[tuple[int, Header]]) -> None:
+        pass
+
+
+@numba.njit(cache=True, nogil=True)
+def _write_varint(out, o, value):
+    v = (np.int64(value) << 1) ^ (np.int64(value) >> 63)
+    u = np.uint64(v)
+    while u >= np.uint64(0x80):
+        out[o] = np.uint8((u & np.uint64(0x7F)) | np.uint64(0x80))
+        o += 1
+        u >>= np.uint64(7)
+    out[o] = np.uint8(u)
+    return o + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _varint_len(value):
+    v = np.uint64((np.int64(value) << 1) ^ (np.int64(value) >> 63))
+    n = 1
+    while v >= np.uint64(0x80):
+        v >>= np.uint64(7)
+        n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _filter_payload(src, count, keep, ts, base_ts, out):
+    """Copy kept records, re-encoding only the timestamp delta; -1 on malformed input."""
+    pos = 0
+    o = 0
+    end = len(src)
+    for i in range(count):
+        length, p = _varint(src, pos, end)
+        if p < 0 or p + length > end:
+            return -1
+        rec_end = p + length
+        if keep[i]:
+            _ts_delta, q = _varint(src, p + 1, rec_end)
+            if q < 0:
+                return -1
+            delta = ts[i] - base_ts
+            rest = rec_end - q
+            o = _write_varint(out, o, 1 + _varint_len(delta) + rest)
+            out[o] = src[p]
+            o += 1
+            o = _write_varint(out, o, delta)
+            out[o : o + rest] = src[q:rec_end]
+            o += rest
+        pos = rec_end
+    return o
+
+
+def rebuild_batch(
+    batch: RecordBatch,
+    keep: np.ndarray,
+    timestamps: np.ndarray,
+    horizon: int | None,
+) -> bytes:
+    """Kafka's ``buildRetainedRecordsInto`` for one batch and a keep mask of its records."""
+    h = batch.header
+    if h.is_control:
+        recs = [r for r, k in zip(batch.records(), keep, strict=True) if k]
+        return build_batch(
+            recs,
+            base_offset=h.base_offset,
+            timestamp_type=h.timestamp_type,
+            producer_id=h.producer_id,
+            producer_epoch=h.producer_epoch,
+            base_sequence=h.base_sequence,
+            transactional=h.is_transactional,
+            control=True,
+            partition_leader_epoch=h.partition_leader_epoch,
+            last_offset=h.last_offset,
+            delete_horizon=horizon,
+        )
+    raw = batch.buffer[HEADER_SIZE:]
+    payload = codecs.decompress(h.compression, raw) if h.compression else raw
+    src = np.frombuffer(payload, np.uint8)
+    out = np.empty(len(src) + 10 * h.record_count, np.uint8)
+    kept_ts = timestamps[keep]
+    base_ts = horizon if horizon is not None else int(kept_ts[0])
+    n = _filter_payload(src, h.record_count, keep, timestamps, base_ts, out)
+    if n < 0:
+        from kompakt.errors import CorruptRecordError
+
+        raise CorruptRecordError(
+            f"malformed record in batch at offset {h.base_offset}", position=batch.position
+        )
+    body = out[:n].tobytes()
+    if h.compression:
+        body = codecs.compress(h.compression, body)
+    log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
+    max_ts = h.max_timestamp if log_append else int(kept_ts.max())
+    attributes = h.attributes | (DELETE_HORIZON_BIT if horizon is not None else 0)
+    return _assemble(
+        h.base_offset,
+        h.partition_leader_epoch,
+        attributes,
+        h.last_offset_delta,
+        base_ts,
+        max_ts,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        int(keep.sum()),
+        body,
+    )
+
+
+def clean_segment(
+    data: bytes | memoryview | np.ndarray,
+    lookup: LatestLookup,
+    ctx: RoundContext,
+    txn: TxnTracker,
+    sink: Sink | None,
+    stats: GroupStats,
+) -> None:
+    """Clean one source segment's bytes into ``sink`` (None: dry run, count only)."""
+    buf = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
+    view = memoryview(buf)
+    scan = scan_records(buf, 0, len(buf), verify_crc=True)
+    nb = len(scan.batch_position)
+    if nb == 0:
+        return
+    headers = [read_header(view, int(p)) for p in scan.batch_position]
+    horizon = np.array(
+        [h.base_timestamp if h.attributes & DELETE_HORIZON_BIT else -1 for h in headers],
+        np.int64,
+    )
+    latest = lookup(scan) if len(scan) else np.empty(0, np.int64)
+    keep = rule.retain_records(
+        scan.offset,
+        latest,
+        scan.key_null,
+        scan.value_null,
+        horizon[scan.batch_index],
+        map_latest_offset=ctx.map_latest_offset,
+        now=ctx.now,
+    )
+    row_start = np.searchsorted(scan.batch_index, np.arange(nb + 1))
+    kept_per_batch = np.bincount(scan.batch_index[keep], minlength=nb)
+    tomb_per_batch = np.bincount(scan.batch_index[keep & scan.value_null], minlength=nb)
+
+    out = bytearray()
+    out_headers: list[tuple[int, Header]] = []
+
+    def emit(chunk: bytes | memoryview, h: Header) -> None:
+        out_headers.append((len(out), h))
+        out.extend(chunk)
+        stats.batches_written += 1
+        stats.bytes_written += len(chunk)
+        stats.records_written += h.record_count
+        if sink is not None and len(out) >= FLUSH_BYTES:
+            flush()
+
+    def flush() -> None:
+        if sink is not None and out:
+            sink.append(bytes(out), list(out_headers))
+        out.clear()
+        out_headers.clear()
+
+    for b, h in enumerate(headers):
+        pos = int(scan.batch_position[b])
+        size = h.size
+        stats.batches_read += 1
+        stats.bytes_read += size
+        stats.records_read += h.record_count
+        is_control = bool(h.attributes & CONTROL_BIT)
+        if is_control:
+            ctype = control_type_of(view[pos : pos + size]) if h.record_count else None
+            can_discard = txn.on_control_batch(h.producer_id, h.last_offset, ctype)
+            discard = rule.control_batch_discardable(can_discard, int(horizon[b]), ctx.now)
+        else:
+            can_discard = txn.on_batch(
+                h.producer_id, h.last_offset, bool(h.attributes & TRANSACTIONAL_BIT)
+            )
+            discard = can_discard
+        retention = rule.batch_retention(
+            is_last_of_producer=ctx.producers.is_last_of_producer(
+                h.producer_id, h.last_offset, is_control, h.producer_epoch
+            ),
+            ends_cleaning_round=h.last_offset + 1 == ctx.upper_bound,
+            discard_records=discard,
+        )
+        r0, r1 = int(row_start[b]), int(row_start[b + 1])
+        if not is_control:
+            dropped = ~keep[r0:r1]
+            if discard:
+                dropped = np.ones(r1 - r0, bool)
+            stats.tombstones_removed += int((dropped & scan.value_null[r0:r1]).sum())
+            stats.unkeyed_removed += int((dropped & scan.key_null[r0:r1]).sum())
+        if retention is rule.BatchRetention.DELETE:
+            continue
+        if discard:
+            kept = 0
+        elif is_control:
+            kept = h.record_count
+        else:
+            kept = int(kept_per_batch[b])
+        if kept:
+            need_horizon = rule.needs_delete_horizon(
+                has_horizon=horizon[b] >= 0,
+                retained_tombstone=not is_control and tomb_per_batch[b] > 0,
+                discardable_marker=is_control and can_discard,
+            )
+            if kept == h.record_count and not need_horizon:
+                emit(view[pos : pos + size], h)
+                stats.batches_copied += 1
+                continue
+            new_horizon = (
+                ctx.now + ctx.delete_retention_ms
+                if need_horizon
+                else (int(horizon[b]) if horizon[b] >= 0 else None)
+            )
+            batch = RecordBatch(h, view[pos : pos + size], pos)
+            if is_control:
+                mask = np.ones(h.record_count, bool)
+                ts = np.zeros(h.record_count, np.int64)
+            else:
+                mask = keep[r0:r1]
+                ts = scan.timestamp[r0:r1]
+            rebuilt = rebuild_batch(batch, mask, ts, new_horizon)
+            emit(rebuilt, read_header(rebuilt))
+        elif retention is rule.BatchRetention.RETAIN_EMPTY:
+            empty = build_empty_batch(h)
+            emit(empty, read_header(empty))
+    flush()
+
+
+def clean_group(
+    sources: Sequence[bytes | memoryview | np.ndarray],
+    lookup: LatestLookup,
+    ctx: RoundContext,
+    sink: Sink | None,
+    group_start: int,
+    group_end: int,
+) -> GroupStats:
+    """Clean a group's source segments (in offset order) into one sink."""
+    stats = GroupStats()
+    txn = TxnTracker(ctx.producers.aborted_between(group_start, group_end))
+    for data in sources:
+        clean_segment(data, lookup, ctx, txn, sink, stats)
+    return stats
+
+
+def lookup_from_arrays(offsets: np.ndarray, latest: np.ndarray) -> LatestLookup:
+    """A lookup for records whose key's latest offset was computed elsewhere (Spark)."""
+    order = np.argsort(offsets, kind="stable")
+    offs, lat = offsets[order], latest[order]
+
+    def lookup(scan: RecordScan) -> np.ndarray:
+        if not len(offs):
+            return np.full(len(scan.offset), -1, np.int64)
+        idx = np.searchsorted(offs, scan.offset)
+        idx_c = np.minimum(idx, len(offs) - 1)
+        found = offs[idx_c] == scan.offset
+        return np.where(found, lat[idx_c], -1).astype(np.int64)
+
+    return lookup

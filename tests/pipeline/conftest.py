@@ -1,0 +1,83 @@
+"""One local SparkSession for the whole test session (Spark start-up costs ~10 s)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kompakt.log.manager import LogManager
+from kompakt.pipeline.standalone import FAST_START_JAVA_OPTS
+
+SPARK_TEST_CONFIG = {
+    "kompakt.spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "1g",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+    "spark.driver.extraJavaOptions": FAST_START_JAVA_OPTS,
+}
+
+
+class ManualClock:
+    """A controlled clock in ms (Kafka's MockTime)."""
+
+    def __init__(self, now: int = 1_700_000_000_000):
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+@pytest.fixture(scope="session")
+def spark():
+    import kompakt.pipeline as pipeline
+
+    session = pipeline.session(SPARK_TEST_CONFIG)
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    pipeline.stop()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def manager(data_dir, clock):
+    m = LogManager(data_dir, clock=clock)
+    yield m
+    m.close()
+
+
+def read_rows(spark, data_dir, **options) -> list[tuple]:
+    """(topic, partition, offset, key, value) of a kompakt read, sorted."""
+    reader = spark.read.format("kompakt").option("path", str(data_dir))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    rows = reader.load().select("topic", "partition", "offset", "key", "value").collect()
+    return sorted(
+        (
+            r.topic,
+            r.partition,
+            r.offset,
+            bytes(r.key) if r.key is not None else None,
+            bytes(r.value) if r.value is not None else None,
+        )
+        for r in rows
+    )
+
+
+@pytest.fixture
+def rows_of(spark):
+    def rows(data_dir, **options):
+        return read_rows(spark, data_dir, **options)
+
+    return rows
