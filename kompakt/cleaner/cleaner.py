@@ -207,9 +207,16 @@ class LocalEngine:
     def dedup(self, ltc: LogToClean, producers: ProducerSummary) -> DirtyRange:
         """Kafka ``buildOffsetMap``: stop when the map is full (partial clean)."""
         m = self.map
-        m.clear()
         start, end = ltc.first_dirty_offset, ltc.first_uncleanable_offset
         segments = cleanable.segments_between(ltc.log.segments_snapshot(), start, end)
+        # no pass can put more keys than it has records: size the table to that
+        m.clear(
+            sum(
+                int(scan_batch_headers(segment_buffer(s.log_path, s.size)).record_count.sum())
+                for s in segments
+                if s.size
+            )
+        )
         txn = TxnTracker(producers.aborted_between(start, end))
         out = DirtyRange(end_offset=start, lookup=None)
         full = False

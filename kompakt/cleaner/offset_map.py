@@ -95,44 +95,71 @@ def _get(t1, t2, toff, h1, h2, out):
 
 
 class OffsetMap:
-    """Memory-bounded map of key hash -> latest offset, reused across cleans."""
+    """Memory-bounded map of key hash -> latest offset, reused across cleans.
+
+    ``memory_bytes`` bounds the table (and decides when a pass is partial, as in Kafka);
+    :meth:`clear` may be told how many records the pass can put at most, so a small
+    dirty range uses a small, cache-friendly slice of the table.
+    """
 
     def __init__(self, memory_bytes: int, load_factor: float = 0.9):
-        self.slots = max(2, int(memory_bytes) // BYTES_PER_ENTRY)
+        self.load_factor = load_factor
+        self.capacity = max(2, int(memory_bytes) // BYTES_PER_ENTRY)
         # one slot always stays empty so that a probe for an absent key terminates
-        self.max_entries = max(1, min(int(self.slots * load_factor), self.slots - 1))
-        self._h1 = np.empty(self.slots, np.uint64)
-        self._h2 = np.empty(self.slots, np.uint64)
-        self._off = np.full(self.slots, EMPTY, np.int64)
+        self.max_entries = max(1, min(int(self.capacity * load_factor), self.capacity - 1))
+        self._h1 = np.empty(0, np.uint64)
+        self._h2 = np.empty(0, np.uint64)
+        self._off = np.empty(0, np.int64)
+        self.slots = 0
         self.size = 0
         self.latest_offset = -1
+        self.clear()
 
     @property
     def memory_bytes(self) -> int:
-        return self.slots * BYTES_PER_ENTRY
+        return self.capacity * BYTES_PER_ENTRY
 
     @property
     def utilization(self) -> float:
-        return self.size / self.slots
+        """Entries over the configured capacity (Kafka's buffer utilisation)."""
+        return self.size / self.capacity
 
     @property
     def is_full(self) -> bool:
         return self.size >= self.max_entries
 
-    def clear(self) -> None:
-        self._off.fill(EMPTY)
+    def clear(self, max_records: int | None = None) -> None:
+        want = self.capacity
+        if max_records is not None:
+            want = min(self.capacity, max(16, int(max_records / self.load_factor) + 2))
+        if len(self._off) < want:
+            self._h1 = np.empty(want, np.uint64)
+            self._h2 = np.empty(want, np.uint64)
+            self._off = np.empty(want, np.int64)
+        self.slots = want
+        self._off[:want].fill(EMPTY)
         self.size = 0
         self.latest_offset = -1
 
     def put(self, h1: np.ndarray, h2: np.ndarray, offsets: np.ndarray, mask: np.ndarray) -> int:
         """Insert the masked rows in order; returns how many rows were consumed."""
+        n = self.slots
         consumed, self.size = _put(
-            self._h1, self._h2, self._off, h1, h2, offsets, mask, self.size, self.max_entries
+            self._h1[:n],
+            self._h2[:n],
+            self._off[:n],
+            h1,
+            h2,
+            offsets,
+            mask,
+            self.size,
+            self.max_entries,
         )
         return consumed
 
     def get(self, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:
         """Latest offset per row's key; -1 when absent (Kafka's ``OffsetMap.get``)."""
+        n = self.slots
         out = np.empty(len(h1), np.int64)
-        _get(self._h1, self._h2, self._off, h1, h2, out)
+        _get(self._h1[:n], self._h2[:n], self._off[:n], h1, h2, out)
         return out

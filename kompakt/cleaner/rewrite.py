@@ -260,7 +260,10 @@ def clean_segment(
             dropped = ~keep[r0:r1]
             if discard:
                 dropped = np.ones(r1 - r0, bool)
-            stats.tombstones_removed += int((dropped & scan.value_null[r0:r1]).sum())
+            # a tombstone counts as removed when it was its key's latest record (the
+            # delete itself is finished), not when a later record superseded it
+            expired = dropped & scan.value_null[r0:r1] & (scan.offset[r0:r1] >= latest[r0:r1])
+            stats.tombstones_removed += int(expired.sum())
             stats.unkeyed_removed += int((dropped & scan.key_null[r0:r1]).sum())
         if retention is rule.BatchRetention.DELETE:
             continue

@@ -1,0 +1,124 @@
+"""The Spark compaction engine: the cleaner's dedup and rewrite stages as one Spark job.
+
+Dedup: ``groupBy(partition, key).max(offset)`` over the dirty range — exact keys, any
+number of them, one pass, so a round always reaches the first uncleanable offset (no
+offset map, no partial cleans). Rewrite: every record of the range to rewrite is joined
+with its key's latest offset and each segment group goes to one task, which runs the
+cleaner's own group rewrite (:func:`kompakt.cleaner.cleaner.write_cleaned_group`, so the
+survive/discard rule is the same code) and leaves a ``.cleaned`` segment next to the
+originals. The driver then does the crash-safe swap and the checkpoint, as for the
+in-process engine. Data dirs must be on a path every executor sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kompakt.cleaner.cleanable import LogToClean
+from kompakt.cleaner.cleaner import DirtyRange, write_cleaned_group
+from kompakt.cleaner.rewrite import GroupStats, RoundContext, lookup_from_arrays
+from kompakt.cleaner.transactions import ProducerSummary
+from kompakt.log.partition_log import PartitionLog
+from kompakt.log.segment import CLEANED_SUFFIX, LogSegment
+
+
+def _group_cleaner(
+    ctx: RoundContext, seg_kwargs: dict, dry_run: bool, ends: Mapping[int, int]
+) -> Callable:
+    def clean(task, offsets: np.ndarray, latest: np.ndarray) -> dict[str, Any]:
+        directory = Path(task.dir)
+        sources = [(b, directory / f"{b:020d}.log", None) for b in task.bases]
+        stats, dest = write_cleaned_group(
+            directory,
+            sources,
+            lookup_from_arrays(offsets, latest),
+            ctx,
+            seg_kwargs,
+            dry_run,
+            ends[task.index],
+        )
+        if dest is not None:
+            dest.close()
+        return asdict(stats)
+
+    return clean
+
+
+class SparkEngine:
+    """Runs on :func:`kompakt.pipeline.session` (local ``local[*]`` or a cluster)."""
+
+    name = "spark"
+
+    def __init__(self, config: Mapping[str, str] | None = None):
+        self.config = dict(config or {})
+
+    def dedup(self, ltc: LogToClean, producers: ProducerSummary) -> DirtyRange:
+        # the shuffle runs inside rewrite(); one pass always covers the whole dirty range
+        return DirtyRange(
+            end_offset=ltc.first_uncleanable_offset,
+            lookup=None,
+            extra={"first_dirty": ltc.first_dirty_offset},
+        )
+
+    def rewrite(
+        self,
+        plog: PartitionLog,
+        groups: list[list[LogSegment]],
+        dirty: DirtyRange,
+        ctx: RoundContext,
+        dry_run: bool,
+        progress: Callable[[int, int], None] | None,
+    ) -> list[tuple[GroupStats, LogSegment | None, list[LogSegment]]]:
+        from kompakt.pipeline import session
+        from kompakt.pipeline.dedup import latest_offsets, records_with_latest
+        from kompakt.pipeline.groups import GroupTask, run_groups
+
+        if not groups:
+            return []
+        spark = session(self.config)
+        data_dir = str(plog.dir.parent)
+        part = plog.partition
+        first_dirty = dirty.extra["first_dirty"]
+        latest = latest_offsets(
+            spark, data_dir, plog.topic, {part: (first_dirty, dirty.end_offset)}
+        )
+        start = max(groups[0][0].base_offset, plog.log_start_offset)
+        records = records_with_latest(
+            spark,
+            data_dir,
+            plog.topic,
+            {part: (start, dirty.end_offset)},
+            latest,
+            {part: [g[0].base_offset for g in groups]},
+        )
+        tasks = [
+            GroupTask(plog.topic, part, str(plog.dir), i, tuple(s.base_offset for s in g))
+            for i, g in enumerate(groups)
+        ]
+        ends = {i: g[-1].next_offset for i, g in enumerate(groups)}
+        clean = _group_cleaner(ctx, plog._segment_kwargs(), dry_run, ends)
+        if progress:
+            progress(0, len(groups))
+        rows = run_groups(spark, records, tasks, clean)
+        out = []
+        for row, group in zip(rows, groups, strict=True):
+            stats = GroupStats(**{k: row[k] for k in asdict(GroupStats())})
+            dest = None
+            if not dry_run:
+                dest = LogSegment(
+                    plog.dir,
+                    group[0].base_offset,
+                    suffix=CLEANED_SUFFIX,
+                    writable=False,
+                    **plog._segment_kwargs(),
+                )
+            out.append((stats, dest, group))
+        if progress:
+            progress(len(groups), len(groups))
+        return out
+
