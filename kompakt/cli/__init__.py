@@ -1,0 +1,1 @@
+"""The ``kompakt`` command line (entry point: :func:`kompakt.cli.main.main`)."""

@@ -1,0 +1,335 @@
+"""What the CLI verbs do, behind a small interface with one implementation per transport.
+
+The typer commands parse arguments, call a :class:`Backend` and print the plain
+dataclasses it returns. :class:`OfflineBackend` works on a data dir through the embedded
+``LogManager``; a broker backend (``--bootstrap-server``) implements the same methods
+over the Kafka protocol. Backends are context managers: leaving the ``with`` releases
+what they hold (for the offline one: closes the ``LogManager``, which writes the
+clean-shutdown marker and releases the data dir's ``.lock``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from kompakt.errors import InvalidRecordError, KompaktError, UnknownTopicError
+from kompakt.log.config import DYNAMIC_TOPIC_CONFIG
+from kompakt.record import codecs
+from kompakt.record.batch import build_simple_batch
+
+from .partitioner import partition_for_key
+
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+class CliError(KompaktError):
+    """A fault in the command line's input (bad ``key=value``, missing data dir, ...)."""
+
+
+# -- values passed between the commands and a backend -----------------------------------
+
+
+@dataclass
+class ConfigValue:
+    name: str
+    value: str | None
+    source: str
+    override: bool  # set on the topic itself, not inherited from broker or Kafka defaults
+
+
+@dataclass
+class PartitionDescription:
+    partition: int
+    start_offset: int
+    end_offset: int
+    size_bytes: int
+    segments: int
+
+
+@dataclass
+class TopicSummary:
+    name: str
+    partitions: int
+    topic_id: str
+
+
+@dataclass
+class TopicDescription:
+    name: str
+    topic_id: str
+    partition_count: int
+    configs: list[ConfigValue]
+    partitions: list[PartitionDescription]
+
+
+@dataclass
+class ProducerRecord:
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+    partition: int | None = None  # None: Kafka's default partitioner decides
+
+
+@dataclass
+class PartitionWrite:
+    partition: int
+    first_offset: int
+    last_offset: int
+    records: int
+
+
+@dataclass
+class ProduceResult:
+    topic: str
+    records: int = 0
+    batches: int = 0
+    partitions: dict[int, PartitionWrite] = field(default_factory=dict)
+
+
+@dataclass
+class ConsumedRecord:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+class Backend(Protocol):
+    """The verbs the CLI needs; each transport implements all of them."""
+
+    def __enter__(self) -> Backend: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def create_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str]
+    ) -> TopicSummary: ...
+
+    def alter_topic(
+        self, name: str, set: Mapping[str, str], delete: Sequence[str]
+    ) -> dict[str, str]: ...
+
+    def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]: ...
+
+    def list_topics(self) -> list[TopicSummary]: ...
+
+    def delete_topic(self, name: str) -> None: ...
+
+    def produce(
+        self,
+        topic: str,
+        records: Iterable[ProducerRecord],
+        *,
+        batch_size: int = 100,
+        compression: str = "none",
+    ) -> ProduceResult: ...
+
+    def consume(
+        self,
+        topic: str,
+        *,
+        partition: int | None = None,
+        offset: int | None = None,
+        max_messages: int | None = None,
+    ) -> Iterator[ConsumedRecord]: ...
+
+
+# -- the offline backend: a data dir through LogManager ----------------------------------
+
+
+class OfflineBackend:
+    """The verbs on a data dir, through ``kompakt.log.manager.LogManager``.
+
+    Only one process may open a data dir (its ``.lock``): this fails with
+    ``LogDirLockedError`` while a broker or another command holds it. ``create=False``
+    refuses a data dir that does not exist instead of making an empty one.
+    """
+
+    def __init__(self, data_dir: str | Path, *, create: bool = False, clock=None):
+        self.data_dir = Path(data_dir)
+        self._create = create
+        self._clock = clock or (lambda: int(time.time() * 1000))
+        self._logs = None
+
+    def __enter__(self) -> OfflineBackend:
+        from kompakt.log.manager import LogManager
+
+        if not self._create and not self.data_dir.is_dir():
+            raise CliError(f"data dir '{self.data_dir}' does not exist")
+        self._logs = LogManager(self.data_dir, clock=self._clock)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._logs is not None:
+            logs, self._logs = self._logs, None
+            logs.close()
+
+    @property
+    def logs(self):
+        if self._logs is None:
+            raise RuntimeError("OfflineBackend used outside its 'with' block")
+        return self._logs
+
+    # -- topics ---------------------------------------------------------------------------
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str]) -> TopicSummary:
+        meta = self.logs.create_topic(name, partitions, dict(configs))
+        return TopicSummary(meta.name, meta.partitions, meta.topic_id)
+
+    def alter_topic(
+        self, name: str, set: Mapping[str, str], delete: Sequence[str]
+    ) -> dict[str, str]:
+        return self.logs.alter_topic_config(name, dict(set), list(delete)).overrides
+
+    def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
+        names = list(names) if names else self.logs.topics()
+        out = []
+        for name in names:
+            meta = self.logs.topic_meta(name)
+            config = self.logs.topic_config(name)
+            configs = [
+                ConfigValue(e.name, e.value, e.source, e.source == DYNAMIC_TOPIC_CONFIG)
+                for e in config.describe()
+            ]
+            parts = []
+            for p in range(meta.partitions):
+                plog = self.logs.get_log(name, p)
+                parts.append(
+                    PartitionDescription(
+                        p,
+                        plog.log_start_offset,
+                        plog.log_end_offset,
+                        plog.size_bytes(),
+                        len(plog.segments),
+                    )
+                )
+            out.append(TopicDescription(name, meta.topic_id, meta.partitions, configs, parts))
+        return out
+
+    def list_topics(self) -> list[TopicSummary]:
+        return [
+            TopicSummary(m.name, m.partitions, m.topic_id)
+            for m in (self.logs.topic_meta(n) for n in self.logs.topics())
+        ]
+
+    def delete_topic(self, name: str) -> None:
+        self.logs.delete_topic(name)
+
+    # -- records --------------------------------------------------------------------------
+    def produce(
+        self,
+        topic: str,
+        records: Iterable[ProducerRecord],
+        *,
+        batch_size: int = 100,
+        compression: str = "none",
+    ) -> ProduceResult:
+        """Append records in batches of ``batch_size`` per partition, streaming.
+
+        A record the topic refuses (a null key on a compacted topic, a partition out of
+        range) fails the call before its batch is written; batches completed before it
+        stay written, and the error says how many records that was.
+        """
+        if batch_size < 1:
+            raise CliError(f"batch size must be at least 1, got {batch_size}")
+        if compression not in COMPRESSIONS:
+            raise CliError(f"unknown compression {compression!r}; use one of {COMPRESSIONS}")
+        codec = codecs.codec_id(compression)
+        n_parts = self.logs.partition_count(topic)
+        compact = self.logs.topic_config(topic).compact
+        result = ProduceResult(topic)
+        pending: dict[int, list[tuple]] = {}
+        round_robin = 0
+
+        def flush(part: int) -> None:
+            items = pending.pop(part, None)
+            if not items:
+                return
+            batch = build_simple_batch(items, timestamp=self._clock(), compression=codec)
+            info = self.logs.get_log(topic, part).append(batch)
+            w = result.partitions.get(part)
+            if w is None:
+                w = result.partitions[part] = PartitionWrite(part, info.first_offset, -1, 0)
+            w.last_offset = info.last_offset
+            w.records += info.record_count
+            result.records += info.record_count
+            result.batches += 1
+
+        try:
+            for i, rec in enumerate(records, 1):
+                if rec.key is None and compact:
+                    raise InvalidRecordError(
+                        f"record {i}: compacted topic '{topic}' cannot accept a record without key"
+                    )
+                part = rec.partition
+                if part is None:
+                    if rec.key is None:
+                        part, round_robin = round_robin % n_parts, round_robin + 1
+                    else:
+                        part = partition_for_key(rec.key, n_parts)
+                elif not 0 <= part < n_parts:
+                    raise UnknownTopicError(
+                        f"partition {part} of topic '{topic}' does not exist "
+                        f"(it has {n_parts} partitions)"
+                    )
+                items = pending.setdefault(part, [])
+                items.append((rec.key, rec.value, tuple(rec.headers)))
+                if len(items) >= batch_size:
+                    flush(part)
+            for part in sorted(pending):
+                flush(part)
+        except KompaktError as exc:
+            if result.records:
+                raise type(exc)(f"{exc} ({result.records} earlier records were written)") from exc
+            raise type(exc)(f"{exc} (nothing was written)") from exc
+        return result
+
+    def consume(
+        self,
+        topic: str,
+        *,
+        partition: int | None = None,
+        offset: int | None = None,
+        max_messages: int | None = None,
+    ) -> Iterator[ConsumedRecord]:
+        """Records of one or every partition (in partition order), from ``offset`` or the
+        log start; control batches (transaction markers) are skipped."""
+        n_parts = self.logs.partition_count(topic)
+        if partition is not None and not 0 <= partition < n_parts:
+            raise UnknownTopicError(
+                f"partition {partition} of topic '{topic}' does not exist "
+                f"(it has {n_parts} partitions)"
+            )
+        if offset is not None and offset < 0:
+            raise CliError(f"offset must be >= 0, got {offset}")
+        parts = [partition] if partition is not None else list(range(n_parts))
+        return self._consume(topic, parts, offset, max_messages)
+
+    def _consume(
+        self, topic: str, parts: list[int], offset: int | None, max_messages: int | None
+    ) -> Iterator[ConsumedRecord]:
+        left = max_messages
+        if left is not None and left <= 0:
+            return
+        for part in parts:
+            plog = self.logs.get_log(topic, part)
+            start = max(offset or 0, plog.log_start_offset)
+            for batch in plog.iter_batches(start):
+                if batch.header.is_control:
+                    continue
+                for r in batch.records():
+                    if r.offset < start:
+                        continue
+                    yield ConsumedRecord(
+                        topic, part, r.offset, r.timestamp, r.key, r.value, list(r.headers)
+                    )
+                    if left is not None:
+                        left -= 1
+                        if left <= 0:
+                            return

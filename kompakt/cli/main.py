@@ -1,0 +1,77 @@
+"""The ``kompakt`` command: the typer app, its sub-commands and the one error handler.
+
+Each verb lives in its own module and is registered below (see "Commands"). Errors a
+user can cause (``KompaktError`` and subclasses, ``OSError``) are turned into one red
+line on stderr, ``error: <message>``, and exit code 1, in :class:`ErrorHandlingGroup`,
+so every command, present and future, gets it without doing anything.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+from typer.core import TyperGroup
+
+from kompakt.errors import KompaktError
+
+from .common import describe_exception, print_error
+
+
+class ErrorHandlingGroup(TyperGroup):
+    """A click group whose invocation turns expected errors into ``error: ...`` lines.
+
+    Nested groups (``topic``) run inside the root group's ``invoke``, so handling it
+    here covers every command.
+    """
+
+    def invoke(self, ctx: typer.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # Reader went away (`kompakt consume ... | head`): stop quietly.
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+            raise typer.Exit(1) from None
+        except (KompaktError, OSError) as exc:
+            print_error(describe_exception(exc))
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    name="kompakt",
+    cls=ErrorHandlingGroup,
+    help="kompakt: a Kafka-compatible, compaction-first log store.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+# -- Commands ------------------------------------------------------------------------------
+# One line per verb or verb group. Modules define a typer.Typer (sub-commands) or plain
+# functions (single commands); they must not import this module.
+from kompakt.cli import dump, records, topic  # noqa: E402
+
+app.add_typer(topic.app, name="topic")
+app.command("produce")(records.produce)
+app.command("consume")(records.consume)
+app.command("dump")(dump.dump)
+# Extension point: broker and pipeline verbs are added here the same way, e.g.
+#   app.command("serve")(serve.serve)
+#   app.command("compact")(compact.compact)
+#   app.command("export")(export.export)
+
+
+def main() -> None:
+    """Console-script entry point (``kompakt = kompakt.cli.main:main``)."""
+    app(prog_name="kompakt")
+
+
+if __name__ == "__main__":
+    main()
