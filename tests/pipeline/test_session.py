@@ -30,32 +30,21 @@ def test_session_is_one_per_process_configured_and_has_the_source(spark):
     assert pipeline.register(spark) is spark  # registering twice is harmless
 
 
-def test_readme_example(spark, tmp_path):
-    # --- README example (docs: "Reading and writing topics with Spark") ---
-    from kompakt.log.manager import LogManager
-    from kompakt.pipeline import attach_manager, session
-    from kompakt.record.batch import build_simple_batch
+def test_readme_example(spark, tmp_path, monkeypatch):
+    """The README's Spark example, run from the README text itself."""
+    import re
+    import tempfile
+    from pathlib import Path
 
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "session()" in b)
     data_dir = str(tmp_path / "data")
-    with LogManager(data_dir) as logs:
-        logs.create_topic("users", partitions=2, configs={"cleanup.policy": "compact"})
-        logs.get_log("users", 0).append(
-            build_simple_batch([(b"alice", b"London"), (b"alice", b"Paris")], timestamp=1)
-        )
-        attach_manager(logs)  # Spark writes commit through this process's LogManager
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: data_dir)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    latest = scope["latest"]
+    from kompakt.log.manager import LogManager
 
-        spark = session()  # local[*] unless kompakt.spark.master says otherwise
-        df = (
-            spark.read.format("kompakt")
-            .option("path", data_dir)
-            .option("subscribe", "users")
-            .load()
-        )
-        latest = df.groupBy("key").agg({"offset": "max"}).collect()
-        spark.createDataFrame([("bob", "Rome")], "key string, value string").write.format(
-            "kompakt"
-        ).option("path", data_dir).option("topic", "users").mode("append").save()
-    # --- end of example ---
     assert [(bytes(r.key), r["max(offset)"]) for r in latest] == [(b"alice", 1)]
     with LogManager(data_dir) as logs:
         assert sum(logs.get_log("users", p).log_end_offset for p in range(2)) == 3
