@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from kompakt.log.partition_log import PartitionLog
@@ -138,14 +138,21 @@ def grab_filthiest(
     checkpoints: Mapping[tuple[str, int], int],
     now: int,
     skip: set[tuple[str, int]] = frozenset(),  # type: ignore[assignment]
+    on_reset: Callable[[tuple[str, int], int], None] | None = None,
 ) -> LogToClean | None:
-    """The compacted log with the highest cleanable ratio among those eligible."""
+    """The compacted log with the highest cleanable ratio among those eligible.
+
+    ``on_reset`` is told of every checkpoint that had to be reset, so it can be
+    rewritten whether or not that log is cleaned (Kafka's ``forceUpdateCheckpoint``).
+    """
     best = None
     for plog in logs:
         tp = (plog.topic, plog.partition)
         if not plog.config.compact or tp in skip or plog.uncleanable_reason:
             continue
         ltc = log_to_clean(plog, checkpoints.get(tp), now)
+        if ltc.checkpoint_reset and on_reset is not None:
+            on_reset(tp, ltc.first_dirty_offset)
         if is_eligible(ltc) and (best is None or ltc.cleanable_ratio > best.cleanable_ratio):
             best = ltc
     return best

@@ -32,7 +32,7 @@ from kompakt.cleaner.transactions import (
     TxnTracker,
     control_type_of,
 )
-from kompakt.errors import SegmentsChangedError
+from kompakt.errors import KompaktError, SegmentsChangedError
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import CLEANED_SUFFIX, LogSegment
 from kompakt.record.batch import CONTROL_BIT, TRANSACTIONAL_BIT
@@ -345,7 +345,9 @@ class Cleaner:
     def clean_once(self) -> bool:
         """One background pass: clean the filthiest eligible log; False if none was."""
         self.last_run_ms = self.clock()
-        ltc = cleanable.grab_filthiest(self.logs.logs(), self.checkpoints(), self.clock())
+        ltc = cleanable.grab_filthiest(
+            self.logs.logs(), self.checkpoints(), self.clock(), on_reset=self._update_checkpoint
+        )
         if ltc is None:
             return False
         self._clean_guarded(ltc)
@@ -360,6 +362,8 @@ class Cleaner:
             if not plog.config.compact or plog.uncleanable_reason:
                 continue
             ltc = cleanable.log_to_clean(plog, cps.get((plog.topic, plog.partition)), now)
+            if ltc.checkpoint_reset:
+                self._update_checkpoint((plog.topic, plog.partition), ltc.first_dirty_offset)
             if cleanable.is_eligible(ltc, force=force):
                 out.append(ltc)
         return sorted(out, key=lambda t: -t.cleanable_ratio)
@@ -473,5 +477,75 @@ class Cleaner:
         log.info("%s", stats.log_line())
         return stats
 
+    def compact(self, topic: str, partition: int | None, dry_run: bool) -> list[dict[str, Any]]:
+        """Clean ``topic`` (one or all partitions) now, whatever the dirty ratio; JSON-able
+        results per partition (the admin endpoint's ``POST /v1/compact``)."""
+        if not self.logs.topic_config(topic).compact:
+            policy = ",".join(self.logs.topic_config(topic).cleanup_policy)
+            raise NotCompactedError(f"topic '{topic}' has cleanup.policy={policy}")
+        parts = [partition] if partition is not None else range(self.logs.partition_count(topic))
+        out = []
+        for p in parts:
+            plog = self.logs.get_log(topic, p)
+            if plog.uncleanable_reason:
+                out.append(
+                    {
+                        "topic": topic,
+                        "partition": p,
+                        "status": "skipped",
+                        "reason": f"uncleanable: {plog.uncleanable_reason}",
+                    }
+                )
+                continue
+            stats = self.clean_partition(plog, dry_run=dry_run)
+            if stats is None:
+                out.append(
+                    {
+                        "topic": topic,
+                        "partition": p,
+                        "status": "skipped",
+                        "reason": "nothing to clean",
+                    }
+                )
+            else:
+                out.append({"status": "dry-run" if dry_run else "cleaned", **stats.to_json()})
+        return out
+
+    def partition_status(self, plog: PartitionLog) -> dict[str, Any]:
+        """Dirty ratio, cleanable bytes, last clean and uncleanable reason of one log."""
+        out: dict[str, Any] = {"uncleanable_reason": plog.uncleanable_reason}
+        if not plog.config.compact:
+            return out
+        ltc = self.log_to_clean(plog)
+        last = self.last_stats.get((plog.topic, plog.partition))
+        out.update(
+            dirty_ratio=round(ltc.cleanable_ratio, 4),
+            cleanable_bytes=ltc.cleanable_bytes,
+            first_dirty_offset=ltc.first_dirty_offset,
+            first_uncleanable_offset=ltc.first_uncleanable_offset,
+            last_compaction_ms=last.started_ms if last else None,
+            last_compaction=last.to_json() if last else None,
+        )
+        return out
+
     def close(self) -> None:
         pass
+
+
+class NotCompactedError(KompaktError):
+    """A clean was asked for on a topic whose policy has no ``compact``."""
+
+    error_code = 40
+
+
+def build_cleaner(logs: Any, config: dict[str, str] | None = None, clock: Clock | None = None):
+    """The cleaner a broker runs: engine from ``kompakt.cleaner.engine`` (spark|local)."""
+    config = dict(config or {})
+    engine_name = config.get("kompakt.cleaner.engine", "spark")
+    if engine_name == "local":
+        engine: Engine = LocalEngine(int(config.get("log.cleaner.dedupe.buffer.size", 128 << 20)))
+    else:
+        from kompakt.pipeline.engine import SparkEngine
+
+        engine = SparkEngine(config)
+    return Cleaner(logs, engine=engine, clock=clock)

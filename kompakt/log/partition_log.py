@@ -194,6 +194,13 @@ class PartitionLog:
         swap_logs = sorted(
             p for p in self.dir.iterdir() if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)
         )
+        # an index .swap without its .log.swap: the crash came inside the final rename,
+        # after the log got its name; drop it and let the index be rebuilt (Kafka
+        # deletes index swap files and rebuilds indexes too)
+        swap_bases = {offset_from_name(p.name) for p in swap_logs}
+        for p in list(self.dir.iterdir()):
+            if p.name.endswith(SWAP_SUFFIX) and offset_from_name(p.name) not in swap_bases:
+                p.unlink(missing_ok=True)
         for p in swap_logs:
             base = offset_from_name(p.name)
             seg = LogSegment(

@@ -121,4 +121,3 @@ class SparkEngine:
         if progress:
             progress(len(groups), len(groups))
         return out
-

@@ -1,0 +1,336 @@
+"""The broker process: log manager + Kafka server + admin HTTP + background tasks.
+
+``Broker.start()`` opens the data dir, binds the Kafka listener (port 0 picks a free
+port; clients are then told the bound port) and the admin endpoint, and starts the
+retention/checkpoint (and, with a cleaner factory, cleaner) threads. ``stop()`` stops
+accepting connections, lets in-flight requests finish, stops the background threads and
+closes the log manager, which flushes every partition and writes the clean-shutdown
+marker. :func:`run` is what ``kompakt serve`` calls; it stops gracefully on SIGTERM and
+SIGINT. :class:`BrokerThread` runs a broker on its own event loop in a background
+thread, for tests and embedding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
+from kompakt.broker.background import BackgroundTasks
+from kompakt.broker.config import BrokerConfig
+from kompakt.broker.handlers import register_all
+from kompakt.broker.metrics import BrokerMetrics
+from kompakt.broker.producers import ProducerStateManager
+from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.server import KafkaServer
+from kompakt.broker.state import AppendNotifier, BrokerState
+from kompakt.errors import KompaktError
+from kompakt.log.manager import LogManager
+
+log = logging.getLogger("kompakt.broker")
+
+
+class CleanerUnavailableError(KompaktError):
+    error_code = -1
+
+
+class Broker:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        cleaner_factory: Callable[[], Any] | None = None,
+        registry: ApiRegistry | None = None,
+    ):
+        self.config = config
+        self.cleaner_factory = cleaner_factory
+        self.registry = register_all(registry or ApiRegistry())
+        self.logs: LogManager | None = None
+        self.state: BrokerState | None = None
+        self.server: KafkaServer | None = None
+        self.admin: AdminServer | None = None
+        self.background: BackgroundTasks | None = None
+        self.metrics = BrokerMetrics(lambda: self.logs, self._cleaner_if_started)
+        self._stopped: asyncio.Event | None = None
+        self._stopping = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._stopped = asyncio.Event()
+        cfg = self.config
+        self.logs = await asyncio.to_thread(LogManager, cfg.data_dir, cfg.log_config)
+        try:
+            self.state = BrokerState(cfg, self.logs, self.registry)
+            self.state.notifier = AppendNotifier(asyncio.get_running_loop())
+            self.state.producers = ProducerStateManager()
+            listener = cfg.listener
+            self.server = KafkaServer(
+                self.state, self.registry, self.metrics, listener.host, listener.port
+            )
+            await self.server.start()
+            adv = cfg.advertised_listener
+            host = adv.host if adv is not None else listener.host
+            if not host or host in ("0.0.0.0", "::"):
+                host = socket.getfqdn()
+            port = adv.port if adv is not None and adv.port else self.server.port
+            self.state.host, self.state.port = host, port
+            ahost, aport = parse_listener(cfg.admin_listener)
+            self.admin = AdminServer(
+                AdminApi(self.metrics.render, self._partitions, self._compact), ahost, aport
+            )
+            self.admin.start()
+            flush_ms = cfg.log_config.get("log.flush.interval.ms")
+            if self.cleaner_factory is None:
+                self.cleaner_factory = self._default_cleaner
+            self.background = BackgroundTasks(
+                self.logs,
+                self.cleaner_factory,
+                cleaner_enabled=bool(cfg.get("log.cleaner.enable")),
+                cleaner_backoff_ms=int(cfg.get("log.cleaner.backoff.ms")),
+                retention_check_interval_ms=int(cfg.get("log.retention.check.interval.ms")),
+                flush_interval_ms=int(flush_ms) if flush_ms else None,
+                checkpoint_interval_ms=int(cfg.get("log.flush.offset.checkpoint.interval.ms")),
+            )
+            self.background.start()
+        except BaseException:
+            await self._close_all()
+            raise
+        log.info(
+            "kompakt broker listening on PLAINTEXT://%s:%d (advertised %s:%d), node.id=%d, "
+            "cluster.id=%s, log.dirs=%s, admin on http://%s:%d",
+            listener.host,
+            self.server.port,
+            self.state.host,
+            self.state.port,
+            cfg.node_id,
+            self.logs.cluster_id,
+            cfg.data_dir,
+            ahost,
+            self.admin.port,
+        )
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return self.server.port
+
+    @property
+    def admin_port(self) -> int:
+        assert self.admin is not None
+        return self.admin.port
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.state is not None
+        return f"{self.state.host}:{self.state.port}"
+
+    async def serve_forever(self) -> None:
+        assert self._stopped is not None, "call start() first"
+        await self._stopped.wait()
+
+    async def stop(self) -> None:
+        if self._stopping:
+            if self._stopped is not None:
+                await self._stopped.wait()
+            return
+        self._stopping = True
+        log.info("kompakt broker shutting down")
+        await self._close_all()
+        log.info("kompakt broker stopped")
+        if self._stopped is not None:
+            self._stopped.set()
+
+    async def _close_all(self) -> None:
+        if self.state is not None:
+            self.state.closing = True
+        if self.server is not None:
+            await self.server.stop()
+        if self.admin is not None:
+            try:
+                await asyncio.to_thread(self.admin.stop)
+            except Exception:
+                log.exception("stopping the admin endpoint failed")
+        if self.background is not None:
+            await asyncio.to_thread(self.background.stop)
+        if self.logs is not None:
+            await asyncio.to_thread(self.logs.close)
+
+    # -- the cleaner (built on first use: Spark starts only when there is work) -----------
+    def _default_cleaner(self) -> Any:
+        from kompakt.cleaner.cleaner import build_cleaner
+
+        cfg = self.config
+        settings = {
+            "kompakt.cleaner.engine": str(cfg.get("kompakt.cleaner.engine")),
+            "kompakt.spark.master": str(cfg.get("kompakt.spark.master")),
+            "log.cleaner.dedupe.buffer.size": str(cfg.get("log.cleaner.dedupe.buffer.size")),
+            **cfg.spark,
+        }
+        return build_cleaner(self.logs, settings)
+
+    def _cleaner_if_started(self) -> Any:
+        return self.background.cleaner_if_started() if self.background is not None else None
+
+    # -- admin endpoint callables ---------------------------------------------------------
+    def _partitions(self) -> list[dict[str, Any]]:
+        assert self.logs is not None
+        out = []
+        checkpoints = self.logs.cleaner_checkpoint().read()
+        for plog in self.logs.logs():
+            out.append(
+                {
+                    "topic": plog.topic,
+                    "partition": plog.partition,
+                    "cleanup_policy": ",".join(plog.config.cleanup_policy),
+                    "log_start_offset": plog.log_start_offset,
+                    "log_end_offset": plog.log_end_offset,
+                    "size_bytes": plog.size_bytes(),
+                    "segments": len(plog.segments),
+                    "uncleanable_reason": plog.uncleanable_reason,
+                    **self._cleaning_status(plog, checkpoints),
+                }
+            )
+        return out
+
+    def _cleaning_status(self, plog: Any, checkpoints: dict) -> dict[str, Any]:
+        """Dirty ratio, cleanable bytes, tombstones pending and the last clean's stats."""
+        from kompakt.cleaner.cleanable import log_to_clean
+
+        if not plog.config.compact:
+            return {}
+        ltc = log_to_clean(plog, checkpoints.get((plog.topic, plog.partition)), self.logs.clock())
+        cleaner = self._cleaner_if_started()
+        last = cleaner.last_stats.get((plog.topic, plog.partition)) if cleaner else None
+        return {
+            "dirty_ratio": round(ltc.cleanable_ratio, 4),
+            "cleanable_bytes": ltc.cleanable_bytes,
+            "first_dirty_offset": ltc.first_dirty_offset,
+            "first_uncleanable_offset": ltc.first_uncleanable_offset,
+            "last_compaction_ms": last.started_ms if last else None,
+            "last_compaction": last.to_json() if last else None,
+            "tombstones_pending": _tombstones_pending(plog),
+        }
+
+    def _compact(self, topic: str, partition: int | None, dry_run: bool) -> Any:
+        assert self.logs is not None
+        self.logs.topic_meta(topic)  # UnknownTopicError -> 404
+        if self.background is None or self.cleaner_factory is None:
+            raise CleanerUnavailableError("cleaner not available")
+        cleaner = self.background.cleaner()
+        compact = getattr(cleaner, "compact", None)
+        if compact is None:
+            raise CleanerUnavailableError("cleaner not available")
+        return compact(topic, partition, dry_run)
+
+
+def _tombstones_pending(plog: Any) -> int:
+    """Tombstones still in the log (kept until their delete horizon passes)."""
+    from kompakt.record.scan import scan_records
+
+    count = 0
+    for seg in plog.segments_snapshot():
+        if seg.size:
+            try:
+                count += int(scan_records(seg.read_all(), verify_crc=False).value_null.sum())
+            except Exception:
+                continue
+    return count
+
+
+def run(config: BrokerConfig, cleaner_factory: Callable[[], Any] | None = None) -> int:
+    """Run a broker until SIGTERM/SIGINT; 0 after a clean stop, 1 if it cannot start."""
+
+    async def main() -> int:
+        broker = Broker(config, cleaner_factory)
+        try:
+            await broker.start()
+        except (KompaktError, OSError) as exc:
+            log.error("kompakt broker cannot start: %s", exc)
+            return 1
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, lambda: asyncio.ensure_future(broker.stop()))
+            except (NotImplementedError, RuntimeError):
+                pass
+        await broker.serve_forever()
+        return 0
+
+    return asyncio.run(main())
+
+
+class BrokerThread:
+    """A broker on its own event loop in a daemon thread (tests, notebooks)."""
+
+    def __init__(self, config: BrokerConfig, cleaner_factory: Callable[[], Any] | None = None):
+        self.broker = Broker(config, cleaner_factory)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="kompakt-broker", daemon=True)
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self.broker.start())
+        except BaseException as exc:
+            self._error = exc
+            self._started.set()
+            return
+        self._started.set()
+        self.loop.run_until_complete(self.broker.serve_forever())
+        self.loop.run_until_complete(self.loop.shutdown_default_executor())
+
+    def start(self, timeout: float = 30.0) -> BrokerThread:
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise TimeoutError("broker did not start")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    @property
+    def bootstrap(self) -> str:
+        return self.broker.bootstrap
+
+    @property
+    def port(self) -> int:
+        return self.broker.port
+
+    @property
+    def admin_port(self) -> int:
+        return self.broker.admin_port
+
+    @property
+    def logs(self) -> LogManager:
+        assert self.broker.logs is not None
+        return self.broker.logs
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if not self._thread.is_alive():
+            return
+        fut = asyncio.run_coroutine_threadsafe(self.broker.stop(), self.loop)
+        fut.result(timeout)
+        self._thread.join(timeout)
+
+    def __enter__(self) -> BrokerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_test_broker(data_dir: str, **overrides: Any) -> BrokerThread:
+    """A broker on free 127.0.0.1 ports (Kafka and admin) with ``data_dir``."""
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "kompakt.admin.listener": "http://127.0.0.1:0",
+        "log.dirs": str(data_dir),
+        "kompakt.cleaner.engine": "local",
+    }
+    props.update({k.replace("_", "."): str(v) for k, v in overrides.items()})
+    return BrokerThread(BrokerConfig.from_mapping(props)).start()

@@ -1,0 +1,159 @@
+"""Background work of a broker: log cleaning, retention, flushes and checkpoints.
+
+Each job is a daemon thread that sleeps on a condition so ``wake()`` (an on-demand
+compaction, a shutdown) interrupts the wait at once. The cleaner thread cleans the
+filthiest eligible partition, then the next, and backs off ``log.cleaner.backoff.ms``
+when nothing is eligible, as Kafka's ``CleanerThread`` does. The cleaner itself is
+built lazily, so a broker with no compacted topic never starts Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kompakt.log.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+
+class PeriodicThread:
+    """Runs ``job()`` every ``interval_ms``; ``job`` returns True to run again at once."""
+
+    def __init__(self, name: str, interval_ms: int, job: Callable[[], bool]):
+        self.name = name
+        self.interval_ms = interval_ms
+        self.job = job
+        self._cv = threading.Condition()
+        self._stop = False
+        self._woken = False
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.last_error: str | None = None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def wake(self) -> None:
+        with self._cv:
+            self._woken = True
+            self._cv.notify_all()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                if self._stop:
+                    return
+                self._woken = False
+            again = False
+            try:
+                again = bool(self.job())
+                self.last_error = None
+            except Exception as exc:  # a failing job is logged and retried, never fatal
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("%s failed", self.name)
+            with self._cv:
+                if self._stop:
+                    return
+                if not again and not self._woken:
+                    self._cv.wait(self.interval_ms / 1000)
+
+
+class BackgroundTasks:
+    """The broker's background threads over one :class:`LogManager`."""
+
+    def __init__(
+        self,
+        logs: LogManager,
+        cleaner_factory: Callable[[], Any] | None,
+        *,
+        cleaner_enabled: bool = True,
+        cleaner_backoff_ms: int = 15_000,
+        retention_check_interval_ms: int = 300_000,
+        flush_interval_ms: int | None = None,
+        checkpoint_interval_ms: int = 60_000,
+    ):
+        self.logs = logs
+        self._cleaner_factory = cleaner_factory
+        self._cleaner: Any = None
+        self._cleaner_lock = threading.Lock()
+        self.threads: list[PeriodicThread] = []
+        if cleaner_enabled and cleaner_factory is not None:
+            self.cleaner_thread: PeriodicThread | None = PeriodicThread(
+                "kompakt-cleaner", cleaner_backoff_ms, self._clean_once
+            )
+            self.threads.append(self.cleaner_thread)
+        else:
+            self.cleaner_thread = None
+        self.threads.append(
+            PeriodicThread("kompakt-retention", retention_check_interval_ms, self._retention)
+        )
+        self.threads.append(
+            PeriodicThread("kompakt-checkpoint", checkpoint_interval_ms, self._checkpoint)
+        )
+        if flush_interval_ms is not None:
+            self.threads.append(PeriodicThread("kompakt-flush", flush_interval_ms, self._flush))
+
+    # -- the cleaner, built on first use -------------------------------------------------
+    def has_compacted_topics(self) -> bool:
+        return any(plog.config.compact for plog in self.logs.logs())
+
+    def cleaner(self) -> Any:
+        with self._cleaner_lock:
+            if self._cleaner is None:
+                if self._cleaner_factory is None:
+                    raise RuntimeError("log cleaning is not configured")
+                self._cleaner = self._cleaner_factory()
+            return self._cleaner
+
+    def cleaner_if_started(self) -> Any:
+        return self._cleaner
+
+    def _clean_once(self) -> bool:
+        if not self.has_compacted_topics():
+            return False
+        t0 = time.monotonic()
+        result = self.cleaner().clean_once()
+        if result is not None:
+            log.debug("clean took %.1f s", time.monotonic() - t0)
+        return result is not None
+
+    def _retention(self) -> bool:
+        deleted = self.logs.apply_retention()
+        if deleted:
+            log.info("retention deleted %d segments", deleted)
+        return False
+
+    def _checkpoint(self) -> bool:
+        self.logs.checkpoint()
+        return False
+
+    def _flush(self) -> bool:
+        for plog in self.logs.logs():
+            plog.flush()
+        return False
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def wake_cleaner(self) -> None:
+        if self.cleaner_thread is not None:
+            self.cleaner_thread.wake()
+
+    def stop(self) -> None:
+        for t in self.threads:
+            t.stop()
+        cleaner = self._cleaner
+        if cleaner is not None and hasattr(cleaner, "close"):
+            cleaner.close()

@@ -1,0 +1,12 @@
+"""Kafka API handlers, one module per domain; :func:`register_all` installs them."""
+
+from __future__ import annotations
+
+from kompakt.broker.handlers import configs, fetch, metadata, produce, topics
+from kompakt.broker.registry import ApiRegistry
+
+
+def register_all(registry: ApiRegistry) -> ApiRegistry:
+    for module in (metadata, produce, fetch, topics, configs):
+        module.register(registry)
+    return registry

@@ -1,0 +1,266 @@
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
+
+Topic configs are dynamic (stored with the topic); broker configs come from
+``server.properties`` and are read-only here, as kompakt has no dynamic broker config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kompakt.broker.handlers.common import (
+    INVALID_CONFIG,
+    INVALID_REQUEST,
+    NONE,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    error_of,
+)
+from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.state import RequestContext
+from kompakt.errors import InvalidConfigError
+from kompakt.log.config import (
+    CONFIG_DEFS,
+    DEFAULT_CONFIG,
+    DYNAMIC_TOPIC_CONFIG,
+    STATIC_BROKER_CONFIG,
+    TopicConfig,
+    to_string,
+)
+
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+INCREMENTAL_ALTER_CONFIGS = 44
+
+TOPIC = 2
+BROKER = 4
+BROKER_LOGGER = 8
+
+SOURCE_CODES = {DYNAMIC_TOPIC_CONFIG: 1, STATIC_BROKER_CONFIG: 4, DEFAULT_CONFIG: 5}
+TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> dict[str, Any]:
+    res: dict[str, Any] = {
+        "error_code": NONE,
+        "error_message": None,
+        "resource_type": r.resource_type,
+        "resource_name": r.resource_name,
+        "configs": [],
+    }
+    if not ctx.logs.has_topic(r.resource_name):
+        res["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        res["error_message"] = f"Topic {r.resource_name} does not exist."
+        return res
+    keys = None if r.configuration_keys is None else set(r.configuration_keys)
+    cfg = ctx.logs.topic_config(r.resource_name)
+    for e in cfg.describe():
+        if keys is not None and e.name not in keys:
+            continue
+        d = CONFIG_DEFS[e.name]
+        res["configs"].append(
+            {
+                "name": e.name,
+                "value": e.value,
+                "read_only": False,
+                "config_source": SOURCE_CODES[e.source],
+                "is_default": e.is_default,
+                "is_sensitive": False,
+                "synonyms": [
+                    {"name": s.name, "value": s.value, "source": SOURCE_CODES[s.source]}
+                    for s in e.synonyms
+                ]
+                if synonyms
+                else [],
+                "config_type": TYPE_CODES.get(d.type, 0),
+                "documentation": d.doc if docs else None,
+            }
+        )
+    return res
+
+
+def _describe_broker(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> dict[str, Any]:
+    res: dict[str, Any] = {
+        "error_code": NONE,
+        "error_message": None,
+        "resource_type": r.resource_type,
+        "resource_name": r.resource_name,
+        "configs": [],
+    }
+    if r.resource_name not in ("", str(ctx.state.node_id)):
+        res["error_code"] = INVALID_REQUEST
+        res["error_message"] = (
+            f"Unexpected broker id, expected {ctx.state.node_id} or empty string, "
+            f"but received {r.resource_name}"
+        )
+        return res
+    if r.resource_type == BROKER_LOGGER:
+        return res
+    keys = None if r.configuration_keys is None else set(r.configuration_keys)
+    for name, value, is_default, doc in ctx.config.describe():
+        if keys is not None and name not in keys:
+            continue
+        source = 5 if is_default else 4
+        res["configs"].append(
+            {
+                "name": name,
+                "value": value,
+                "read_only": True,
+                "config_source": source,
+                "is_default": is_default,
+                "is_sensitive": False,
+                "synonyms": [{"name": name, "value": value, "source": source}] if synonyms else [],
+                "config_type": 0,
+                "documentation": doc if docs else None,
+            }
+        )
+    return res
+
+
+async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    synonyms = bool(getattr(req, "include_synonyms", False))
+    docs = bool(getattr(req, "include_documentation", False))
+
+    def run() -> list:
+        out = []
+        for r in req.resources:
+            if r.resource_type == TOPIC:
+                out.append(_describe_topic(ctx, r, synonyms, docs))
+            elif r.resource_type in (BROKER, BROKER_LOGGER):
+                out.append(_describe_broker(ctx, r, synonyms, docs))
+            else:
+                out.append(
+                    {
+                        "error_code": INVALID_REQUEST,
+                        "error_message": f"Unsupported resource type {r.resource_type}",
+                        "resource_type": r.resource_type,
+                        "resource_name": r.resource_name,
+                        "configs": [],
+                    }
+                )
+        return out
+
+    return {"throttle_time": 0, "results": await asyncio.to_thread(run)}
+
+
+def _result(r: Any, code: int = NONE, msg: str | None = None) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "error_message": msg,
+        "resource_type": r.resource_type,
+        "resource_name": r.resource_name,
+    }
+
+
+def _not_topic(ctx: RequestContext, r: Any) -> dict[str, Any] | None:
+    if r.resource_type in (BROKER, BROKER_LOGGER):
+        return _result(
+            r,
+            INVALID_CONFIG,
+            "kompakt broker configs are static: change server.properties and restart",
+        )
+    if r.resource_type != TOPIC:
+        return _result(r, INVALID_REQUEST, f"Unsupported resource type {r.resource_type}")
+    if not ctx.logs.has_topic(r.resource_name):
+        return _result(r, UNKNOWN_TOPIC_OR_PARTITION, f"Topic {r.resource_name} does not exist.")
+    return None
+
+
+def _apply(ctx: RequestContext, name: str, overrides: dict[str, str], validate_only: bool) -> None:
+    """Replace the topic's overrides with ``overrides`` (validated as a whole)."""
+    TopicConfig(overrides, ctx.logs.broker_config)
+    if validate_only:
+        return
+    current = ctx.logs.topic_meta(name).overrides
+    delete = [k for k in current if k not in overrides]
+    ctx.logs.alter_topic_config(name, set=overrides, delete=delete)
+
+
+async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    def run() -> list:
+        out = []
+        for r in req.resources:
+            bad = _not_topic(ctx, r)
+            if bad is not None:
+                out.append(bad)
+                continue
+            try:
+                new = {}
+                for c in r.configs:
+                    if c.value is None:
+                        raise InvalidConfigError(f"Null value not supported for : {c.name}")
+                    new[c.name] = c.value
+                _apply(ctx, r.resource_name, new, bool(req.validate_only))
+                out.append(_result(r))
+            except Exception as exc:
+                out.append(_result(r, *error_of(exc)))
+        return out
+
+    return {"throttle_time": 0, "responses": await asyncio.to_thread(run)}
+
+
+def _incremental(ctx: RequestContext, name: str, ops: Any) -> dict[str, str]:
+    overrides = dict(ctx.logs.topic_meta(name).overrides)
+    effective = ctx.logs.topic_config(name)
+    seen = set()
+    for c in ops:
+        if c.name in seen:
+            raise _InvalidRequest(f"Error due to duplicate config keys : {c.name}")
+        seen.add(c.name)
+        d = CONFIG_DEFS.get(c.name)
+        if d is None:
+            raise InvalidConfigError(f"Unknown topic config name: {c.name}")
+        op = c.config_operation
+        if op == SET:
+            if c.value is None:
+                raise InvalidConfigError(f"Null value not supported for : {c.name}")
+            overrides[c.name] = c.value
+        elif op == DELETE:
+            overrides.pop(c.name, None)
+        elif op in (APPEND, SUBTRACT):
+            if d.type != "list":
+                verb = "append" if op == APPEND else "subtract"
+                raise InvalidConfigError(
+                    f"Config value {verb} is not allowed for config key: {c.name}"
+                )
+            current = list(effective.get(c.name))
+            items = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+            if op == APPEND:
+                current += [x for x in items if x not in current]
+            else:
+                current = [x for x in current if x not in items]
+            overrides[c.name] = to_string(current) or ""
+        else:
+            raise _InvalidRequest(f"Unknown config operation {op} for {c.name}")
+    return overrides
+
+
+class _InvalidRequest(InvalidConfigError):
+    error_code = INVALID_REQUEST
+
+
+async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    def run() -> list:
+        out = []
+        for r in req.resources:
+            bad = _not_topic(ctx, r)
+            if bad is not None:
+                out.append(bad)
+                continue
+            try:
+                new = _incremental(ctx, r.resource_name, r.configs)
+                _apply(ctx, r.resource_name, new, bool(req.validate_only))
+                out.append(_result(r))
+            except Exception as exc:
+                out.append(_result(r, *error_of(exc)))
+        return out
+
+    return {"throttle_time": 0, "responses": await asyncio.to_thread(run)}
+
+
+def register(registry: ApiRegistry) -> None:
+    registry.register(DESCRIBE_CONFIGS, 1, 4, handle_describe_configs)
+    registry.register(ALTER_CONFIGS, 0, 2, handle_alter_configs)
+    registry.register(INCREMENTAL_ALTER_CONFIGS, 0, 1, handle_incremental_alter_configs)

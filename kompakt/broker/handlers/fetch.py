@@ -1,0 +1,197 @@
+"""Fetch (API 1) with long polling, and ListOffsets (API 2).
+
+A fetch with less than ``min_bytes`` ready waits up to ``max_wait_ms`` on an
+asyncio.Event that the partitions' append listeners set (no polling); other connections
+are served meanwhile. Fetch sessions are not kept: every response carries session id 0,
+which tells clients to send full requests (Kafka does this when its session cache is full).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from kompakt.broker.handlers.common import (
+    NONE,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    UNSUPPORTED_VERSION,
+    error_of,
+    resolve_topic,
+)
+from kompakt.broker.protocol import ms
+from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.state import RequestContext
+from kompakt.errors import UnknownTopicError
+
+FETCH = 1
+LIST_OFFSETS = 2
+
+EARLIEST = -2
+LATEST = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+EARLIEST_PENDING_UPLOAD = -5
+LATEST_TIERED = -6
+
+
+def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, int]:
+    """One pass over the requested partitions; returns (topics, bytes read)."""
+    total = 0
+    out = []
+    for name, key, tdata in wanted:
+        parts = []
+        for p in tdata.partitions:
+            resp: dict[str, Any] = {
+                "partition_index": p.partition,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": None,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            if name is None:
+                resp["error_code"] = (
+                    UNKNOWN_TOPIC_ID if "topic_id" in key else UNKNOWN_TOPIC_OR_PARTITION
+                )
+                parts.append(resp)
+                continue
+            try:
+                plog = ctx.logs.get_log(name, p.partition)
+                if ctx.state.notifier is not None:
+                    ctx.state.notifier.hook(plog)
+                with plog.lock:
+                    hw = plog.high_watermark
+                    resp["high_watermark"] = hw
+                    resp["last_stable_offset"] = plog.last_stable_offset
+                    resp["log_start_offset"] = plog.log_start_offset
+                limit = min(p.partition_max_bytes, max(0, max_bytes - total))
+                data = b""
+                if limit > 0 or total == 0:
+                    data = plog.read(p.fetch_offset, max(limit, 1), min_one_batch=total == 0)
+                resp["records"] = data
+                resp["error_code"] = NONE
+                total += len(data)
+            except Exception as exc:
+                resp["error_code"], _msg = error_of(exc)
+            parts.append(resp)
+        out.append({**key, "partitions": parts})
+    return out, total
+
+
+async def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    v13 = ctx.api_version >= 13
+    wanted = []
+    keys = []
+    for t in req.topics:
+        if v13:
+            name, tid = resolve_topic(ctx, None, t.topic_id)
+            key = {"topic_id": t.topic_id}
+        else:
+            name, _tid = resolve_topic(ctx, t.topic, None)
+            key = {"topic": t.topic}
+        wanted.append((name, key, t))
+        if name is not None:
+            keys += [(name, p.partition) for p in t.partitions]
+    max_bytes = getattr(req, "max_bytes", 2**31 - 1)
+    max_wait = ms(req.max_wait) / 1000
+    deadline = time.monotonic() + max(0.0, max_wait)
+    notifier = ctx.state.notifier
+    ev = notifier.register(keys) if notifier is not None and max_wait > 0 else None
+    try:
+        while True:
+            if ev is not None:
+                ev.clear()
+            topics, total = await asyncio.to_thread(_read_all, ctx, wanted, max_bytes)
+            errors = any(p["error_code"] for t in topics for p in t["partitions"])
+            remaining = deadline - time.monotonic()
+            if (
+                total >= req.min_bytes
+                or errors
+                or ev is None
+                or remaining <= 0
+                or ctx.state.closing
+                or not keys
+            ):
+                break
+            try:
+                await asyncio.wait_for(ev.wait(), timeout=remaining)
+            except TimeoutError:
+                topics, total = await asyncio.to_thread(_read_all, ctx, wanted, max_bytes)
+                break
+    finally:
+        if ev is not None and notifier is not None:
+            notifier.unregister(ev, keys)
+    return {
+        "throttle_time": 0,
+        "error_code": NONE,
+        "session_id": 0,
+        "responses": topics,
+    }
+
+
+def _list_offset(ctx: RequestContext, name: str, p: Any, version: int) -> dict[str, Any]:
+    resp: dict[str, Any] = {
+        "partition_index": p.partition_index,
+        "error_code": NONE,
+        "timestamp": -1,
+        "offset": -1,
+        "leader_epoch": 0,
+    }
+    try:
+        plog = ctx.logs.get_log(name, p.partition_index)
+        ts = p.timestamp
+        if ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
+            resp["offset"] = plog.log_start_offset
+        elif ts in (LATEST, LATEST_TIERED):
+            resp["offset"] = plog.high_watermark if ts == LATEST else -1
+        elif ts == MAX_TIMESTAMP:
+            if version < 7:
+                resp["error_code"] = UNSUPPORTED_VERSION
+            else:
+                found = plog.max_timestamp_offset()
+                if found is not None:
+                    resp["offset"], resp["timestamp"] = found
+        elif ts < 0:
+            resp["error_code"] = 42  # INVALID_REQUEST
+        else:
+            found = plog.offset_for_timestamp(ts)
+            if found is not None:
+                resp["offset"], resp["timestamp"] = found
+    except UnknownTopicError:
+        resp["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+    except Exception as exc:
+        resp["error_code"], _msg = error_of(exc)
+    return resp
+
+
+def _list_offsets(ctx: RequestContext, req: Any) -> list:
+    out = []
+    for t in req.topics:
+        if not ctx.logs.has_topic(t.name):
+            parts = [
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                    "timestamp": -1,
+                    "offset": -1,
+                    "leader_epoch": -1,
+                }
+                for p in t.partitions
+            ]
+        else:
+            parts = [_list_offset(ctx, t.name, p, ctx.api_version) for p in t.partitions]
+        out.append({"name": t.name, "partitions": parts})
+    return out
+
+
+async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    topics = await asyncio.to_thread(_list_offsets, ctx, req)
+    return {"throttle_time": 0, "topics": topics}
+
+
+def register(registry: ApiRegistry) -> None:
+    registry.register(FETCH, 4, 18, handle_fetch)
+    registry.register(LIST_OFFSETS, 1, 11, handle_list_offsets)

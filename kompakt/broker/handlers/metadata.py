@@ -1,0 +1,180 @@
+"""ApiVersions (18), Metadata (3) and DescribeCluster (60).
+
+This node is every partition's leader and the controller (ControllerId = node.id), so
+admin clients send CreateTopics & co. here. Metadata auto-creates unknown topics with
+``num.partitions`` when ``auto.create.topics.enable`` and the request allow it; the
+topic is created synchronously, so the answer already lists it (Kafka answers
+LEADER_NOT_AVAILABLE first and lets the client retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kompakt.broker.handlers.common import (
+    CLUSTER_OPERATIONS,
+    INT32_MIN,
+    NONE,
+    TOPIC_OPERATIONS,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    error_of,
+    log,
+)
+from kompakt.broker.protocol import ZERO_UUID
+from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.state import RequestContext
+from kompakt.errors import TopicExistsError
+
+API_VERSIONS = 18
+METADATA = 3
+DESCRIBE_CLUSTER = 60
+
+
+def make_api_versions_handler(registry: ApiRegistry):
+    async def handle_api_versions(ctx: RequestContext, req: Any) -> dict[str, Any]:
+        return {
+            "error_code": NONE,
+            "api_keys": registry.advertised(),
+            "throttle_time": 0,
+        }
+
+    return handle_api_versions
+
+
+def _partitions(ctx: RequestContext, name: str) -> list[dict[str, Any]]:
+    node = ctx.state.node_id
+    return [
+        {
+            "error_code": NONE,
+            "partition_index": i,
+            "leader_id": node,
+            "leader_epoch": 0,
+            "replica_nodes": [node],
+            "isr_nodes": [node],
+            "offline_replicas": [],
+        }
+        for i in range(ctx.logs.partition_count(name))
+    ]
+
+
+def _topic(ctx: RequestContext, name: str, include_ops: bool) -> dict[str, Any]:
+    return {
+        "error_code": NONE,
+        "name": name,
+        "topic_id": ctx.state.topic_id(name),
+        "is_internal": name.startswith("__"),
+        "partitions": _partitions(ctx, name),
+        "topic_authorized_operations": TOPIC_OPERATIONS if include_ops else INT32_MIN,
+    }
+
+
+def _metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    include_ops = bool(getattr(req, "include_topic_authorized_operations", False))
+    allow_auto = bool(getattr(req, "allow_auto_topic_creation", True)) and bool(
+        ctx.config.get("auto.create.topics.enable")
+    )
+    topics_req = req.topics
+    if ctx.api_version == 0 and not topics_req:
+        topics_req = None
+    topics = []
+    if topics_req is None:
+        for name in ctx.logs.topics():
+            try:
+                topics.append(_topic(ctx, name, include_ops))
+            except Exception:  # deleted meanwhile
+                continue
+    else:
+        for t in topics_req:
+            name = getattr(t, "name", None)
+            tid = getattr(t, "topic_id", None)
+            if not name and tid is not None and tid != ZERO_UUID:
+                found = ctx.state.topic_by_id(tid)
+                if found is None:
+                    topics.append(
+                        {
+                            "error_code": UNKNOWN_TOPIC_ID,
+                            "name": None,
+                            "topic_id": tid,
+                            "partitions": [],
+                        }
+                    )
+                    continue
+                name = found
+            if not ctx.logs.has_topic(name):
+                if not allow_auto:
+                    topics.append(
+                        {
+                            "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                            "name": name,
+                            "topic_id": ZERO_UUID,
+                            "partitions": [],
+                        }
+                    )
+                    continue
+                try:
+                    ctx.logs.create_topic(name, int(ctx.config.get("num.partitions")))
+                    log.info("auto-created topic %s for %s", name, ctx.client_id)
+                except TopicExistsError:
+                    pass
+                except Exception as exc:
+                    code, _msg = error_of(exc)
+                    topics.append(
+                        {"error_code": code, "name": name, "topic_id": ZERO_UUID, "partitions": []}
+                    )
+                    continue
+            try:
+                topics.append(_topic(ctx, name, include_ops))
+            except Exception:
+                topics.append(
+                    {
+                        "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                        "name": name,
+                        "topic_id": ZERO_UUID,
+                        "partitions": [],
+                    }
+                )
+    include_cluster_ops = bool(getattr(req, "include_cluster_authorized_operations", False))
+    return {
+        "throttle_time": 0,
+        "brokers": [ctx.state.broker_endpoint()],
+        "cluster_id": ctx.state.cluster_id,
+        "controller_id": ctx.state.node_id,
+        "topics": topics,
+        "cluster_authorized_operations": CLUSTER_OPERATIONS if include_cluster_ops else INT32_MIN,
+        "error_code": NONE,
+    }
+
+
+async def handle_metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return await asyncio.to_thread(_metadata, ctx, req)
+
+
+async def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    ops = bool(getattr(req, "include_cluster_authorized_operations", False))
+    ep = ctx.state.broker_endpoint()
+    return {
+        "throttle_time": 0,
+        "error_code": NONE,
+        "error_message": None,
+        "endpoint_type": getattr(req, "endpoint_type", 1),
+        "cluster_id": ctx.state.cluster_id,
+        "controller_id": ctx.state.node_id,
+        "brokers": [
+            {
+                "broker_id": ep["node_id"],
+                "host": ep["host"],
+                "port": ep["port"],
+                "rack": None,
+                "is_fenced": False,
+            }
+        ],
+        "cluster_authorized_operations": CLUSTER_OPERATIONS if ops else INT32_MIN,
+    }
+
+
+def register(registry: ApiRegistry) -> None:
+    registry.register(API_VERSIONS, 0, 4, make_api_versions_handler(registry))
+    registry.register(METADATA, 0, 13, handle_metadata)
+    registry.register(DESCRIBE_CLUSTER, 0, 2, handle_describe_cluster)

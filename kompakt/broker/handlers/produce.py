@@ -1,0 +1,143 @@
+"""Produce (API 0) and InitProducerId (API 22).
+
+acks=0 sends no response; acks=1 answers once the batch is in the page cache; acks=-1
+(all) additionally fsyncs the partition before answering, so an acknowledged acks=all
+write survives a power loss or SIGKILL of the broker (Kafka relies on replication for
+that; a single node can only rely on the disk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kompakt.broker.handlers.common import (
+    CORRUPT_MESSAGE,
+    INVALID_REQUIRED_ACKS,
+    NONE,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    error_of,
+    resolve_topic,
+)
+from kompakt.broker.producers import ProducerStateManager
+from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.state import RequestContext
+from kompakt.log.partition_log import PartitionLog
+from kompakt.record.batch import iter_batches
+
+PRODUCE = 0
+INIT_PRODUCER_ID = 22
+
+
+def _append(
+    plog: PartitionLog, producers: ProducerStateManager, records: bytes, flush: bool
+) -> dict[str, Any]:
+    headers = [b.header for b in iter_batches(records)]
+    idempotent = any(h.producer_id >= 0 for h in headers)
+    with plog.lock:
+        state = producers.for_log(plog) if idempotent else None
+        if state is not None:
+            for h in headers:
+                dup = state.check(h)
+                if dup is not None:
+                    return {
+                        "error_code": NONE,
+                        "base_offset": dup.first_offset,
+                        "log_append_time": -1,
+                        "log_start_offset": plog.log_start_offset,
+                    }
+        info = plog.append(records)
+        if state is not None:
+            first = info.first_offset
+            for h in headers:
+                state.update(h, first)
+                first += h.last_offset_delta + 1
+        if flush:
+            plog.flush()
+    return {
+        "error_code": NONE,
+        "base_offset": info.first_offset,
+        "log_append_time": info.log_append_time,
+        "log_start_offset": info.log_start_offset,
+    }
+
+
+def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]], acks: int):
+    producers: ProducerStateManager = ctx.state.producers
+    out = []
+    for name, key, tdata in topics:
+        parts = []
+        for p in tdata.partition_data:
+            resp: dict[str, Any] = {"index": p.index, "base_offset": -1, "log_start_offset": -1}
+            if name is None:
+                resp["error_code"] = (
+                    UNKNOWN_TOPIC_ID if "topic_id" in key else UNKNOWN_TOPIC_OR_PARTITION
+                )
+            elif p.records is None or len(p.records) == 0:
+                resp["error_code"] = CORRUPT_MESSAGE
+                resp["error_message"] = "empty record set"
+            else:
+                try:
+                    plog = ctx.logs.get_log(name, p.index)
+                    resp.update(_append(plog, producers, bytes(p.records), acks == -1))
+                except Exception as exc:
+                    code, msg = error_of(exc)
+                    resp["error_code"] = code
+                    resp["error_message"] = msg
+                    if code == 87:  # INVALID_RECORD: tell which batch (KIP-467)
+                        resp["record_errors"] = [
+                            {"batch_index": 0, "batch_index_error_message": msg}
+                        ]
+            parts.append(resp)
+        out.append({**key, "partition_responses": parts})
+    return out
+
+
+async def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
+    acks = req.acks
+    topics = []
+    for t in req.topic_data:
+        name, tid = resolve_topic(ctx, getattr(t, "name", None), getattr(t, "topic_id", None))
+        key = (
+            {"topic_id": tid}
+            if hasattr(t, "topic_id") and not hasattr(t, "name")
+            else {"name": t.name}
+        )
+        topics.append((name, key, t))
+    if acks not in (0, 1, -1):
+        responses = [
+            {
+                **key,
+                "partition_responses": [
+                    {"index": p.index, "error_code": INVALID_REQUIRED_ACKS, "base_offset": -1}
+                    for p in t.partition_data
+                ],
+            }
+            for _n, key, t in topics
+        ]
+        return {"responses": responses, "throttle_time": 0}
+    responses = await asyncio.to_thread(_produce_all, ctx, topics, acks)
+    if acks == 0:
+        return None
+    return {"responses": responses, "throttle_time": 0}
+
+
+async def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    if req.transactional_id is not None:
+        return {
+            "throttle_time": 0,
+            "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+    pid = ctx.state.producers.new_producer_id()
+    return {"throttle_time": 0, "error_code": NONE, "producer_id": pid, "producer_epoch": 0}
+
+
+def register(registry: ApiRegistry) -> None:
+    # Kafka 4 advertises Produce from v0 (old librdkafka probes compression support
+    # with it) but rejects v0-2 (KAFKA-18659); kio has no schema below v3 anyway.
+    registry.register(PRODUCE, 3, 13, handle_produce, advertised_min=0)
+    registry.register(INIT_PRODUCER_ID, 0, 6, handle_init_producer_id)

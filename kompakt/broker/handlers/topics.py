@@ -1,0 +1,203 @@
+"""CreateTopics (19), DeleteTopics (20), CreatePartitions (37), DeleteRecords (21)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kompakt.broker.handlers.common import (
+    INVALID_PARTITIONS,
+    INVALID_REPLICATION_FACTOR,
+    INVALID_REQUEST,
+    NONE,
+    UNKNOWN_TOPIC_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    error_of,
+    resolve_topic,
+)
+from kompakt.broker.handlers.configs import SOURCE_CODES
+from kompakt.broker.protocol import ZERO_UUID, topic_uuid
+from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.state import RequestContext
+from kompakt.errors import KompaktError
+from kompakt.log.config import TopicConfig
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DELETE_RECORDS = 21
+CREATE_PARTITIONS = 37
+
+
+def _create_one(ctx: RequestContext, t: Any, validate_only: bool, dup: bool) -> dict[str, Any]:
+    res: dict[str, Any] = {
+        "name": t.name,
+        "topic_id": ZERO_UUID,
+        "error_code": NONE,
+        "error_message": None,
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "configs": [],
+    }
+    if dup:
+        res["error_code"] = INVALID_REQUEST
+        res["error_message"] = (
+            f"Create topics request from client contains {t.name} more than once."
+        )
+        return res
+    n = t.num_partitions
+    rf = t.replication_factor
+    if t.assignments:
+        if n != -1 or rf != -1:
+            res["error_code"] = INVALID_REQUEST
+            res["error_message"] = (
+                "Both numPartitions or replicationFactor and replicasAssignments were set."
+            )
+            return res
+        n = len(t.assignments)
+        for a in t.assignments:
+            if list(a.broker_ids) != [ctx.state.node_id]:
+                res["error_code"] = INVALID_REPLICATION_FACTOR
+                res["error_message"] = (
+                    f"replica assignment {list(a.broker_ids)} names brokers other than the "
+                    f"single node {ctx.state.node_id}"
+                )
+                return res
+        rf = 1
+    if n == -1:
+        n = int(ctx.config.get("num.partitions"))
+    if rf == -1:
+        rf = int(ctx.config.get("default.replication.factor"))
+    if n < 1:
+        res["error_code"] = INVALID_PARTITIONS
+        res["error_message"] = "Number of partitions was set to an invalid non-positive value."
+        return res
+    if rf < 1:
+        res["error_code"] = INVALID_REPLICATION_FACTOR
+        res["error_message"] = (
+            "Replication factor must be larger than 0, or -1 to use the default value."
+        )
+        return res
+    if rf > 1:
+        res["error_code"] = INVALID_REPLICATION_FACTOR
+        res["error_message"] = (
+            f"Unable to replicate the partition {rf} time(s): The target replication factor "
+            f"of {rf} cannot be reached because only 1 broker(s) are registered."
+        )
+        return res
+    configs = {c.name: c.value for c in t.configs}
+    try:
+        meta = ctx.logs.create_topic(t.name, n, configs, validate_only=validate_only)
+    except Exception as exc:
+        res["error_code"], res["error_message"] = error_of(exc)
+        return res
+    res["topic_id"] = topic_uuid(meta.topic_id) if not validate_only else ZERO_UUID
+    res["num_partitions"] = n
+    res["replication_factor"] = rf
+    cfg = TopicConfig(meta.overrides, ctx.logs.broker_config)
+    res["configs"] = [
+        {
+            "name": e.name,
+            "value": e.value,
+            "read_only": False,
+            "config_source": SOURCE_CODES[e.source],
+            "is_sensitive": False,
+        }
+        for e in cfg.describe()
+    ]
+    return res
+
+
+def _create_topics(ctx: RequestContext, req: Any) -> list:
+    names = [t.name for t in req.topics]
+    return [
+        _create_one(ctx, t, bool(getattr(req, "validate_only", False)), names.count(t.name) > 1)
+        for t in req.topics
+    ]
+
+
+async def handle_create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": await asyncio.to_thread(_create_topics, ctx, req)}
+
+
+def _delete_topics(ctx: RequestContext, req: Any) -> list:
+    if hasattr(req, "topic_names"):
+        items = [(n, None) for n in req.topic_names]
+    else:
+        items = [(t.name, t.topic_id) for t in req.topics]
+    out = []
+    for name, tid in items:
+        found, real_id = resolve_topic(ctx, name, tid)
+        res: dict[str, Any] = {"name": found or name, "topic_id": real_id, "error_message": None}
+        if found is None:
+            res["error_code"] = UNKNOWN_TOPIC_ID if not name else UNKNOWN_TOPIC_OR_PARTITION
+        else:
+            try:
+                ctx.logs.delete_topic(found)
+                res["error_code"] = NONE
+            except Exception as exc:
+                res["error_code"], res["error_message"] = error_of(exc)
+        out.append(res)
+    return out
+
+
+async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "responses": await asyncio.to_thread(_delete_topics, ctx, req)}
+
+
+def _create_partitions(ctx: RequestContext, req: Any) -> list:
+    out = []
+    for t in req.topics:
+        res: dict[str, Any] = {"name": t.name, "error_code": NONE, "error_message": None}
+        try:
+            if t.assignments:
+                for a in t.assignments:
+                    if list(a.broker_ids) != [ctx.state.node_id]:
+                        raise _InvalidAssignment(
+                            f"replica assignment {list(a.broker_ids)} names brokers other than "
+                            f"the single node {ctx.state.node_id}"
+                        )
+            ctx.logs.create_partitions(t.name, t.count, validate_only=bool(req.validate_only))
+        except Exception as exc:
+            res["error_code"], res["error_message"] = error_of(exc)
+        out.append(res)
+    return out
+
+
+class _InvalidAssignment(KompaktError):
+    error_code = 39  # INVALID_REPLICA_ASSIGNMENT
+
+
+async def handle_create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": await asyncio.to_thread(_create_partitions, ctx, req)}
+
+
+def _delete_records(ctx: RequestContext, req: Any) -> list:
+    out = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            res: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1}
+            try:
+                plog = ctx.logs.get_log(t.name, p.partition_index)
+                offset = plog.high_watermark if p.offset == -1 else p.offset
+                res["low_watermark"] = plog.delete_records_before(offset)
+                res["error_code"] = NONE
+            except Exception as exc:
+                res["error_code"], _msg = error_of(exc)
+            parts.append(res)
+        out.append({"name": t.name, "partitions": parts})
+    return out
+
+
+async def handle_delete_records(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    topics = await asyncio.to_thread(_delete_records, ctx, req)
+    if ctx.state.logs is not None:
+        await asyncio.to_thread(ctx.logs.checkpoint)
+    return {"throttle_time": 0, "topics": topics}
+
+
+def register(registry: ApiRegistry) -> None:
+    registry.register(CREATE_TOPICS, 2, 7, handle_create_topics)
+    registry.register(DELETE_TOPICS, 1, 6, handle_delete_topics)
+    registry.register(DELETE_RECORDS, 0, 2, handle_delete_records)
+    registry.register(CREATE_PARTITIONS, 0, 3, handle_create_partitions)

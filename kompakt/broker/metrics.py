@@ -1,0 +1,163 @@
+"""Prometheus metrics of one broker (its own CollectorRegistry, so tests can run several)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from kompakt.log.manager import LogManager
+
+
+class _PartitionCollector:
+    """``kompakt_partition_size_bytes{topic,partition,cleanup_policy}`` read at scrape time."""
+
+    def __init__(self, logs: Callable[[], LogManager | None]):
+        self._logs = logs
+
+    def collect(self) -> Iterable[Any]:
+        g = GaugeMetricFamily(
+            "kompakt_partition_size_bytes",
+            "Bytes on disk of a partition's log segments",
+            labels=["topic", "partition", "cleanup_policy"],
+        )
+        h = GaugeMetricFamily(
+            "kompakt_partition_log_end_offset",
+            "Log end offset of a partition",
+            labels=["topic", "partition"],
+        )
+        logs = self._logs()
+        if logs is not None:
+            for plog in logs.logs():
+                try:
+                    policy = ",".join(plog.config.cleanup_policy)
+                    g.add_metric([plog.topic, str(plog.partition), policy], plog.size_bytes())
+                    h.add_metric([plog.topic, str(plog.partition)], plog.log_end_offset)
+                except Exception:  # a partition deleted during the scrape
+                    continue
+        yield g
+        yield h
+
+
+class _CleanerCollector:
+    """``kompakt_log_cleaner_*``, read at scrape time from the logs and the cleaner."""
+
+    def __init__(self, logs: Callable[[], LogManager | None], cleaner: Callable[[], Any]):
+        self._logs = logs
+        self._cleaner = cleaner
+
+    def collect(self) -> Iterable[Any]:
+        from kompakt.cleaner.cleanable import log_to_clean
+
+        cleaner = self._cleaner()
+        logs = self._logs()
+        compactions = CounterMetricFamily(
+            "kompakt_log_cleaner_compactions", "Cleans finished (all partitions)"
+        )
+        cleaned = CounterMetricFamily(
+            "kompakt_log_cleaner_cleaned_bytes", "Bytes read by finished cleans"
+        )
+        compactions.add_metric([], cleaner.compactions_total if cleaner else 0)
+        cleaned.add_metric([], cleaner.cleaned_bytes_total if cleaner else 0)
+        duration = GaugeMetricFamily(
+            "kompakt_log_cleaner_duration_seconds",
+            "Duration of the last clean of a partition",
+            labels=["topic", "partition"],
+        )
+        ratio = GaugeMetricFamily(
+            "kompakt_log_cleaner_dirty_ratio",
+            "Cleanable bytes over all bytes of a compacted partition (Kafka's dirty ratio)",
+            labels=["topic", "partition"],
+        )
+        uncleanable = GaugeMetricFamily(
+            "kompakt_log_cleaner_uncleanable_partitions",
+            "Partitions the cleaner skips after an error (see /v1/partitions for the reason)",
+        )
+        bad = 0
+        if logs is not None:
+            checkpoints = logs.cleaner_checkpoint().read()
+            now = logs.clock()
+            for plog in logs.logs():
+                try:
+                    if plog.uncleanable_reason:
+                        bad += 1
+                    if not plog.config.compact:
+                        continue
+                    tp = (plog.topic, plog.partition)
+                    ltc = log_to_clean(plog, checkpoints.get(tp), now)
+                    ratio.add_metric([plog.topic, str(plog.partition)], ltc.cleanable_ratio)
+                    last = cleaner.last_stats.get(tp) if cleaner else None
+                    if last is not None:
+                        duration.add_metric([plog.topic, str(plog.partition)], last.duration_s)
+                except Exception:  # a partition deleted during the scrape
+                    continue
+        uncleanable.add_metric([], bad)
+        yield from (compactions, cleaned, duration, ratio, uncleanable)
+
+
+class BrokerMetrics:
+    def __init__(
+        self, logs: Callable[[], LogManager | None], cleaner: Callable[[], Any] = lambda: None
+    ):
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "kompakt_requests", "Kafka requests handled", ["api"], registry=self.registry
+        )
+        self.errors = Counter(
+            "kompakt_request_errors",
+            "Kafka requests answered with an error code, or failed",
+            ["api"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "kompakt_request_latency_seconds",
+            "Time from a request's arrival to its response",
+            ["api"],
+            registry=self.registry,
+            buckets=(
+                0.0005,
+                0.001,
+                0.0025,
+                0.005,
+                0.01,
+                0.025,
+                0.05,
+                0.1,
+                0.25,
+                0.5,
+                1,
+                2.5,
+                5,
+                10,
+                30,
+            ),
+        )
+        self.registry.register(_PartitionCollector(logs))
+        self.registry.register(_CleanerCollector(logs, cleaner))
+
+    def observe(self, api: str, seconds: float, error: bool) -> None:
+        self.requests.labels(api).inc()
+        self.latency.labels(api).observe(seconds)
+        if error:
+            self.errors.labels(api).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def has_error(body: Any, depth: int = 0) -> bool:
+    """Whether a handler's response data carries a non-zero error code anywhere."""
+    if depth > 5:
+        return False
+    if isinstance(body, dict):
+        code = body.get("error_code")
+        if code:
+            return True
+        return any(
+            has_error(v, depth + 1) for k, v in body.items() if isinstance(v, list | tuple | dict)
+        )
+    if isinstance(body, list | tuple):
+        return any(has_error(x, depth + 1) for x in body if isinstance(x, dict))
+    return False

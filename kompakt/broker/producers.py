@@ -1,0 +1,156 @@
+"""Idempotent-producer state: producer ids and per-partition sequence checks.
+
+Follows Kafka's ``ProducerStateManager``/``ProducerAppendInfo`` for non-transactional
+idempotent producers:
+
+- InitProducerId without a transactional id always hands out a fresh producer id with
+  epoch 0 (Kafka does the same; librdkafka's epoch bump after a fatal sequence error is
+  thereby a new id).
+- For each partition and producer id the metadata of the last 5 appended batches is kept.
+  A batch whose (epoch, first seq, last seq) equals one of them is a retried duplicate:
+  it is not appended again and the original base offset is returned (DUPLICATE_SEQUENCE
+  handled as success, like Kafka).
+- An older epoch than the last seen is INVALID_PRODUCER_EPOCH (47); a newer epoch must
+  start at sequence 0; otherwise the first sequence must follow the last one (wrapping at
+  Int32.MAX) or the batch is OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+- State is kept in memory and rebuilt lazily, per partition, from the producer fields of
+  the batches in its log the first time an idempotent producer writes to it after start.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from kompakt.errors import KompaktError
+from kompakt.log.partition_log import PartitionLog
+from kompakt.record.batch import Header
+
+NUM_BATCHES_TO_RETAIN = 5
+INT32_MAX = 2**31 - 1
+
+
+class OutOfOrderSequenceError(KompaktError):
+    error_code = 45
+
+
+class InvalidProducerEpochError(KompaktError):
+    error_code = 47
+
+
+@dataclass
+class BatchMeta:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass
+class ProducerEntry:
+    epoch: int
+    batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+
+def _next_seq(seq: int) -> int:
+    return 0 if seq == INT32_MAX else seq + 1
+
+
+def _last_seq(h: Header) -> int:
+    last = h.base_sequence + h.last_offset_delta
+    return last - INT32_MAX - 1 if last > INT32_MAX else last
+
+
+class PartitionProducers:
+    def __init__(self) -> None:
+        self.entries: dict[int, ProducerEntry] = {}
+
+    def check(self, h: Header) -> BatchMeta | None:
+        """Validate one batch; returns the original batch if it is a duplicate."""
+        pid = h.producer_id
+        if pid < 0:
+            return None
+        e = self.entries.get(pid)
+        if e is None:
+            return None  # unknown producer (state lost, e.g. retention): accept
+        if h.producer_epoch < e.epoch:
+            raise InvalidProducerEpochError(
+                f"Epoch of producer {pid} at offset is {h.producer_epoch}, which is smaller "
+                f"than the last seen epoch {e.epoch}"
+            )
+        last = _last_seq(h)
+        if h.producer_epoch == e.epoch:
+            for b in e.batches:
+                if b.first_seq == h.base_sequence and b.last_seq == last:
+                    return b
+        if h.producer_epoch > e.epoch:
+            if h.base_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"Invalid sequence number for new epoch of producer {pid}: "
+                    f"{h.producer_epoch} (request epoch), {h.base_sequence} (seq. number), "
+                    f"{e.epoch} (current producer epoch)"
+                )
+            return None
+        if e.batches and h.base_sequence != _next_seq(e.last_seq):
+            raise OutOfOrderSequenceError(
+                f"Out of order sequence number for producer {pid}: {h.base_sequence} "
+                f"(incoming seq. number), {e.last_seq} (current end sequence number)"
+            )
+        return None
+
+    def update(self, h: Header, first_offset: int) -> None:
+        pid = h.producer_id
+        if pid < 0 or h.is_control:
+            return
+        e = self.entries.get(pid)
+        if e is None or h.producer_epoch != e.epoch:
+            e = ProducerEntry(h.producer_epoch)
+            self.entries[pid] = e
+        e.batches.append(
+            BatchMeta(
+                h.base_sequence,
+                _last_seq(h),
+                first_offset,
+                first_offset + h.last_offset_delta,
+                h.max_timestamp,
+            )
+        )
+
+
+class ProducerStateManager:
+    def __init__(self) -> None:
+        self._ids = itertools.count(int(time.time() * 1000) * 1000)
+        self._lock = threading.Lock()
+        self._partitions: dict[int, tuple[PartitionLog, PartitionProducers]] = {}
+
+    def new_producer_id(self) -> int:
+        with self._lock:
+            return next(self._ids)
+
+    def for_log(self, plog: PartitionLog) -> PartitionProducers:
+        """The partition's state, rebuilt from its log on first use (call under plog.lock)."""
+        key = id(plog)
+        with self._lock:
+            found = self._partitions.get(key)
+            if found is not None and found[0] is plog:
+                return found[1]
+        state = PartitionProducers()
+        for b in plog.iter_batches(0):
+            h = b.header
+            if h.producer_id >= 0 and not h.is_control:
+                state.update(h, h.base_offset)
+        with self._lock:
+            self._partitions[key] = (plog, state)
+        return state
+
+    def forget(self, plog: PartitionLog) -> None:
+        with self._lock:
+            self._partitions.pop(id(plog), None)

@@ -1,0 +1,85 @@
+"""The table of Kafka APIs the broker answers, open to other modules.
+
+A handler is ``async def handler(ctx: RequestContext, request) -> Mapping | None``: it
+gets the decoded kio request and returns the response body as plain data (see
+:func:`kompakt.broker.protocol.build`), or None for no response (Produce acks=0).
+Other modules (e.g. the group coordinator) add their APIs with :meth:`ApiRegistry.register`;
+ApiVersions advertises exactly what is registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.index import api_key_map
+
+Handler = Callable[[Any, Any], Awaitable[Mapping[str, Any] | None]]
+
+
+@dataclass(frozen=True)
+class ApiHandler:
+    api_key: int
+    min_version: int
+    max_version: int
+    handler: Handler
+    advertised_min: int
+
+    @property
+    def name(self) -> str:
+        return api_name(self.api_key)
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+def api_name(api_key: int) -> str:
+    name = api_key_map.get(api_key)
+    if name is None:
+        return f"api_{api_key}"
+    return "".join(p.capitalize() for p in name.split("_"))
+
+
+class ApiRegistry:
+    def __init__(self) -> None:
+        self._apis: dict[int, ApiHandler] = {}
+
+    def register(
+        self,
+        api_key: int,
+        min_version: int,
+        max_version: int,
+        handler: Handler,
+        *,
+        advertised_min: int | None = None,
+    ) -> None:
+        """Serve ``api_key`` versions ``min_version..max_version`` with ``handler``.
+
+        ``advertised_min`` lets ApiVersions advertise a lower minimum than is served
+        (Kafka 4 advertises Produce from v0 but rejects v0-2; KAFKA-18659).
+        """
+        if min_version > max_version:
+            raise ValueError(f"bad version range {min_version}..{max_version}")
+        self._apis[api_key] = ApiHandler(
+            api_key,
+            min_version,
+            max_version,
+            handler,
+            min_version if advertised_min is None else advertised_min,
+        )
+
+    def unregister(self, api_key: int) -> None:
+        self._apis.pop(api_key, None)
+
+    def get(self, api_key: int) -> ApiHandler | None:
+        return self._apis.get(api_key)
+
+    def advertised(self) -> list[dict[str, int]]:
+        return [
+            {"api_key": a.api_key, "min_version": a.advertised_min, "max_version": a.max_version}
+            for a in sorted(self._apis.values(), key=lambda a: a.api_key)
+        ]
+
+    def __contains__(self, api_key: int) -> bool:
+        return api_key in self._apis

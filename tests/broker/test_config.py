@@ -1,0 +1,57 @@
+"""BrokerConfig: Kafka names and defaults, overrides, one-line errors."""
+
+import pytest
+
+from kompakt.broker.config import BrokerConfig
+from kompakt.errors import InvalidConfigError
+
+
+def test_defaults():
+    c = BrokerConfig.load()
+    assert str(c.listener) == "PLAINTEXT://127.0.0.1:9092"
+    assert str(c.data_dir) == "kompakt-data"
+    assert c.node_id == 1
+    assert c.get("num.partitions") == 1
+    assert c.get("auto.create.topics.enable") is True
+    assert c.get("socket.request.max.bytes") == 104857600
+    assert c.get("log.cleaner.backoff.ms") == 15000
+    assert c.get("offsets.topic.num.partitions") == 50
+    assert c.get("kompakt.cleaner.engine") == "spark"
+    assert c.get("kompakt.spark.master") == "local[*]"
+    assert c.admin_listener == "http://127.0.0.1:9644"
+
+
+def test_file_and_overrides(tmp_path):
+    f = tmp_path / "server.properties"
+    f.write_text(
+        "# a Kafka-style file\nprocess.roles=broker,controller\nlog.dirs=/data/k\n"
+        "log.segment.bytes=1024\nlog.cleanup.policy=compact\nspark.executor.memory=2g\n"
+        "num.partitions=3\n"
+    )
+    c = BrokerConfig.load(f, ["num.partitions=6", "kompakt.cleaner.engine=local"])
+    assert c.get("num.partitions") == 6
+    assert c.log_config == {"log.segment.bytes": "1024", "log.cleanup.policy": "compact"}
+    assert c.spark == {"spark.executor.memory": "2g"}
+    assert str(c.data_dir) == "/data/k"
+    assert c.get("kompakt.cleaner.engine") == "local"
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("no.such.key=1", "no.such.key"),
+        ("log.segment.bytes=3", "log.segment.bytes"),
+        ("num.partitions=abc", "num.partitions"),
+        ("num.partitions=0", "num.partitions"),
+        ("auto.create.topics.enable=maybe", "auto.create.topics.enable"),
+        ("kompakt.cleaner.engine=flink", "kompakt.cleaner.engine"),
+        ("listeners=localhost", "listeners"),
+        ("kompakt.admin.listener=ftp://x", "kompakt.admin.listener"),
+        ("log.cleanup.policy=bogus", "log.cleanup.policy"),
+    ],
+)
+def test_bad_values_name_the_key(override, key):
+    with pytest.raises(InvalidConfigError) as ei:
+        BrokerConfig.load(None, [override])
+    msg = str(ei.value)
+    assert key in msg and "\n" not in msg

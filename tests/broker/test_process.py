@@ -1,0 +1,128 @@
+"""The broker as a process: SIGTERM shuts down cleanly; acks=all survives SIGKILL."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(data_dir, port):
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kompakt.broker",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override",
+            f"log.dirs={data_dir}",
+            "--override",
+            "kompakt.admin.listener=http://127.0.0.1:0",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise AssertionError(proc.stdout.read()) from None
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("broker did not start")
+
+
+def read_all(bootstrap, topic, n):
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "x",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    c.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    deadline = time.monotonic() + 10
+    while len(out) < n and time.monotonic() < deadline:
+        for m in c.consume(n, timeout=0.2):
+            assert m.error() is None
+            out.append(m.value())
+    c.close()
+    return out
+
+
+def test_sigterm_is_a_clean_shutdown(tmp_path):
+    port = free_port()
+    proc = start(tmp_path, port)
+    try:
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{port}"})
+        p.produce("t", b"v", b"k")
+        assert p.flush(10) == 0
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "kompakt broker listening on" in out
+    assert (tmp_path / ".kafka_cleanshutdown").exists()
+
+
+def test_acks_all_survives_sigkill(tmp_path):
+    port = free_port()
+    proc = start(tmp_path, port)
+    bootstrap = f"127.0.0.1:{port}"
+    try:
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+        for i in range(20):
+            p.produce("durable", b"v%d" % i, b"k")
+        assert p.flush(10) == 0
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not (tmp_path / ".kafka_cleanshutdown").exists()
+    proc = start(tmp_path, port)
+    try:
+        assert read_all(bootstrap, "durable", 20) == [b"v%d" % i for i in range(20)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0
+
+
+def test_metrics_and_admin_endpoint(broker, topic_name):
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(topic_name, b"v", b"k")
+    assert p.flush(10) == 0
+    base = f"http://127.0.0.1:{broker.admin_port}"
+    text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
+    assert 'kompakt_requests_total{api="Produce"}' in text
+    assert 'kompakt_request_latency_seconds_bucket{api="Metadata"' in text
+    assert (
+        f'kompakt_partition_size_bytes{{cleanup_policy="delete",partition="0",topic="{topic_name}"}}'
+        in text
+    )
+    parts = urllib.request.urlopen(base + "/v1/partitions", timeout=5).read().decode()
+    assert topic_name in parts

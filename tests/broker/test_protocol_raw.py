@@ -1,0 +1,349 @@
+"""Raw-socket protocol tests: framing, fuzzing, versions, pipelining, long polling."""
+
+import io
+import random
+import socket
+import struct
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from kompakt.broker.app import start_test_broker
+from kompakt.broker.protocol import build
+from kompakt.record.batch import build_simple_batch
+
+
+def build_batch(items, **kw):
+    return build_simple_batch(items, timestamp=int(time.time() * 1000), **kw)
+
+
+def connect(broker):
+    s = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+    return s
+
+
+def encode(api_key, version, corr, body):
+    req_cls = load_request_schema(api_key, version)
+    hdr_cls = req_cls.__header_schema__
+    buf = io.BytesIO()
+    entity_writer(hdr_cls)(
+        buf,
+        build(
+            hdr_cls,
+            {
+                "request_api_key": api_key,
+                "request_api_version": version,
+                "correlation_id": corr,
+                "client_id": "raw",
+            },
+        ),
+    )
+    entity_writer(req_cls)(buf, build(req_cls, body))
+    data = buf.getvalue()
+    return struct.pack(">i", len(data)) + data
+
+
+def recv_frame(s):
+    head = b""
+    while len(head) < 4:
+        chunk = s.recv(4 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    (n,) = struct.unpack(">i", head)
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def decode(api_key, version, frame):
+    resp_cls = load_response_schema(api_key, version)
+    hdr, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
+    body, _ = entity_reader(resp_cls)(frame, used)
+    return hdr.correlation_id, body
+
+
+def call(s, api_key, version, body, corr=1):
+    s.sendall(encode(api_key, version, corr, body))
+    return decode(api_key, version, recv_frame(s))
+
+
+def closed(s):
+    s.settimeout(5)
+    try:
+        return s.recv(1) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+
+
+def test_api_versions_advertises_produce_from_v0(broker):
+    with connect(broker) as s:
+        _c, resp = call(s, 18, 3, {"client_software_name": "raw", "client_software_version": "1"})
+    assert resp.error_code == 0
+    keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+    assert keys[0][0] == 0 and keys[0][1] >= 9
+    assert keys[3] == (0, 13)
+    assert 10 not in keys  # group coordinator APIs are not registered here
+
+
+def test_api_versions_unsupported_version_answers_v0(broker):
+    with connect(broker) as s:
+        # a future ApiVersions v99: header v2 layout, body unknown
+        hdr = struct.pack(">hhih", 18, 99, 42, 3) + b"raw" + b"\x00"
+        s.sendall(struct.pack(">i", len(hdr)) + hdr)
+        corr, resp = decode(18, 0, recv_frame(s))
+    assert corr == 42
+    assert resp.error_code == 35
+    assert any(k.api_key == 18 and k.max_version == 4 for k in resp.api_keys)
+
+
+def test_pipelined_requests_answered_in_order(broker):
+    with connect(broker) as s:
+        frames = b"".join(encode(3, 12, corr, {"topics": None}) for corr in range(1, 21))
+        s.sendall(frames)
+        corrs = [decode(3, 12, recv_frame(s))[0] for _ in range(20)]
+    assert corrs == list(range(1, 21))
+
+
+def test_produce_v2_is_rejected_and_acks_0_has_no_response(broker, topic_name):
+    broker.logs.create_topic(topic_name)
+    with connect(broker) as s:
+        hdr = struct.pack(">hhih", 0, 2, 7, 3) + b"raw" + b"\x00\x01" + b"\x00" * 10
+        s.sendall(struct.pack(">i", len(hdr)) + hdr)
+        assert closed(s)
+
+
+def test_garbage_and_fuzz_never_kill_the_server(broker):
+    rnd = random.Random(1234)
+    payloads = [
+        b"\x00",  # truncated size
+        b"\x00\x00\x00\x10abc",  # truncated frame
+        struct.pack(">i", 2**31 - 1) + b"x" * 100,  # huge size prefix
+        struct.pack(">i", -5),  # negative size
+        struct.pack(">i", 4) + b"abcd",  # too short for a header
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    ]
+    for _ in range(150):
+        api = rnd.choice([rnd.randint(-5, 100), 0, 1, 3, 18, 19, 32])
+        version = rnd.randint(-2, 20)
+        body = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 64)))
+        frame = struct.pack(">hhi", api, version, rnd.randint(0, 1000)) + body
+        payloads.append(struct.pack(">i", len(frame)) + frame)
+    for p in payloads:
+        try:
+            with connect(broker) as s:
+                s.sendall(p)
+                s.shutdown(socket.SHUT_WR)
+                s.settimeout(5)
+                while s.recv(65536):
+                    pass
+        except OSError:
+            pass
+    # a real client still works
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    md = a.list_topics(timeout=10)
+    assert md.controller_id == 1
+
+
+def test_long_poll_fetch_wakes_on_append(broker, topic_name):
+    broker.logs.create_topic(topic_name)
+    plog = broker.logs.get_log(topic_name, 0)
+
+    def produce_later():
+        time.sleep(0.5)
+        plog.append(build_batch([(b"k", b"late")]))
+
+    with connect(broker) as s:
+        t = threading.Thread(target=produce_later)
+        t.start()
+        t0 = time.monotonic()
+        body = {
+            "max_wait": 5000,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "topics": [
+                {
+                    "topic": topic_name,
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+        }
+        _c, resp = call(s, 1, 12, body)
+        elapsed = time.monotonic() - t0
+        t.join()
+    part = resp.responses[0].partitions[0]
+    assert part.error_code == 0 and part.high_watermark == 1 and part.records
+    assert 0.3 < elapsed < 4.0
+    # offset out of range
+    with connect(broker) as s:
+        body["topics"][0]["partitions"][0]["fetch_offset"] = 99
+        _c, resp = call(s, 1, 12, body)
+    assert resp.responses[0].partitions[0].error_code == 1
+
+
+def test_fetch_by_topic_id_v13(broker, topic_name):
+    broker.logs.create_topic(topic_name)
+    broker.logs.get_log(topic_name, 0).append(build_batch([(b"k", b"v")]))
+    with connect(broker) as s:
+        _c, md = call(
+            s, 3, 12, {"topics": [{"name": topic_name}], "allow_auto_topic_creation": False}
+        )
+        tid = md.topics[0].topic_id
+        body = {
+            "max_wait": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "topics": [
+                {
+                    "topic_id": tid,
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1024}
+                    ],
+                }
+            ],
+        }
+        _c, resp = call(s, 1, 16, body)
+    assert resp.responses[0].topic_id == tid
+    assert resp.responses[0].partitions[0].high_watermark == 1
+
+
+def test_idempotent_sequence_checks(broker, topic_name):
+    broker.logs.create_topic(topic_name)
+    with connect(broker) as s:
+        _c, init = call(s, 22, 4, {"transactional_id": None, "transaction_timeout": 60000})
+        pid = init.producer_id
+
+        def produce(seq, n=1, epoch=0):
+            batch = build_batch(
+                [(b"k", b"v%d" % i) for i in range(n)],
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=seq,
+            )
+            body = {
+                "acks": -1,
+                "timeout": 5000,
+                "topic_data": [
+                    {"name": topic_name, "partition_data": [{"index": 0, "records": batch}]}
+                ],
+            }
+            _c, r = call(s, 0, 9, body)
+            p = r.responses[0].partition_responses[0]
+            return p.error_code, p.base_offset
+
+        assert produce(0, 2) == (0, 0)
+        assert produce(2, 3) == (0, 2)
+        assert produce(0, 2) == (0, 0)  # duplicate: original offset, not appended
+        assert produce(9)[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert produce(5, 1) == (0, 5)
+        assert produce(0, 1, epoch=1) == (0, 6)  # new epoch starts at 0
+        assert produce(6, 1, epoch=0)[0] == 47  # INVALID_PRODUCER_EPOCH
+    assert broker.logs.get_log(topic_name, 0).log_end_offset == 7
+
+
+def test_unknown_topic_with_auto_create_off(tmp_path):
+    b = start_test_broker(tmp_path, auto_create_topics_enable="false")
+    try:
+        p = Producer(
+            {
+                "bootstrap.servers": b.bootstrap,
+                "message.timeout.ms": 1500,
+                "topic.metadata.refresh.interval.ms": 200,
+            }
+        )
+        errs = []
+        p.produce("nope", b"v", on_delivery=lambda e, m: errs.append(e))
+        p.flush(5)
+        assert errs and errs[0] is not None
+        assert not b.logs.has_topic("nope")
+        with connect(b) as s:
+            _c, md = call(
+                s, 3, 12, {"topics": [{"name": "nope"}], "allow_auto_topic_creation": True}
+            )
+        assert md.topics[0].error_code == 3
+    finally:
+        b.stop()
+
+
+@pytest.mark.parametrize("version", [0, 4, 9, 13])
+def test_metadata_versions(broker, version):
+    with connect(broker) as s:
+        body = {"topics": [] if version == 0 else None}
+        _c, md = call(s, 3, version, body)
+    assert md.brokers[0].port == broker.port
+
+
+def test_create_topics_edge_cases_and_list_offsets(broker, topic_name):
+    topics = [
+        {"name": topic_name, "num_partitions": -1, "replication_factor": -1, "configs": []},
+        {"name": "bad/name", "num_partitions": 1, "replication_factor": 1, "configs": []},
+        {"name": topic_name + "-z", "num_partitions": 0, "replication_factor": 1, "configs": []},
+        {
+            "name": topic_name + "-v",
+            "num_partitions": 2,
+            "replication_factor": 1,
+            "configs": [{"name": "cleanup.policy", "value": "compact"}],
+        },
+    ]
+    with connect(broker) as s:
+        _c, r = call(s, 19, 7, {"topics": topics[:3], "timeout": 5000})
+        codes = [t.error_code for t in r.topics]
+        assert codes == [0, 17, 37]
+        assert r.topics[0].num_partitions == 1  # num.partitions default
+        _c, r = call(s, 19, 7, {"topics": topics[3:], "timeout": 5000, "validate_only": True})
+        assert r.topics[0].error_code == 0
+        assert not broker.logs.has_topic(topic_name + "-v")
+        # a batch larger than max.message.bytes
+        broker.logs.alter_topic_config(topic_name, {"max.message.bytes": "100"})
+        big = build_batch([(b"k", b"x" * 500)])
+        body = {
+            "acks": 1,
+            "timeout": 5000,
+            "topic_data": [{"name": topic_name, "partition_data": [{"index": 0, "records": big}]}],
+        }
+        _c, r = call(s, 0, 9, body)
+        assert r.responses[0].partition_responses[0].error_code == 10
+        broker.logs.alter_topic_config(topic_name, delete=["max.message.bytes"])
+        for ts in (1000, 5000, 3000):
+            broker.logs.get_log(topic_name, 0).append(
+                build_simple_batch([(b"k", b"v")], timestamp=ts)
+            )
+        parts = [{"partition_index": 0, "timestamp": t} for t in (-2, -1, -3, 2000, 9999)]
+        body = {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [{"name": topic_name, "partitions": parts}],
+        }
+        _c, r = call(s, 2, 7, body)
+        got = [(p.offset, p.timestamp) for p in r.topics[0].partitions]
+        assert got == [(0, -1), (3, -1), (1, 5000), (1, 5000), (-1, -1)]
+        _c, r = call(
+            s,
+            32,
+            4,
+            {
+                "resources": [
+                    {
+                        "resource_type": 2,
+                        "resource_name": topic_name,
+                        "configuration_keys": ["segment.bytes"],
+                    }
+                ],
+                "include_synonyms": True,
+                "include_documentation": True,
+            },
+        )
+        (entry,) = r.results[0].configs
+        assert entry.name == "segment.bytes" and entry.config_source == 5
+        assert entry.documentation and entry.synonyms[0].name == "log.segment.bytes"

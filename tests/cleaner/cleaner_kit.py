@@ -1,0 +1,66 @@
+"""Helpers shared by the cleaner tests (imported via the path set in ``conftest.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kompakt.log.manager import LogManager
+from kompakt.log.partition_log import PartitionLog
+from kompakt.record.batch import Record, build_simple_batch
+
+T0 = 1_700_000_000_000
+
+
+class ManualClock:
+    """A controlled clock in ms (Kafka's MockTime)."""
+
+    def __init__(self, now: int = T0):
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+def open_manager(path: Path, clock, broker_config=None) -> LogManager:
+    return LogManager(path, broker_config=broker_config, clock=clock)
+
+
+def append(plog: PartitionLog, items, ts: int | None = None, **kwargs) -> tuple[int, int]:
+    """Append one batch of (key, value) items; returns (first, last) offset."""
+    ts = plog.clock() if ts is None else ts
+    info = plog.append(build_simple_batch(list(items), timestamp=ts, **kwargs))
+    return info.first_offset, info.last_offset
+
+
+def records(plog: PartitionLog) -> list[Record]:
+    return [r for b in plog.iter_batches() for r in b.records()]
+
+
+def fold(plog: PartitionLog) -> dict[bytes, bytes]:
+    """Replay the log from its start: the state a consumer rebuilding a table sees."""
+    state: dict[bytes, bytes] = {}
+    for r in records(plog):
+        if r.offset < plog.log_start_offset:
+            continue
+        if r.value is None:
+            state.pop(r.key, None)
+        else:
+            state[r.key] = r.value
+    return state
+
+
+def dir_bytes(directory: Path, suffixes=(".log",)) -> dict[str, bytes]:
+    return {
+        p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.name.endswith(suffixes)
+    }
+
+
+def leftovers(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith((".cleaned", ".swap")))
+
+
+def headers(plog: PartitionLog):
+    return [b.header for b in plog.iter_batches()]
