@@ -92,7 +92,7 @@ def test_api_versions_advertises_produce_from_v0(broker):
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
     assert keys[0][0] == 0 and keys[0][1] >= 9
     assert keys[3] == (0, 13)
-    assert 10 not in keys  # group coordinator APIs are not registered here
+    assert 10 in keys  # FindCoordinator: the group coordinator is registered
 
 
 def test_api_versions_unsupported_version_answers_v0(broker):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kompakt.broker import coordinator
 from kompakt.broker.handlers import configs, fetch, metadata, produce, topics
 from kompakt.broker.registry import ApiRegistry
 
@@ -9,4 +10,5 @@ from kompakt.broker.registry import ApiRegistry
 def register_all(registry: ApiRegistry) -> ApiRegistry:
     for module in (metadata, produce, fetch, topics, configs):
         module.register(registry)
+    coordinator.register(registry)
     return registry

@@ -1,0 +1,643 @@
+"""The classic group protocol's state machine, one node (Kafka's GroupCoordinator).
+
+All state lives on the broker's event loop: joins and syncs park on futures, session
+expiry and rebalance deadlines are ``loop.call_later`` timers (no polling). Committed
+offsets are kept in memory and written to the compacted ``__consumer_offsets`` topic;
+:meth:`GroupCoordinator.ensure_loaded` rebuilds them from it after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from kompakt.broker.coordinator import records as rec
+from kompakt.broker.coordinator.records import OffsetAndMetadata
+from kompakt.errors import TopicExistsError
+from kompakt.record.batch import build_simple_batch
+
+log = logging.getLogger("kompakt.broker.coordinator")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+OFFSET_METADATA_TOO_LARGE = 12
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+GROUP_ID_NOT_FOUND = 69
+NON_EMPTY_GROUP = 68
+MEMBER_ID_REQUIRED = 79
+GROUP_MAX_SIZE_REACHED = 81
+
+EMPTY = "Empty"
+PREPARING = "PreparingRebalance"
+COMPLETING = "CompletingRebalance"
+STABLE = "Stable"
+DEAD = "Dead"
+
+MAX_METADATA = 4096
+
+
+@dataclass(eq=False)
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join_future: asyncio.Future | None = None
+    sync_future: asyncio.Future | None = None
+    timer: asyncio.TimerHandle | None = None
+
+    def metadata_for(self, protocol: str | None) -> bytes:
+        for name, meta in self.protocols:
+            if name == protocol:
+                return meta
+        return b""
+
+
+@dataclass(eq=False)
+class Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+    join_timer: asyncio.TimerHandle | None = None
+    delaying: bool = False
+
+    def is_empty(self) -> bool:
+        return not self.members
+
+    def all_joined(self) -> bool:
+        return not self.pending and all(
+            m.join_future is not None and not m.join_future.done() for m in self.members.values()
+        )
+
+    def select_protocol(self) -> str | None:
+        common: set[str] | None = None
+        for m in self.members.values():
+            names = {n for n, _ in m.protocols}
+            common = names if common is None else common & names
+        if not common:
+            return None
+        votes: dict[str, int] = {}
+        order: list[str] = []
+        for m in self.members.values():
+            for n, _ in m.protocols:
+                if n in common:
+                    votes[n] = votes.get(n, 0) + 1
+                    if n not in order:
+                        order.append(n)
+                    break
+        return max(order, key=lambda n: (votes[n], -order.index(n)))
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        names = {n for n, _ in protocols}
+        if not protocol_type or not names:
+            return False
+        if not self.members:
+            return True
+        if protocol_type != self.protocol_type:
+            return False
+        return bool(
+            names.intersection(*({n for n, _ in m.protocols} for m in self.members.values()))
+        )
+
+
+class GroupCoordinator:
+    def __init__(self, state: Any):
+        self.state = state
+        self.groups: dict[str, Group] = {}
+        self.loop = asyncio.get_running_loop()
+        self._loaded = False
+        self._load_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()
+        self._num_partitions = int(state.config.get("offsets.topic.num.partitions"))
+        self._closed = False
+        self._tasks: set[asyncio.Task] = set()
+        notifier = getattr(state, "notifier", None)
+        if notifier is not None:
+            ev = notifier.register([])
+            self._watch = self.loop.create_task(self._watch_shutdown(notifier, ev))
+
+    # -- config ----------------------------------------------------------------------------
+    def _cfg(self, key: str, default: int) -> int:
+        try:
+            return int(self.state.config.get(key))
+        except Exception:
+            return default
+
+    async def _watch_shutdown(self, notifier: Any, ev: asyncio.Event) -> None:
+        while True:
+            await ev.wait()
+            ev.clear()
+            if self.state.closing:
+                break
+        notifier.unregister(ev, [])
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        self._closed = True
+        for g in self.groups.values():
+            if g.join_timer is not None:
+                g.join_timer.cancel()
+            for h in g.pending.values():
+                h.cancel()
+            for m in g.members.values():
+                if m.timer is not None:
+                    m.timer.cancel()
+                for fut in (m.join_future, m.sync_future):
+                    if fut is not None and not fut.done():
+                        fut.set_result({"error_code": NOT_COORDINATOR})
+
+    # -- loading and persistence -----------------------------------------------------------
+    async def ensure_loaded(self) -> None:
+        if self._loaded:
+            return
+        async with self._load_lock:
+            if self._loaded:
+                return
+            loaded, metas = await asyncio.to_thread(self._load)
+            for group_id, meta in metas.items():
+                if meta is None:
+                    continue
+                g = self.groups.get(group_id)
+                if g is None:
+                    g = self.groups[group_id] = Group(group_id)
+                g.generation = meta.generation
+                g.protocol_type = meta.protocol_type
+            for (group_id, topic, part), om in loaded.items():
+                g = self.groups.get(group_id)
+                if g is None:
+                    g = self.groups[group_id] = Group(group_id)
+                if om is None:
+                    g.offsets.pop((topic, part), None)
+                else:
+                    g.offsets[(topic, part)] = om
+            self._loaded = True
+
+    def _load(
+        self,
+    ) -> tuple[
+        dict[tuple[str, str, int], OffsetAndMetadata | None],
+        dict[str, rec.GroupMetadataValue | None],
+    ]:
+        logs = self.state.logs
+        if not logs.has_topic(OFFSETS_TOPIC):
+            try:
+                logs.create_topic(
+                    OFFSETS_TOPIC,
+                    self._num_partitions,
+                    {
+                        "cleanup.policy": "compact",
+                        "segment.bytes": str(self._cfg("offsets.topic.segment.bytes", 104857600)),
+                    },
+                )
+            except TopicExistsError:
+                pass
+            return {}, {}
+        self._num_partitions = logs.partition_count(OFFSETS_TOPIC)
+        out: dict[tuple[str, str, int], OffsetAndMetadata | None] = {}
+        metas: dict[str, rec.GroupMetadataValue | None] = {}
+        for p in range(self._num_partitions):
+            plog = logs.get_log(OFFSETS_TOPIC, p)
+            for batch in plog.iter_batches(plog.log_start_offset):
+                if batch.header.is_control:
+                    continue
+                for r in batch.records():
+                    if r.key is None:
+                        continue
+                    try:
+                        parsed = rec.parse_key(r.key)
+                        if parsed is None:
+                            continue
+                        if parsed[0] == "group":
+                            metas[parsed[1][0]] = (
+                                None if r.value is None else rec.parse_group_value(r.value)
+                            )
+                            continue
+                        out[parsed[1]] = (
+                            None if r.value is None else rec.parse_offset_value(r.value)
+                        )
+                    except Exception:
+                        log.warning("skipping undecodable %s record at %d", OFFSETS_TOPIC, r.offset)
+        log.info(
+            "loaded %d committed offsets and %d groups from %s", len(out), len(metas), OFFSETS_TOPIC
+        )
+        return out, metas
+
+    def _persist_group(self, g: Group) -> None:
+        """Write the group's metadata record (in the background, in order)."""
+        if not self._loaded or self._closed:
+            return
+        value = rec.group_value(
+            rec.GroupMetadataValue(
+                g.protocol_type or "",
+                g.generation,
+                g.protocol,
+                g.leader,
+                int(time.time() * 1000),
+                tuple(
+                    (
+                        m.member_id,
+                        m.group_instance_id,
+                        m.client_id,
+                        m.client_host,
+                        m.rebalance_timeout_ms,
+                        m.session_timeout_ms,
+                        m.metadata_for(g.protocol),
+                        m.assignment,
+                    )
+                    for m in g.members.values()
+                ),
+            )
+        )
+        task = self.loop.create_task(self._write(g.group_id, [(rec.group_key(g.group_id), value)]))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, group_id: str, items: list[tuple[bytes, bytes | None]]) -> None:
+        try:
+            async with self._write_lock:
+                await asyncio.to_thread(self._append, group_id, items)
+        except Exception:
+            log.exception("cannot write group %s metadata", group_id)
+
+    def _append(self, group_id: str, items: list[tuple[bytes, bytes | None]]) -> None:
+        plog = self.state.logs.get_log(
+            OFFSETS_TOPIC, rec.partition_for(group_id, self._num_partitions)
+        )
+        batch = build_simple_batch(items, timestamp=int(time.time() * 1000))
+        plog.append(batch)
+        plog.flush()
+
+    # -- groups ----------------------------------------------------------------------------
+    def group(self, group_id: str, create: bool = False) -> Group | None:
+        g = self.groups.get(group_id)
+        if g is None and create:
+            g = self.groups[group_id] = Group(group_id)
+        return g
+
+    def _arm_session(self, g: Group, m: Member) -> None:
+        if m.timer is not None:
+            m.timer.cancel()
+        m.timer = self.loop.call_later(m.session_timeout_ms / 1000, self._session_expired, g, m)
+
+    def _session_expired(self, g: Group, m: Member) -> None:
+        if g.members.get(m.member_id) is not m:
+            return
+        if (m.join_future is not None and not m.join_future.done()) or (
+            m.sync_future is not None and not m.sync_future.done()
+        ):
+            self._arm_session(g, m)  # waiting members are kept alive
+            return
+        log.info("group %s: member %s session expired", g.group_id, m.member_id)
+        self._remove_member(g, m)
+
+    def _remove_member(self, g: Group, m: Member) -> None:
+        g.members.pop(m.member_id, None)
+        if m.timer is not None:
+            m.timer.cancel()
+        for fut in (m.join_future, m.sync_future):
+            if fut is not None and not fut.done():
+                fut.set_result({"error_code": UNKNOWN_MEMBER_ID})
+        if g.leader == m.member_id:
+            g.leader = next(iter(g.members), None)
+        if g.state in (STABLE, COMPLETING):
+            self._prepare_rebalance(g)
+        if g.state == PREPARING:
+            self._maybe_complete_join(g)
+
+    def _prepare_rebalance(self, g: Group) -> None:
+        if g.state == COMPLETING:
+            for m in g.members.values():
+                if m.sync_future is not None and not m.sync_future.done():
+                    m.sync_future.set_result({"error_code": REBALANCE_IN_PROGRESS})
+        was_empty = g.state == EMPTY
+        g.state = PREPARING
+        delay = self._cfg("group.initial.rebalance.delay.ms", 3000) / 1000 if was_empty else 0
+        timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0) / 1000
+        g.delaying = was_empty and delay > 0
+        if g.join_timer is not None:
+            g.join_timer.cancel()
+        g.join_timer = self.loop.call_later(timeout, self._join_deadline, g)
+        if was_empty and delay > 0:
+            self.loop.call_later(min(delay, timeout), self._end_initial_delay, g)
+        log.info("group %s: preparing rebalance (generation %d)", g.group_id, g.generation)
+
+    def _end_initial_delay(self, g: Group) -> None:
+        g.delaying = False
+        self._maybe_complete_join(g)
+
+    def _join_deadline(self, g: Group) -> None:
+        g.join_timer = None
+        if g.state != PREPARING:
+            return
+        for m in list(g.members.values()):
+            if m.join_future is None or m.join_future.done():
+                log.info("group %s: member %s did not rejoin in time", g.group_id, m.member_id)
+                g.members.pop(m.member_id, None)
+                if m.timer is not None:
+                    m.timer.cancel()
+        for h in g.pending.values():
+            h.cancel()
+        g.pending.clear()
+        self._complete_join(g)
+
+    def _maybe_complete_join(self, g: Group) -> None:
+        if g.state != PREPARING:
+            return
+        if g.members and g.all_joined() and not g.delaying:
+            self._complete_join(g)
+        elif not g.members and not g.pending:
+            self._complete_join(g)
+
+    def _complete_join(self, g: Group) -> None:
+        if g.join_timer is not None:
+            g.join_timer.cancel()
+            g.join_timer = None
+        if g.leader not in g.members:
+            g.leader = next(iter(g.members), None)
+        g.generation += 1
+        if not g.members:
+            g.state = EMPTY
+            g.protocol = None
+            g.leader = None
+            self._persist_group(g)
+            return
+        g.protocol = g.select_protocol()
+        g.state = COMPLETING
+        log.info(
+            "group %s: generation %d, protocol %s, leader %s, %d members",
+            g.group_id,
+            g.generation,
+            g.protocol,
+            g.leader,
+            len(g.members),
+        )
+        members = [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "metadata": m.metadata_for(g.protocol),
+            }
+            for m in g.members.values()
+        ]
+        for m in g.members.values():
+            m.assignment = b""
+            resp = {
+                "error_code": NONE,
+                "generation_id": g.generation,
+                "protocol_type": g.protocol_type,
+                "protocol_name": g.protocol,
+                "leader": g.leader,
+                "member_id": m.member_id,
+                "members": members if m.member_id == g.leader else [],
+            }
+            if m.join_future is not None and not m.join_future.done():
+                m.join_future.set_result(resp)
+            self._arm_session(g, m)
+
+    # -- JoinGroup -------------------------------------------------------------------------
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        require_known_member_id: bool,
+    ) -> dict[str, Any]:
+        def err(code: int, mid: str = member_id) -> dict[str, Any]:
+            return {"error_code": code, "member_id": mid, "generation_id": -1, "leader": ""}
+
+        if self._closed:
+            return err(NOT_COORDINATOR)
+        if not group_id:
+            return err(INVALID_GROUP_ID)
+        if not (
+            self._cfg("group.min.session.timeout.ms", 6000)
+            <= session_timeout_ms
+            <= self._cfg("group.max.session.timeout.ms", 1800000)
+        ):
+            return err(INVALID_SESSION_TIMEOUT)
+        g = self.group(group_id, create=not member_id)
+        if g is None:
+            return err(UNKNOWN_MEMBER_ID)
+        if not g.supports(protocol_type, protocols):
+            return err(INCONSISTENT_GROUP_PROTOCOL)
+        if member_id and member_id not in g.members and member_id not in g.pending:
+            return err(UNKNOWN_MEMBER_ID)
+        if not member_id:
+            if len(g.members) + len(g.pending) >= self._cfg("group.max.size", 2**31 - 1):
+                return err(GROUP_MAX_SIZE_REACHED)
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            if require_known_member_id and group_instance_id is None:
+                g.pending[member_id] = self.loop.call_later(
+                    session_timeout_ms / 1000, self._pending_expired, g, member_id
+                )
+                return err(MEMBER_ID_REQUIRED, member_id)
+        handle = g.pending.pop(member_id, None)
+        if handle is not None:
+            handle.cancel()
+        m = g.members.get(member_id)
+        if m is None:
+            m = Member(
+                member_id,
+                group_instance_id,
+                client_id,
+                client_host,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                protocol_type,
+                protocols,
+            )
+            if not g.members:
+                g.protocol_type = protocol_type
+            g.members[member_id] = m
+            if g.leader is None:
+                g.leader = member_id
+            changed = True
+        else:
+            changed = m.protocols != protocols
+            m.protocols = protocols
+            m.session_timeout_ms = session_timeout_ms
+            m.rebalance_timeout_ms = rebalance_timeout_ms
+        if m.join_future is not None and not m.join_future.done():
+            m.join_future.set_result({"error_code": UNKNOWN_MEMBER_ID})  # superseded
+        if g.state == STABLE and not changed and member_id != g.leader:
+            self._arm_session(g, m)
+            return {
+                "error_code": NONE,
+                "generation_id": g.generation,
+                "protocol_type": g.protocol_type,
+                "protocol_name": g.protocol,
+                "leader": g.leader,
+                "member_id": member_id,
+                "members": [],
+            }
+        fut: asyncio.Future = self.loop.create_future()
+        m.join_future = fut
+        self._arm_session(g, m)
+        if g.state != PREPARING:
+            self._prepare_rebalance(g)
+        self._maybe_complete_join(g)
+        return await fut
+
+    def _pending_expired(self, g: Group, member_id: str) -> None:
+        if g.pending.pop(member_id, None) is not None and g.state == PREPARING:
+            self._maybe_complete_join(g)
+
+    # -- SyncGroup -------------------------------------------------------------------------
+    async def sync(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        assignments: dict[str, bytes],
+    ) -> dict[str, Any]:
+        if self._closed:
+            return {"error_code": NOT_COORDINATOR}
+        g = self.group(group_id)
+        if g is None or member_id not in g.members:
+            return {"error_code": UNKNOWN_MEMBER_ID}
+        if generation != g.generation:
+            return {"error_code": ILLEGAL_GENERATION}
+        m = g.members[member_id]
+        ok = {"error_code": NONE, "protocol_type": g.protocol_type, "protocol_name": g.protocol}
+        if g.state == PREPARING:
+            return {"error_code": REBALANCE_IN_PROGRESS}
+        if g.state == STABLE:
+            self._arm_session(g, m)
+            return {**ok, "assignment": m.assignment}
+        if g.state != COMPLETING:
+            return {"error_code": UNKNOWN_MEMBER_ID}
+        fut: asyncio.Future = self.loop.create_future()
+        if m.sync_future is not None and not m.sync_future.done():
+            m.sync_future.set_result({"error_code": REBALANCE_IN_PROGRESS})
+        m.sync_future = fut
+        self._arm_session(g, m)
+        if member_id == g.leader:
+            for mm in g.members.values():
+                mm.assignment = assignments.get(mm.member_id, b"")
+            g.state = STABLE
+            log.info("group %s: stable at generation %d", g.group_id, g.generation)
+            self._persist_group(g)
+            for mm in g.members.values():
+                if mm.sync_future is not None and not mm.sync_future.done():
+                    mm.sync_future.set_result({**ok, "assignment": mm.assignment})
+                self._arm_session(g, mm)
+        return await fut
+
+    # -- Heartbeat / LeaveGroup ------------------------------------------------------------
+    def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
+        g = self.group(group_id)
+        if g is None or member_id not in g.members:
+            return UNKNOWN_MEMBER_ID
+        m = g.members[member_id]
+        if g.state == EMPTY:
+            return UNKNOWN_MEMBER_ID
+        if g.state == PREPARING:
+            self._arm_session(g, m)
+            return REBALANCE_IN_PROGRESS
+        if generation != g.generation:
+            return ILLEGAL_GENERATION
+        self._arm_session(g, m)
+        return NONE
+
+    def leave(self, group_id: str, member_id: str) -> int:
+        g = self.group(group_id)
+        if g is None:
+            return UNKNOWN_MEMBER_ID
+        handle = g.pending.pop(member_id, None)
+        if handle is not None:
+            handle.cancel()
+            self._maybe_complete_join(g)
+            return NONE
+        m = g.members.get(member_id)
+        if m is None:
+            return UNKNOWN_MEMBER_ID
+        log.info("group %s: member %s left", group_id, member_id)
+        self._remove_member(g, m)
+        return NONE
+
+    # -- offsets ---------------------------------------------------------------------------
+    def commit_check(self, group_id: str, generation: int, member_id: str) -> int:
+        g = self.group(group_id)
+        if generation < 0 and (g is None or g.state == EMPTY):
+            return NONE
+        if g is None or member_id not in g.members:
+            return UNKNOWN_MEMBER_ID
+        if g.state == COMPLETING:
+            return REBALANCE_IN_PROGRESS
+        if generation != g.generation:
+            return ILLEGAL_GENERATION
+        self._arm_session(g, g.members[member_id])
+        return NONE
+
+    async def commit(
+        self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata]
+    ) -> None:
+        if not offsets:
+            return
+        items = [
+            (rec.offset_key(group_id, t, p), rec.offset_value(om)) for (t, p), om in offsets.items()
+        ]
+        async with self._write_lock:
+            await asyncio.to_thread(self._append, group_id, items)
+        g = self.group(group_id, create=True)
+        assert g is not None
+        g.offsets.update(offsets)
+
+    def fetch_offsets(
+        self, group_id: str, wanted: list[tuple[str, list[int]]] | None
+    ) -> dict[str, list[tuple[int, OffsetAndMetadata | None]]]:
+        g = self.group(group_id)
+        offsets = g.offsets if g is not None else {}
+        out: dict[str, list[tuple[int, OffsetAndMetadata | None]]] = {}
+        if wanted is None:
+            for (t, p), om in sorted(offsets.items()):
+                out.setdefault(t, []).append((p, om))
+            return out
+        for t, parts in wanted:
+            lst = out.setdefault(t, [])
+            for p in parts:
+                lst.append((p, offsets.get((t, p))))
+        return out
+
+    async def delete_group(self, group_id: str) -> None:
+        """Tombstone an empty group's committed offsets and forget it."""
+        g = self.groups.get(group_id)
+        if g is None:
+            return
+        items: list[tuple[bytes, bytes | None]] = [
+            (rec.offset_key(group_id, t, p), None) for (t, p) in g.offsets
+        ]
+        items.append((rec.group_key(group_id), None))
+        async with self._write_lock:
+            await asyncio.to_thread(self._append, group_id, items)
+        self.groups.pop(group_id, None)

@@ -1,0 +1,376 @@
+"""Group API handlers: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup
+(13), SyncGroup (14), DescribeGroups (15), ListGroups (16), OffsetCommit (8),
+OffsetFetch (9), DeleteGroups (42). One :class:`GroupCoordinator` per broker, created
+on first use and kept in ``state.extra``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kompakt.broker.coordinator.group import (
+    COORDINATOR_NOT_AVAILABLE,
+    DEAD,
+    EMPTY,
+    GROUP_ID_NOT_FOUND,
+    INVALID_GROUP_ID,
+    MAX_METADATA,
+    NON_EMPTY_GROUP,
+    NONE,
+    OFFSET_METADATA_TOO_LARGE,
+    UNKNOWN_MEMBER_ID,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    GroupCoordinator,
+)
+from kompakt.broker.coordinator.records import OffsetAndMetadata
+from kompakt.broker.handlers.common import error_of
+from kompakt.broker.protocol import ZERO_UUID, ms
+from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.state import RequestContext
+
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+ADD_PARTITIONS_TO_TXN = 24
+
+_KEY = "group_coordinator"
+
+
+async def coordinator(ctx: RequestContext) -> GroupCoordinator:
+    gc = ctx.state.extra.get(_KEY)
+    if gc is None:
+        gc = ctx.state.extra[_KEY] = GroupCoordinator(ctx.state)
+    await gc.ensure_loaded()
+    return gc
+
+
+def _host(ctx: RequestContext) -> str:
+    peer = ctx.peer or ""
+    return "/" + peer.rsplit(":", 1)[0] if peer else ""
+
+
+# -- FindCoordinator ---------------------------------------------------------------------
+
+
+async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    key_type = int(getattr(req, "key_type", 0))
+    ok = key_type == 0 or (key_type == 1 and ADD_PARTITIONS_TO_TXN in ctx.state.registry)
+    if key_type == 0:
+        await coordinator(ctx)  # creates __consumer_offsets, loads offsets
+    ep = ctx.state.broker_endpoint()
+
+    def one(key: str) -> dict[str, Any]:
+        if not ok:
+            return {
+                "key": key,
+                "error_code": COORDINATOR_NOT_AVAILABLE,
+                "error_message": "no coordinator for this key type",
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+            }
+        return {
+            "key": key,
+            "error_code": NONE,
+            "error_message": None,
+            "node_id": ep["node_id"],
+            "host": ep["host"],
+            "port": ep["port"],
+        }
+
+    if ctx.api_version >= 4:
+        return {"throttle_time": 0, "coordinators": [one(k) for k in req.coordinator_keys]}
+    return {"throttle_time": 0, **one(req.key)}
+
+
+# -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup --------------------------------------
+
+
+async def handle_join_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    gc = await coordinator(ctx)
+    session = ms(req.session_timeout)
+    rebalance = ms(getattr(req, "rebalance_timeout", req.session_timeout))
+    resp = await gc.join(
+        req.group_id,
+        req.member_id or "",
+        getattr(req, "group_instance_id", None),
+        ctx.client_id or "",
+        _host(ctx),
+        session,
+        rebalance,
+        req.protocol_type,
+        [(p.name, bytes(p.metadata)) for p in req.protocols],
+        require_known_member_id=ctx.api_version >= 4,
+    )
+    resp.setdefault("generation_id", -1)
+    resp.setdefault("leader", "")
+    resp.setdefault("member_id", req.member_id or "")
+    resp.setdefault("protocol_type", None)
+    resp.setdefault("protocol_name", None if ctx.api_version >= 7 else "")
+    if resp.get("protocol_name") is None and ctx.api_version < 7:
+        resp["protocol_name"] = ""
+    resp["throttle_time"] = 0
+    return resp
+
+
+async def handle_sync_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    gc = await coordinator(ctx)
+    resp = await gc.sync(
+        req.group_id,
+        req.generation_id,
+        req.member_id,
+        {a.member_id: bytes(a.assignment) for a in req.assignments},
+    )
+    resp.setdefault("assignment", b"")
+    resp["throttle_time"] = 0
+    return resp
+
+
+async def handle_heartbeat(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    gc = await coordinator(ctx)
+    return {
+        "throttle_time": 0,
+        "error_code": gc.heartbeat(req.group_id, req.generation_id, req.member_id),
+    }
+
+
+async def handle_leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    gc = await coordinator(ctx)
+    if ctx.api_version < 3:
+        return {"throttle_time": 0, "error_code": gc.leave(req.group_id, req.member_id)}
+    if gc.group(req.group_id) is None:
+        return {"throttle_time": 0, "error_code": UNKNOWN_MEMBER_ID, "members": []}
+    members = [
+        {
+            "member_id": m.member_id,
+            "group_instance_id": m.group_instance_id,
+            "error_code": gc.leave(req.group_id, m.member_id),
+        }
+        for m in req.members
+    ]
+    return {"throttle_time": 0, "error_code": NONE, "members": members}
+
+
+# -- OffsetCommit / OffsetFetch ----------------------------------------------------------
+
+
+def _topic_name(ctx: RequestContext, t: Any) -> str | None:
+    name = getattr(t, "name", None)
+    if name:
+        return name
+    tid = getattr(t, "topic_id", None)
+    if tid is not None and tid != ZERO_UUID:
+        return ctx.state.topic_by_id(tid)
+    return None
+
+
+async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    gc = await coordinator(ctx)
+    group_error = (
+        INVALID_GROUP_ID
+        if not req.group_id
+        else gc.commit_check(req.group_id, req.generation_id_or_member_epoch, req.member_id)
+    )
+    now = int(time.time() * 1000)
+    to_commit: dict[tuple[str, int], OffsetAndMetadata] = {}
+    topics = []
+    for t in req.topics:
+        name = _topic_name(ctx, t)
+        nparts = ctx.logs.partition_count(name) if name and ctx.logs.has_topic(name) else 0
+        parts = []
+        for p in t.partitions:
+            code = group_error
+            if code == NONE:
+                if p.partition_index < 0 or p.partition_index >= nparts:
+                    code = UNKNOWN_TOPIC_OR_PARTITION
+                elif p.committed_metadata is not None and len(p.committed_metadata) > MAX_METADATA:
+                    code = OFFSET_METADATA_TOO_LARGE
+                else:
+                    assert name is not None
+                    to_commit[(name, p.partition_index)] = OffsetAndMetadata(
+                        p.committed_offset,
+                        int(getattr(p, "committed_leader_epoch", -1)),
+                        p.committed_metadata or "",
+                        now,
+                    )
+            parts.append({"partition_index": p.partition_index, "error_code": code})
+        topics.append(
+            {
+                "name": name or getattr(t, "name", ""),
+                "topic_id": getattr(t, "topic_id", None),
+                "partitions": parts,
+            }
+        )
+    if to_commit:
+        try:
+            await gc.commit(req.group_id, to_commit)
+        except Exception as exc:  # the offsets topic cannot be written
+            code, _msg = error_of(exc)
+            if code in (NONE, -1):
+                code = COORDINATOR_NOT_AVAILABLE
+            for t in topics:
+                for p in t["partitions"]:
+                    if p["error_code"] == NONE:
+                        p["error_code"] = code
+    return {"throttle_time": 0, "topics": topics}
+
+
+def _fetch_group(
+    ctx: RequestContext, gc: GroupCoordinator, group_id: str, topics: Any
+) -> list[dict[str, Any]]:
+    wanted = None
+    ids: dict[str, Any] = {}
+    if topics is not None:
+        wanted = []
+        for t in topics:
+            name = _topic_name(ctx, t) or getattr(t, "name", "") or ""
+            ids[name] = getattr(t, "topic_id", None)
+            wanted.append((name, list(t.partition_indexes)))
+    out = []
+    for name, parts in gc.fetch_offsets(group_id, wanted).items():
+        tid = ids.get(name)
+        if tid is None and ctx.logs.has_topic(name):
+            tid = ctx.state.topic_id(name)
+        out.append(
+            {
+                "name": name,
+                "topic_id": tid or ZERO_UUID,
+                "partitions": [
+                    {
+                        "partition_index": p,
+                        "committed_offset": om.offset if om else -1,
+                        "committed_leader_epoch": om.leader_epoch if om else -1,
+                        "metadata": om.metadata if om else "",
+                        "error_code": NONE,
+                    }
+                    for p, om in parts
+                ],
+            }
+        )
+    return out
+
+
+async def handle_offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    gc = await coordinator(ctx)
+    if ctx.api_version >= 8:
+        groups = [
+            {
+                "group_id": g.group_id,
+                "topics": _fetch_group(ctx, gc, g.group_id, g.topics),
+                "error_code": NONE,
+            }
+            for g in req.groups
+        ]
+        return {"throttle_time": 0, "groups": groups}
+    return {
+        "throttle_time": 0,
+        "topics": _fetch_group(ctx, gc, req.group_id, req.topics),
+        "error_code": NONE,
+    }
+
+
+# -- ListGroups / DescribeGroups / DeleteGroups ------------------------------------------
+
+
+async def handle_list_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    gc = await coordinator(ctx)
+    states = {s.lower() for s in getattr(req, "states_filter", ()) or ()}
+    types = {s.lower() for s in getattr(req, "types_filter", ()) or ()}
+    groups = []
+    for g in list(gc.groups.values()):
+        if g.state == DEAD:
+            continue
+        if states and g.state.lower() not in states:
+            continue
+        if types and "classic" not in types:
+            continue
+        groups.append(
+            {
+                "group_id": g.group_id,
+                "protocol_type": g.protocol_type or "",
+                "group_state": g.state,
+                "group_type": "classic",
+            }
+        )
+    return {"throttle_time": 0, "error_code": NONE, "groups": groups}
+
+
+async def handle_describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    gc = await coordinator(ctx)
+    out = []
+    for gid in req.groups:
+        g = gc.group(gid)
+        if g is None:
+            out.append(
+                {
+                    "error_code": GROUP_ID_NOT_FOUND if ctx.api_version >= 6 else NONE,
+                    "error_message": None,
+                    "group_id": gid,
+                    "group_state": DEAD,
+                    "protocol_type": "",
+                    "protocol_data": "",
+                    "members": [],
+                    "authorized_operations": -(2**31),
+                }
+            )
+            continue
+        stable = g.state == "Stable"
+        out.append(
+            {
+                "error_code": NONE,
+                "error_message": None,
+                "group_id": gid,
+                "group_state": g.state,
+                "protocol_type": g.protocol_type or "",
+                "protocol_data": (g.protocol or "") if stable else "",
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": m.metadata_for(g.protocol) if stable else b"",
+                        "member_assignment": m.assignment if stable else b"",
+                    }
+                    for m in g.members.values()
+                ],
+                "authorized_operations": -(2**31),
+            }
+        )
+    return {"throttle_time": 0, "groups": out}
+
+
+async def handle_delete_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    gc = await coordinator(ctx)
+    results = []
+    for gid in req.groups_names:
+        g = gc.group(gid)
+        if g is None:
+            code = GROUP_ID_NOT_FOUND
+        elif g.state != EMPTY:
+            code = NON_EMPTY_GROUP
+        else:
+            await gc.delete_group(gid)
+            code = NONE
+        results.append({"group_id": gid, "error_code": code})
+    return {"throttle_time": 0, "results": results}
+
+
+def register(registry: ApiRegistry) -> None:
+    registry.register(FIND_COORDINATOR, 0, 6, handle_find_coordinator)
+    registry.register(JOIN_GROUP, 0, 9, handle_join_group)
+    registry.register(SYNC_GROUP, 0, 5, handle_sync_group)
+    registry.register(HEARTBEAT, 0, 4, handle_heartbeat)
+    registry.register(LEAVE_GROUP, 0, 5, handle_leave_group)
+    registry.register(OFFSET_COMMIT, 2, 10, handle_offset_commit)
+    registry.register(OFFSET_FETCH, 1, 10, handle_offset_fetch)
+    registry.register(LIST_GROUPS, 0, 5, handle_list_groups)
+    registry.register(DESCRIBE_GROUPS, 0, 6, handle_describe_groups)
+    registry.register(DELETE_GROUPS, 0, 2, handle_delete_groups)
