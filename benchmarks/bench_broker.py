@@ -1,0 +1,331 @@
+"""Broker produce/consume throughput against a loopback TCP ceiling, and produce latency
+while a compaction runs.
+
+Starts a broker in this process (``start_test_broker``), then prints:
+
+* produce MB/s and records/s (confluent-kafka ``Producer``, linger.ms=5, batch.size=1 MiB)
+  for 100-byte and 1 KiB values, with acks=1 and acks=all;
+* consume MB/s from the beginning (confluent ``Consumer`` with ``assign``, no group);
+* the same payload bytes through a bare loopback TCP socket (a server thread that reads
+  and discards) as the ceiling, and each figure's ratio to it;
+* produce p50/p99 delivery latency (acks=1, paced) with no compaction, and while
+  ``POST /v1/compact`` cleans a ~50 MB compacted topic full of duplicate keys.
+
+The broker's background cleaner is off by default (``--background-cleaner`` turns it on)
+so that the compaction measured is the one the admin POST starts, not one that already
+happened while the topic was filled. MB are 10^6 bytes of record values (payload).
+Run: ``.venv/bin/python benchmarks/bench_broker.py [--scale 0.25]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import urllib.request
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kompakt.broker.app import start_test_broker
+
+CHUNK = 1 << 20
+
+
+def create_topic(bootstrap: str, name: str, config: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    fut = admin.create_topics([NewTopic(name, 1, 1, config=config or {})])[name]
+    fut.result(30)
+
+
+def producer(bootstrap: str, acks: str, linger_ms: int = 5) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": acks,
+            "linger.ms": linger_ms,
+            "batch.size": 1 << 20,
+            "message.max.bytes": 4 << 20,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1 << 20,
+            "compression.type": "none",
+            "enable.idempotence": False,
+        }
+    )
+
+
+def produce_all(p: Producer, topic: str, value: bytes, n: int, key_mod: int = 0) -> None:
+    errors = []
+
+    def on_err(err, _msg) -> None:
+        if err is not None:
+            errors.append(err)
+
+    for i in range(n):
+        key = b"key-%08d" % (i % key_mod) if key_mod else None
+        while True:
+            try:
+                p.produce(topic, value, key, on_delivery=on_err)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 1000 == 0:
+            p.poll(0)
+    left = p.flush(120)
+    if left or errors:
+        raise RuntimeError(f"{left} undelivered, errors: {errors[:3]}")
+
+
+def bench_produce(bootstrap: str, topic: str, size: int, n: int, acks: str) -> float:
+    create_topic(bootstrap, topic)
+    p = producer(bootstrap, acks)
+    produce_all(p, topic, b"p" * 10, 10)  # connect and fetch metadata before timing
+    t0 = time.perf_counter()
+    produce_all(p, topic, b"x" * size, n)
+    return time.perf_counter() - t0
+
+
+def bench_consume(bootstrap: str, topic: str, n: int) -> tuple[float, int]:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-unused",  # required by the client; assign() joins no group
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 << 20,
+            "max.partition.fetch.bytes": 16 << 20,
+        }
+    )
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got = nbytes = 0
+    t0 = None  # the clock starts at the first fetched message (after connect/metadata)
+    deadline = time.perf_counter() + 300
+    while got < n and time.perf_counter() < deadline:
+        for m in c.consume(10_000, 1.0):
+            if m.error():
+                continue
+            if t0 is None:
+                t0 = time.perf_counter()
+                continue
+            got += 1
+            nbytes += len(m.value() or b"")
+        if got == n - 1:
+            break
+    dt = time.perf_counter() - (t0 or 0.0)
+    c.close()
+    if got < n - 1:
+        raise RuntimeError(f"consumed {got + 1} of {n} from {topic}")
+    return dt, nbytes
+
+
+def bench_tcp(total: int) -> float:
+    """Seconds to push ``total`` bytes through loopback TCP to a read-and-discard thread."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def sink() -> None:
+        conn, _ = srv.accept()
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        while conn.recv_into(view):
+            pass
+        conn.close()
+
+    t = threading.Thread(target=sink, daemon=True)
+    t.start()
+    cli = socket.create_connection(("127.0.0.1", port))
+    data = b"x" * CHUNK
+    t0 = time.perf_counter()
+    left = total
+    while left > 0:
+        k = min(left, CHUNK)
+        cli.sendall(data[:k] if k < CHUNK else data)
+        left -= k
+    cli.shutdown(socket.SHUT_WR)
+    t.join()
+    dt = time.perf_counter() - t0
+    cli.close()
+    srv.close()
+    return dt
+
+
+class LatencyProbe:
+    """Paced acks=1 produces; per-message delivery-callback latency in ms."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: int, linger_ms: int):
+        self.p = producer(bootstrap, "1", linger_ms)
+        self.topic = topic
+        self.rate = rate
+        self.value = b"l" * 100
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll, daemon=True)
+        self._poller.start()
+        produce_all(self.p, topic, b"warm", 100)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.p.poll(0.05)
+
+    def run(self, until) -> list[float]:
+        """Produce until ``until()`` is true; returns the latencies of those messages."""
+        lat: list[float] = []
+
+        def done(t0: float, err, _msg) -> None:
+            if err is None:
+                lat.append((time.perf_counter() - t0) * 1000)
+
+        start = time.perf_counter()
+        i = 0
+        while not until():
+            now = time.perf_counter()
+            due = start + i / self.rate
+            if now < due:
+                time.sleep(min(due - now, 0.002))
+                continue
+            try:
+                self.p.produce(self.topic, self.value, on_delivery=functools.partial(done, now))
+                i += 1
+            except BufferError:
+                time.sleep(0.001)
+        self.p.flush(60)
+        return lat
+
+    def close(self) -> None:
+        self._stop.set()
+        self._poller.join()
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of the record counts")
+    ap.add_argument("--small", type=int, default=200_000, help="records of 100 B")
+    ap.add_argument("--large", type=int, default=50_000, help="records of 1 KiB")
+    ap.add_argument("--compact-mb", type=float, default=50.0, help="compacted topic size")
+    ap.add_argument("--compact-keys", type=int, default=2_000, help="distinct keys in it")
+    ap.add_argument("--rate", type=int, default=1_000, help="latency probe msgs/s")
+    ap.add_argument("--latency-linger-ms", type=int, default=5)
+    ap.add_argument("--baseline-seconds", type=float, default=5.0)
+    ap.add_argument("--background-cleaner", action="store_true")
+    args = ap.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="kompakt-bench-broker-")
+    overrides = {"kompakt.cleaner.engine": "local", "log.cleaner.backoff.ms": "200"}
+    if not args.background_cleaner:
+        overrides["log.cleaner.enable"] = "false"
+    b = start_test_broker(tmp, **overrides)
+    try:
+        run(b, args)
+    finally:
+        b.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(b, args: argparse.Namespace) -> None:
+    bs = b.bootstrap
+    rows = []
+    consumed = []
+    for size, n0 in ((100, args.small), (1024, args.large)):
+        n = max(1000, int(n0 * args.scale))
+        for acks in ("1", "all"):
+            topic = f"tp-{size}-{acks}"
+            dt = bench_produce(bs, topic, size, n, acks)
+            rows.append((f"produce {size} B acks={acks}", n, n * size, dt))
+            if acks == "1":
+                consumed.append((size, n, topic))
+    for size, n, topic in consumed:
+        dt, nbytes = bench_consume(bs, topic, n)
+        rows.append((f"consume {size} B (assign)", n - 1, nbytes, dt))
+
+    print(f"broker {bs}, payload MB = 10^6 bytes of values; ceiling = loopback TCP, same bytes")
+    hdr = (
+        f"{'case':28} {'records':>9} {'MB':>7} {'MB/s':>8} {'rec/s':>10} "
+        f"{'TCP MB/s':>9} {'x TCP':>7}"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    for name, n, nbytes, dt in rows:
+        ceiling = nbytes / 1e6 / bench_tcp(nbytes)
+        mbs = nbytes / 1e6 / dt
+        print(
+            f"{name:28} {n:>9} {nbytes / 1e6:>7.1f} {mbs:>8.1f} {n / dt:>10.0f} "
+            f"{ceiling:>9.0f} {mbs / ceiling:>7.3f}"
+        )
+
+    # -- latency while compacting ------------------------------------------------------
+    ct = "compacted"
+    create_topic(
+        bs,
+        ct,
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": "1048576",
+            "min.cleanable.dirty.ratio": "0.01",
+        },
+    )
+    vsize = 1000
+    nfill = max(1000, int(args.compact_mb * 1e6 * args.scale / vsize))
+    t0 = time.perf_counter()
+    produce_all(producer(bs, "1"), ct, b"c" * vsize, nfill, key_mod=args.compact_keys)
+    fill_s = time.perf_counter() - t0
+
+    lt = "latency"
+    create_topic(bs, lt)
+    probe = LatencyProbe(bs, lt, args.rate, args.latency_linger_ms)
+    t_end = time.perf_counter() + args.baseline_seconds
+    base = probe.run(lambda: time.perf_counter() >= t_end)
+
+    result: dict = {}
+
+    def compact() -> None:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{b.admin_port}/v1/compact",
+            data=json.dumps({"topic": ct}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        t = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=600) as resp:
+            result["body"] = json.loads(resp.read())
+        result["seconds"] = time.perf_counter() - t
+
+    th = threading.Thread(target=compact, daemon=True)
+    th.start()
+    during = probe.run(lambda: not th.is_alive())
+    th.join()
+    probe.close()
+
+    res = (result.get("body") or {}).get("results") or [{}]
+    r0 = res[0]
+    print()
+    print(
+        f"compacted topic: {nfill} x {vsize} B records, {args.compact_keys} keys "
+        f"({nfill * vsize / 1e6:.0f} MB, filled in {fill_s:.1f} s); "
+        f"POST /v1/compact took {result.get('seconds', float('nan')):.2f} s"
+    )
+    keys = ("status", "records_read", "records_written", "bytes_read", "bytes_written")
+    print("compact result:", {k: r0[k] for k in keys if k in r0})
+    print(
+        f"latency probe: acks=1, 100 B values, {args.rate} msg/s, "
+        f"linger.ms={args.latency_linger_ms}, delivery-callback latency"
+    )
+    hdr = f"{'produce latency':28} {'msgs':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+    print(hdr)
+    print("-" * len(hdr))
+    for name, xs in (("no compaction", base), ("during compaction", during)):
+        print(
+            f"{name:28} {len(xs):>7} {pct(xs, 0.5):>8.2f} {pct(xs, 0.99):>8.2f} "
+            f"{max(xs, default=float('nan')):>8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
