@@ -1,0 +1,341 @@
+"""Spark compaction engine against the in-process engine and ``cp``, and the
+"more keys than the offset map" case.
+
+Builds a data dir (one compacted partition, segment.bytes=64 MiB, batches of 1000
+records with 100-byte values, rolled so nothing is in the active segment), then cleans
+copies of it with (a) the Spark engine on ``local[2]`` (JVM start and a tiny warm-up
+clean timed separately), (b) the in-process ``LocalEngine`` (128 MiB dedupe buffer),
+and (c) ``cp`` of the same segment bytes. Prints MB/s (segment bytes read), ratios, and
+memory: this process's peak RSS (``ru_maxrss``; the Spark driver's Python side), the
+JVM's used heap (``totalMemory - freeMemory``, sampled; in local mode the executor is
+the driver JVM), the JVM process RSS and the summed PSS of the PySpark Python workers
+(``/proc`` scan, sampled in a thread).
+
+Then, on K distinct keys (one record each), a ``LocalEngine`` with a 1 MiB dedupe
+buffer (~39k keys) needs several partial passes, while the Spark engine cleans the
+whole dirty range in one pass.
+Run: ``.venv/bin/python benchmarks/bench_spark.py [--keys N --updates U --distinct D]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from kompakt.cleaner import Cleaner, LocalEngine
+from kompakt.log.manager import LogManager
+from kompakt.record.batch import build_simple_batch
+
+TOPIC = "bench"
+VALUE = b"v" * 100
+BATCH = 1000
+MASTER = "local[2]"
+
+
+def build(data_dir: Path, keys: int, updates: int) -> tuple[int, int]:
+    """K keys x U updates (round-robin) into one rolled partition; (records, bytes)."""
+    now_ms = int(time.time() * 1000)
+    records = keys * updates
+    with LogManager(data_dir) as m:
+        m.create_topic(TOPIC, 1, {"cleanup.policy": "compact", "segment.bytes": str(64 << 20)})
+        plog = m.get_log(TOPIC, 0)
+        for start in range(0, records, BATCH):
+            items = [
+                (b"key-%010d" % (i % keys), VALUE)
+                for i in range(start, min(records, start + BATCH))
+            ]
+            plog.append(build_simple_batch(items, timestamp=now_ms))
+        plog.roll()
+        plog.flush()
+        nbytes = sum(s.size for s in plog.segments_snapshot())
+    return records, nbytes
+
+
+def copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    (dst / ".lock").unlink(missing_ok=True)
+    return dst
+
+
+def cp_seconds(data_dir: Path, scratch: Path) -> float:
+    files = sorted(p for p in data_dir.rglob("*.log") if p.stat().st_size)
+    t0 = time.perf_counter()
+    for f in files:
+        shutil.copyfile(f, scratch)
+        os.unlink(scratch)
+    return time.perf_counter() - t0
+
+
+# -- memory sampling ----------------------------------------------------------------------
+def _status_kb(pid: int | str, field: str = "VmRSS:") -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _pss_bytes(pid: int) -> int:
+    """Proportional set size (shared pages split between sharers); RSS if unavailable."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return _status_kb(pid) * 1024
+
+
+def _procs() -> list[tuple[int, int, str]]:
+    """(pid, ppid, cmdline) of every process we can read."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        out.append((int(d), ppid, cmd))
+    return out
+
+
+class MemSampler(threading.Thread):
+    """Peaks of: own RSS, JVM used heap, JVM RSS, summed PySpark worker RSS (bytes)."""
+
+    def __init__(self, spark=None, interval: float = 0.1):
+        super().__init__(daemon=True)
+        self.spark = spark
+        self.interval = interval
+        self.peak = {"self_rss": 0, "jvm_heap_used": 0, "jvm_rss": 0, "py_workers_rss": 0}
+        self.max_workers = 0
+        self._done = threading.Event()
+        self._rt = spark.sparkContext._jvm.java.lang.Runtime.getRuntime() if spark else None
+
+    def sample(self) -> None:
+        me = os.getpid()
+        pk = self.peak
+        pk["self_rss"] = max(pk["self_rss"], _status_kb(me) * 1024)
+        if self._rt is None:
+            return
+        try:
+            used = self._rt.totalMemory() - self._rt.freeMemory()
+            pk["jvm_heap_used"] = max(pk["jvm_heap_used"], int(used))
+        except Exception:
+            pass
+        procs = _procs()
+        jvm = [p for p, pp, cmd in procs if pp == me and "java" in cmd.split(" ", 1)[0]]
+        pk["jvm_rss"] = max(pk["jvm_rss"], sum(_status_kb(p) * 1024 for p in jvm))
+        # pyspark.daemon and the workers it forks: python executables running pyspark
+        # modules; forked workers share pages, so sum PSS rather than RSS
+        workers = [
+            p
+            for p, _pp, cmd in procs
+            if p != me
+            and "python" in os.path.basename(cmd.split(" ", 1)[0])
+            and " -m pyspark." in cmd
+        ]
+        self.max_workers = max(self.max_workers, len(workers))
+        pss = sum(_pss_bytes(p) for p in workers)
+        pk["py_workers_rss"] = max(pk["py_workers_rss"], pss)
+
+    def run(self) -> None:
+        while not self._done.wait(self.interval):
+            self.sample()
+
+    def stop(self) -> dict[str, int]:
+        self._done.set()
+        self.join()
+        self.sample()
+        return self.peak
+
+
+def maxrss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# -- engines ------------------------------------------------------------------------------
+def spark_engine():
+    from kompakt.pipeline.engine import SparkEngine
+
+    return SparkEngine({"kompakt.spark.master": MASTER})
+
+
+def clean_once(data_dir: Path, engine, spark=None):
+    """One clean_partition; (stats, seconds, memory peaks)."""
+    with LogManager(data_dir) as m:
+        cleaner = Cleaner(m, engine=engine)
+        plog = m.get_log(TOPIC, 0)
+        sampler = MemSampler(spark)
+        sampler.start()
+        t0 = time.perf_counter()
+        stats = cleaner.clean_partition(plog)
+        dt = time.perf_counter() - t0
+        peaks = dict(sampler.stop(), max_workers=sampler.max_workers)
+        return stats, dt, peaks
+
+
+def clean_until_done(data_dir: Path, engine) -> tuple[list, float]:
+    """clean_partition until a pass is not partial; (all stats, seconds)."""
+    out = []
+    with LogManager(data_dir) as m:
+        cleaner = Cleaner(m, engine=engine)
+        plog = m.get_log(TOPIC, 0)
+        t0 = time.perf_counter()
+        while True:
+            stats = cleaner.clean_partition(plog)
+            if stats is None:
+                break
+            out.append(stats)
+            if not stats.partial or len(out) > 10_000:
+                break
+        return out, time.perf_counter() - t0
+
+
+def fmt_mb(b: int) -> str:
+    return f"{b / 2**20:,.0f} MiB"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--keys", type=int, default=200_000)
+    ap.add_argument("--updates", type=int, default=10)
+    ap.add_argument("--distinct", type=int, default=1_000_000, help="keys in the big-key case")
+    ap.add_argument("--small-buffer", type=int, default=1 << 20, help="LocalEngine bytes there")
+    ap.add_argument("--shuffle-partitions", type=int, default=4)
+    ap.add_argument("--skip-distinct", action="store_true")
+    args = ap.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="kompakt-bench-spark-"))
+    try:
+        run(root, args)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run(root: Path, args: argparse.Namespace) -> None:
+    from kompakt import pipeline
+
+    # -- JVM start and warm-up, timed apart ---------------------------------------------
+    t0 = time.perf_counter()
+    spark = pipeline.session(
+        {
+            "kompakt.spark.master": MASTER,
+            "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
+            "spark.ui.showConsoleProgress": "false",
+        }
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    jvm_start = time.perf_counter() - t0
+    build(root / "warm", 100, 3)
+    t0 = time.perf_counter()
+    clean_once(root / "warm", spark_engine())
+    warm_clean = time.perf_counter() - t0
+    build(root / "warm-local", 100, 3)
+    clean_once(root / "warm-local", LocalEngine())  # compile the numba kernels untimed
+    print(f"Spark {MASTER}: session start {jvm_start:.1f} s, warm-up clean {warm_clean:.1f} s")
+
+    # -- K keys x U updates -------------------------------------------------------------
+    t0 = time.perf_counter()
+    records, nbytes = build(root / "src", args.keys, args.updates)
+    print(
+        f"data: {args.keys:,} keys x {args.updates} updates = {records:,} records, "
+        f"{nbytes / 1e6:.1f} MB of segments (built in {time.perf_counter() - t0:.1f} s)"
+    )
+    t_cp = cp_seconds(root / "src", root / "cp.tmp")
+
+    rss_before = maxrss()
+    st_l, t_l, mem_l = clean_once(copy(root / "src", root / "local"), LocalEngine(128 << 20))
+    rss_after_local = maxrss()
+    st_s, t_s, mem_s = clean_once(copy(root / "src", root / "spark"), spark_engine(), spark)
+    rss_after_spark = maxrss()
+    assert st_l is not None and st_s is not None
+    assert st_l.records_written == st_s.records_written == args.keys, (
+        st_l.records_written,
+        st_s.records_written,
+    )
+
+    cp_mbs = nbytes / 1e6 / t_cp
+    hdr = f"{'engine':30} {'seconds':>8} {'MB/s':>8} {'rec/s':>11} {'x cp':>7} {'x local':>8}"
+    print(hdr)
+    print("-" * len(hdr))
+    loc_mbs = nbytes / 1e6 / t_l
+    for name, t in (
+        ("(a) Spark engine, " + MASTER, t_s),
+        ("(b) in-process LocalEngine", t_l),
+        ("(c) cp of the segment bytes", t_cp),
+    ):
+        mbs = nbytes / 1e6 / t
+        print(
+            f"{name:30} {t:>8.2f} {mbs:>8.1f} {records / t:>11,.0f} "
+            f"{mbs / cp_mbs:>7.3f} {mbs / loc_mbs:>8.2f}"
+        )
+    print(
+        f"records written: {st_s.records_written:,} (both engines); "
+        f"passes: spark partial={st_s.partial}, local partial={st_l.partial}"
+    )
+    print("memory:")
+    print(
+        f"  this process peak RSS (ru_maxrss): {fmt_mb(rss_before)} before cleans, "
+        f"{fmt_mb(rss_after_local)} after local, {fmt_mb(rss_after_spark)} after Spark"
+    )
+    print(f"  local clean: sampled peak RSS of this process {fmt_mb(mem_l['self_rss'])}")
+    print(
+        f"  Spark clean: driver Python RSS {fmt_mb(mem_s['self_rss'])}, "
+        f"driver/executor JVM heap used {fmt_mb(mem_s['jvm_heap_used'])} "
+        f"(JVM process RSS {fmt_mb(mem_s['jvm_rss'])}), "
+        f"Python workers PSS {fmt_mb(mem_s['py_workers_rss'])} "
+        f"({mem_s['max_workers']} daemon + forked worker processes at peak)"
+    )
+
+    if args.skip_distinct:
+        return
+    # -- more keys than the map -----------------------------------------------------------
+    t0 = time.perf_counter()
+    drecords, dbytes = build(root / "dsrc", args.distinct, 1)
+    print()
+    print(
+        f"distinct keys: {drecords:,} records, {dbytes / 1e6:.1f} MB "
+        f"(built in {time.perf_counter() - t0:.1f} s)"
+    )
+    small = LocalEngine(args.small_buffer)
+    passes, t_lp = clean_until_done(copy(root / "dsrc", root / "dlocal"), small)
+    st_d, t_sd, mem_d = clean_once(copy(root / "dsrc", root / "dspark"), spark_engine(), spark)
+    assert st_d is not None
+    last = passes[-1] if passes else None
+    print(
+        f"LocalEngine({args.small_buffer:,} B dedupe buffer, max {small.map.max_entries:,} "
+        f"keys): {len(passes)} passes, {t_lp:.2f} s "
+        f"({dbytes / 1e6 / t_lp:.1f} MB/s of the log), "
+        f"last partial={last.partial if last else None}, end_offset={last and last.end_offset:,}"
+    )
+    ends = [s.end_offset for s in passes]
+    shown = ends if len(ends) <= 8 else ends[:4] + ["..."] + ends[-3:]
+    print(f"  end_offset after each pass: {shown}")
+    print(
+        f"Spark engine: 1 pass, {t_sd:.2f} s ({dbytes / 1e6 / t_sd:.1f} MB/s), "
+        f"partial={st_d.partial}, end_offset={st_d.end_offset:,}, "
+        f"first uncleanable offset={st_d.first_uncleanable_offset:,}, "
+        f"one pass covers it: {not st_d.partial and st_d.end_offset == st_d.first_uncleanable_offset}"
+    )
+    print(
+        f"  JVM heap used peak {fmt_mb(mem_d['jvm_heap_used'])}, "
+        f"Python workers PSS {fmt_mb(mem_d['py_workers_rss'])}"
+    )
+
+
+if __name__ == "__main__":
+    main()
