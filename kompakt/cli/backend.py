@@ -20,8 +20,7 @@ from kompakt.errors import InvalidRecordError, KompaktError, UnknownTopicError
 from kompakt.log.config import DYNAMIC_TOPIC_CONFIG
 from kompakt.record import codecs
 from kompakt.record.batch import build_simple_batch
-
-from .partitioner import partition_for_key
+from kompakt.record.partitioner import partition_for_key
 
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 

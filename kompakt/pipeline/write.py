@@ -47,9 +47,9 @@ from kompakt.log.names import validate_topic_name
 from kompakt.pipeline import options as opt
 from kompakt.pipeline.commit import STAGING_DIR, attach_manager, commit_staged, detach_manager
 from kompakt.pipeline.layout import read_topics
-from kompakt.pipeline.murmur2 import partition_for_keys
 from kompakt.record import codecs
 from kompakt.record.batch import HEADER_SIZE, Record, build_batch
+from kompakt.record.partitioner import partition_for_keys
 
 TARGET_BATCH_BYTES = 256 << 10
 

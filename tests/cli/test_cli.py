@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from kompakt.cli.main import app
-from kompakt.cli.partitioner import murmur2, partition_for_key
 from kompakt.log.manager import LogManager
+from kompakt.record.partitioner import murmur2, partition_for_key
 
 runner = CliRunner()
 

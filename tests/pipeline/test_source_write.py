@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kompakt.pipeline.murmur2 import murmur2
 from kompakt.pipeline.write import STAGING_DIR, attach_manager
+from kompakt.record.partitioner import murmur2
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kompakt.pipeline.murmur2 import murmur2, partition_for_keys
+from kompakt.record.partitioner import murmur2, partition_for_keys
 
 # Kafka's UtilsTest.testMurmur2 vectors
 KAFKA_VECTORS = {

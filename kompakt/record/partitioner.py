@@ -1,8 +1,8 @@
-"""Kafka's default partitioner hash (``Utils.murmur2``), vectorised over a key column.
+"""Kafka's default partitioner (``Utils.murmur2``): one key, or a whole key column.
 
-Private to the pipeline until ``kompakt.record.partitioner`` exists: the writer must
-put a key in the partition a Kafka producer would choose,
-``toPositive(murmur2(key)) % numPartitions``. Arithmetic is on 32-bit words, as Java's.
+The CLI's ``produce`` and the Spark writer must put a key in the partition a Kafka
+producer would choose, ``toPositive(murmur2(key)) % numPartitions``. Arithmetic is on
+32-bit words, as Java's; one numba kernel serves both the scalar and the column form.
 """
 
 from __future__ import annotations
@@ -57,6 +57,11 @@ def murmur2(key: bytes) -> int:
     """Java's signed 32-bit ``Utils.murmur2(key)``."""
     h = int(_murmur2_one(np.frombuffer(key, np.uint8), 0, len(key)))
     return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """The partition a Kafka producer's default partitioner picks for ``key``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def murmur2_column(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
