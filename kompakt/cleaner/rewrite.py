@@ -29,7 +29,7 @@ from kompakt.record.batch import (
     Header,
     RecordBatch,
     _assemble,
-    build_batch,
+    build_batch_like,
     build_empty_batch,
     read_header,
 )
@@ -133,19 +133,7 @@ def rebuild_batch(
     h = batch.header
     if h.is_control:
         recs = [r for r, k in zip(batch.records(), keep, strict=True) if k]
-        return build_batch(
-            recs,
-            base_offset=h.base_offset,
-            timestamp_type=h.timestamp_type,
-            producer_id=h.producer_id,
-            producer_epoch=h.producer_epoch,
-            base_sequence=h.base_sequence,
-            transactional=h.is_transactional,
-            control=True,
-            partition_leader_epoch=h.partition_leader_epoch,
-            last_offset=h.last_offset,
-            delete_horizon=horizon,
-        )
+        return build_batch_like(h, recs, delete_horizon=horizon)
     raw = batch.buffer[HEADER_SIZE:]
     payload = codecs.decompress(h.compression, raw) if h.compression else raw
     src = np.frombuffer(payload, np.uint8)

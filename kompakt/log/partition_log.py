@@ -41,11 +41,10 @@ from kompakt.log.segment import (
 )
 from kompakt.record import codecs
 from kompakt.record.batch import (
-    LOG_APPEND_TIME,
     MAGIC,
     Header,
     RecordBatch,
-    build_batch,
+    build_batch_like,
     iter_batches,
     set_base_offset,
     set_log_append_time,
@@ -591,15 +590,4 @@ def _recompress(batch: RecordBatch, codec: int) -> bytes:
     h = batch.header
     if h.compression == codec or h.is_control:
         return bytes(batch.buffer)
-    return build_batch(
-        batch.records(),
-        base_offset=h.base_offset,
-        compression=codec,
-        timestamp_type=LOG_APPEND_TIME if h.attributes & 0x08 else 0,
-        producer_id=h.producer_id,
-        producer_epoch=h.producer_epoch,
-        base_sequence=h.base_sequence,
-        transactional=h.is_transactional,
-        partition_leader_epoch=h.partition_leader_epoch,
-        last_offset=h.last_offset,
-    )
+    return build_batch_like(h, batch.records(), compression=codec)

@@ -17,6 +17,7 @@ import numpy as np
 from kompakt.errors import CorruptRecordError
 from kompakt.record import codecs
 from kompakt.record.batch import HEADER_SIZE, TIMESTAMP_TYPE_BIT, RecordBatch
+from kompakt.record.scan import _varint
 
 
 @dataclass
@@ -44,24 +45,6 @@ class RecordColumns:
 
     def __len__(self) -> int:
         return len(self.offset)
-
-
-@numba.njit(cache=True, nogil=True)
-def _varint(buf, pos, end):
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            return 0, -1
-        b = np.int64(buf[pos])
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if (b & 0x80) == 0:
-            break
-        shift += 7
-        if shift > 63:
-            return 0, -1
-    return (result >> 1) ^ -(result & 1), pos
 
 
 @numba.njit(cache=True, nogil=True)

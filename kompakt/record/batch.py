@@ -407,6 +407,32 @@ def build_batch(
     )
 
 
+def build_batch_like(
+    header: Header,
+    records: Iterable[Record],
+    *,
+    compression: int | None = None,
+    delete_horizon: int | None = None,
+) -> bytes:
+    """Re-encode ``records`` as the batch ``header`` describes: same base offset and
+    ``lastOffset``, timestamp type, producer fields, flags and leader epoch; its own
+    codec unless ``compression`` says otherwise (recompression, the cleaner's rewrite)."""
+    return build_batch(
+        records,
+        base_offset=header.base_offset,
+        compression=header.compression if compression is None else compression,
+        timestamp_type=header.timestamp_type,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        transactional=header.is_transactional,
+        control=header.is_control,
+        partition_leader_epoch=header.partition_leader_epoch,
+        last_offset=header.last_offset,
+        delete_horizon=delete_horizon,
+    )
+
+
 def _assemble(
     base_offset: int,
     partition_leader_epoch: int,
