@@ -7,6 +7,7 @@ Topic configs are dynamic (stored with the topic); broker configs come from
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from kompakt.broker.handlers.common import (
@@ -178,7 +179,11 @@ def _apply(ctx: RequestContext, name: str, overrides: dict[str, str], validate_o
     ctx.logs.alter_topic_config(name, set=overrides, delete=delete)
 
 
-async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
+async def _alter_topics(
+    ctx: RequestContext, req: Any, overrides_for: Callable[[Any], dict[str, str]]
+) -> dict[str, Any]:
+    """Both AlterConfigs flavours: per topic resource, new overrides -> validate -> apply."""
+
     def run() -> list:
         out = []
         for r in req.resources:
@@ -187,18 +192,27 @@ async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 out.append(bad)
                 continue
             try:
-                new = {}
-                for c in r.configs:
-                    if c.value is None:
-                        raise InvalidConfigError(f"Null value not supported for : {c.name}")
-                    new[c.name] = c.value
-                _apply(ctx, r.resource_name, new, bool(req.validate_only))
+                _apply(ctx, r.resource_name, overrides_for(r), bool(req.validate_only))
                 out.append(_result(r))
             except Exception as exc:
                 out.append(_result(r, *error_of(exc)))
         return out
 
     return {"throttle_time": 0, "responses": await asyncio.to_thread(run)}
+
+
+def _replacement(r: Any) -> dict[str, str]:
+    """Legacy AlterConfigs: the request's configs replace all of the topic's overrides."""
+    new = {}
+    for c in r.configs:
+        if c.value is None:
+            raise InvalidConfigError(f"Null value not supported for : {c.name}")
+        new[c.name] = c.value
+    return new
+
+
+async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return await _alter_topics(ctx, req, _replacement)
 
 
 def _incremental(ctx: RequestContext, name: str, ops: Any) -> dict[str, str]:
@@ -242,22 +256,7 @@ class _InvalidRequest(InvalidConfigError):
 
 
 async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    def run() -> list:
-        out = []
-        for r in req.resources:
-            bad = _not_topic(ctx, r)
-            if bad is not None:
-                out.append(bad)
-                continue
-            try:
-                new = _incremental(ctx, r.resource_name, r.configs)
-                _apply(ctx, r.resource_name, new, bool(req.validate_only))
-                out.append(_result(r))
-            except Exception as exc:
-                out.append(_result(r, *error_of(exc)))
-        return out
-
-    return {"throttle_time": 0, "responses": await asyncio.to_thread(run)}
+    return await _alter_topics(ctx, req, lambda r: _incremental(ctx, r.resource_name, r.configs))
 
 
 def register(registry: ApiRegistry) -> None:
