@@ -144,17 +144,21 @@ def segment_buffer(path: str | os.PathLike, size: int | None = None) -> np.ndarr
 
 def summarize_producers(segments: Sequence[LogSegment], now: int) -> ProducerSummary:
     builder = SummaryBuilder()
+    counts: dict[int, int] = {}
     for seg in segments:
         if not seg.size:
             continue
         buf = segment_buffer(seg.log_path, seg.size)
         h = scan_batch_headers(buf)
+        counts[seg.base_offset] = int(h.record_count.sum())
         controls = {}
         for i in np.nonzero((h.attributes & CONTROL_BIT) != 0)[0]:
             pos, size = int(h.position[i]), int(h.size[i])
             controls[pos] = control_type_of(buf[pos : pos + size]) if h.record_count[i] else None
         builder.add(h, controls)
-    return builder.finish(now)
+    summary = builder.finish(now)
+    summary.segment_records = counts
+    return summary
 
 
 def new_cleaned_segment(directory: Path, base: int, **seg_kwargs: Any) -> LogSegment:
@@ -210,13 +214,11 @@ class LocalEngine:
         start, end = ltc.first_dirty_offset, ltc.first_uncleanable_offset
         segments = cleanable.segments_between(ltc.log.segments_snapshot(), start, end)
         # no pass can put more keys than it has records: size the table to that
-        m.clear(
-            sum(
-                int(scan_batch_headers(segment_buffer(s.log_path, s.size)).record_count.sum())
-                for s in segments
-                if s.size
-            )
-        )
+        counts = producers.segment_records
+        if all(s.base_offset in counts or not s.size for s in segments):
+            m.clear(sum(counts.get(s.base_offset, 0) for s in segments))
+        else:  # a segment the summary did not see: no bound known, use the whole buffer
+            m.clear()
         txn = TxnTracker(producers.aborted_between(start, end))
         out = DirtyRange(end_offset=start, lookup=None)
         full = False

@@ -42,6 +42,7 @@ class ProducerSummary:
 
     last_records: dict[int, LastRecord] = field(default_factory=dict)
     aborted: list[AbortedTxn] = field(default_factory=list)
+    segment_records: dict[int, int] = field(default_factory=dict)  # base offset -> records
 
     def is_last_of_producer(
         self, producer_id: int, last_offset: int, is_control: bool, epoch: int
