@@ -27,3 +27,10 @@ def test_readme_embedded_api_example_runs(tmp_path):
     )
     assert res.returncode == 0, res.stderr
     assert "0 b'alice' b'London'" in res.stdout
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    text = README.read_text()
+    readme_line = re.search(r"```sh\n(.*?)```", text, re.S).group(1).splitlines()[1]
+    ci = (README.parent / ".ci" / "run").read_text().splitlines()
+    assert readme_line in ci
