@@ -4,24 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from manual_clock import T0, ManualClock  # noqa: F401 (re-exported for the tests)
+
 from kompakt.log.manager import LogManager
 from kompakt.log.partition_log import PartitionLog
 from kompakt.record.batch import Record, build_simple_batch
-
-T0 = 1_700_000_000_000
-
-
-class ManualClock:
-    """A controlled clock in ms (Kafka's MockTime)."""
-
-    def __init__(self, now: int = T0):
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 def open_manager(path: Path, clock, broker_config=None) -> LogManager:

@@ -1,17 +1,8 @@
-"""Fixtures for the cleaner tests; helpers live in ``cleaner_kit.py`` next to this file."""
+"""Puts this folder on the path for ``cleaner_kit.py``; ``clock`` comes from tests/conftest.py."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).parent))
-
-from cleaner_kit import ManualClock  # noqa: E402
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()

@@ -17,19 +17,6 @@ SPARK_TEST_CONFIG = {
 }
 
 
-class ManualClock:
-    """A controlled clock in ms (Kafka's MockTime)."""
-
-    def __init__(self, now: int = 1_700_000_000_000):
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
-
-
 @pytest.fixture(scope="session")
 def spark():
     import kompakt.pipeline as pipeline
@@ -38,11 +25,6 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     pipeline.stop()
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
 
 
 @pytest.fixture
