@@ -32,6 +32,7 @@ class PeriodicThread:
         self._woken = False
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.last_error: str | None = None
+        self.runs = 0  # how many times job() ran: an idle job must not spin
 
     def start(self) -> None:
         self.thread.start()
@@ -55,6 +56,7 @@ class PeriodicThread:
                     return
                 self._woken = False
             again = False
+            self.runs += 1
             try:
                 again = bool(self.job())
                 self.last_error = None
@@ -122,10 +124,10 @@ class BackgroundTasks:
         if not self.has_compacted_topics():
             return False
         t0 = time.monotonic()
-        result = self.cleaner().clean_once()
-        if result is not None:
+        cleaned = bool(self.cleaner().clean_once())
+        if cleaned:
             log.debug("clean took %.1f s", time.monotonic() - t0)
-        return result is not None
+        return cleaned
 
     def _retention(self) -> bool:
         deleted = self.logs.apply_retention()

@@ -345,15 +345,18 @@ class Cleaner:
 
     # -- cleaning -------------------------------------------------------------------------
     def clean_once(self) -> bool:
-        """One background pass: clean the filthiest eligible log; False if none was."""
+        """One background pass: clean the filthiest eligible log.
+
+        False when nothing was eligible or the clean failed, so the caller backs off for
+        ``log.cleaner.backoff.ms`` instead of retrying a failing log in a tight loop.
+        """
         self.last_run_ms = self.clock()
         ltc = cleanable.grab_filthiest(
             self.logs.logs(), self.checkpoints(), self.clock(), on_reset=self._update_checkpoint
         )
         if ltc is None:
             return False
-        self._clean_guarded(ltc)
-        return True
+        return self._clean_guarded(ltc) is not None
 
     def due(self, force: bool = False) -> list[LogToClean]:
         """Every compacted log that a pass would clean (``force``: ignore the ratio)."""
