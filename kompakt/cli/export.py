@@ -19,7 +19,10 @@ def export(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (replaced).")],
     fmt: Annotated[str, typer.Option("--format", help="parquet, json or csv.")] = "parquet",
 ) -> None:
-    """Latest state (tombstoned keys absent): key, value, partition, offset, timestamp."""
+    """Latest state (tombstoned keys absent): key, value, partition, offset, timestamp.
+
+    In json and csv, keys and values are base64 (they are bytes); csv headers are JSON.
+    """
     from kompakt.log.names import validate_topic_name
     from kompakt.pipeline.layout import read_topics
 

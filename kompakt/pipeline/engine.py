@@ -77,34 +77,33 @@ class SparkEngine:
         from kompakt.pipeline import session
         from kompakt.pipeline.dedup import latest_offsets, records_with_latest
         from kompakt.pipeline.groups import GroupTask, run_groups
+        from kompakt.pipeline.progress import spark_progress
 
         if not groups:
             return []
         spark = session(self.config)
         data_dir = str(plog.dir.parent)
         part = plog.partition
-        first_dirty = dirty.extra["first_dirty"]
-        latest = latest_offsets(
-            spark, data_dir, plog.topic, {part: (first_dirty, dirty.end_offset)}
-        )
-        start = max(groups[0][0].base_offset, plog.log_start_offset)
-        records = records_with_latest(
-            spark,
-            data_dir,
-            plog.topic,
-            {part: (start, dirty.end_offset)},
-            latest,
-            {part: [g[0].base_offset for g in groups]},
-        )
         tasks = [
             GroupTask(plog.topic, part, str(plog.dir), i, tuple(s.base_offset for s in g))
             for i, g in enumerate(groups)
         ]
         ends = {i: g[-1].next_offset for i, g in enumerate(groups)}
         clean = _group_cleaner(ctx, plog._segment_kwargs(), dry_run, ends)
-        if progress:
-            progress(0, len(groups))
-        rows = run_groups(spark, records, tasks, clean)
+        with spark_progress(spark, progress, f"kompakt clean {plog.name}"):
+            latest = latest_offsets(
+                spark, data_dir, plog.topic, {part: (dirty.extra["first_dirty"], dirty.end_offset)}
+            )
+            start = max(groups[0][0].base_offset, plog.log_start_offset)
+            records = records_with_latest(
+                spark,
+                data_dir,
+                plog.topic,
+                {part: (start, dirty.end_offset)},
+                latest,
+                {part: [g[0].base_offset for g in groups]},
+            )
+            rows = run_groups(spark, records, tasks, clean)
         out = []
         for row, group in zip(rows, groups, strict=True):
             stats = GroupStats(**{k: row[k] for k in asdict(GroupStats())})
@@ -118,6 +117,4 @@ class SparkEngine:
                     **plog._segment_kwargs(),
                 )
             out.append((stats, dest, group))
-        if progress:
-            progress(len(groups), len(groups))
         return out

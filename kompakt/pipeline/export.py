@@ -48,8 +48,22 @@ def export_latest(
     format: str = "parquet",
     mode: str = "overwrite",
 ) -> int:
-    """Write the latest state of ``topic`` to ``out_path``; returns the rows written."""
-    table = latest_state(spark, data_dir, topic).cache()
+    """Write the latest state of ``topic`` to ``out_path``; returns the rows written.
+
+    CSV has no binary or nested types: there ``key``/``value`` are base64 (lossless, as
+    Spark's JSON writer already does) and ``headers`` a JSON string.
+    """
+    table = latest_state(spark, data_dir, topic)
+    if format == "csv":
+        table = table.select(
+            F.base64("key").alias("key"),
+            F.base64("value").alias("value"),
+            "partition",
+            "offset",
+            "timestamp",
+            F.to_json("headers").alias("headers"),
+        )
+    table = table.cache()
     try:
         rows = table.count()
         table.write.format(format).mode(mode).save(str(out_path))

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from kompakt.log.manager import LogManager
 from kompakt.pipeline.standalone import FAST_START_JAVA_OPTS
+
+sys.path.insert(0, str(Path(__file__).parent))  # engine_kit.py
 
 SPARK_TEST_CONFIG = {
     "kompakt.spark.master": "local[2]",

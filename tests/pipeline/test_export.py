@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pyarrow.parquet as pq
 
 from kompakt.pipeline.export import export_latest
@@ -39,3 +41,72 @@ def test_export_keeps_latest_value_per_key_and_drops_tombstoned_keys(
         "timestamp",
         "headers",
     }
+
+
+def _users(manager) -> None:
+    manager.create_topic("users", 1, {"cleanup.policy": "compact"})
+    for key, value in [(b"alice", b"London"), (b"bob", b"Paris"), (b"alice", b"Rome")]:
+        manager.get_log("users", 0).append(build_simple_batch([(key, value)], timestamp=5))
+    manager.get_log("users", 0).append(build_simple_batch([(b"bob", None)], timestamp=6))
+    manager.flush_all()
+
+
+def test_export_cli_writes_json_and_csv(spark, manager, data_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from kompakt.cli.main import app
+
+    _users(manager)
+    for fmt in ("json", "csv"):
+        out = tmp_path / f"users-{fmt}"
+        res = CliRunner().invoke(
+            app,
+            ["export", "users", "--data-dir", str(data_dir), "--out", str(out), "--format", fmt],
+        )
+        assert res.exit_code == 0, res.output
+        assert "Exported 1 key(s) of users" in res.output
+        text = "".join(p.read_text() for p in sorted(out.glob("part-*")))
+        assert "Rome" in text or base64.b64encode(b"Rome").decode() in text
+        assert "Paris" not in text and base64.b64encode(b"Paris").decode() not in text
+
+
+def test_export_cli_errors_are_one_line(spark, manager, data_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from kompakt.cli.main import app
+
+    _users(manager)
+    cases = [
+        (
+            ["export", "nope", "--data-dir", str(data_dir), "--out", str(tmp_path / "o")],
+            "unknown topic",
+        ),
+        (
+            [
+                "export",
+                "users",
+                "--data-dir",
+                str(data_dir),
+                "--out",
+                str(tmp_path / "o"),
+                "--format",
+                "xml",
+            ],
+            "unknown format",
+        ),
+        (
+            [
+                "export",
+                "users",
+                "--data-dir",
+                str(tmp_path / "missing"),
+                "--out",
+                str(tmp_path / "o"),
+            ],
+            "does not exist",
+        ),
+    ]
+    for args, message in cases:
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code != 0
+        assert message in res.output and "Traceback" not in res.output
