@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 import threading
@@ -57,6 +58,7 @@ class Broker:
         self.metrics = BrokerMetrics(lambda: self.logs, self._cleaner_if_started)
         self._stopped: asyncio.Event | None = None
         self._stopping = False
+        self._tombstones = TombstoneCounter()
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -212,7 +214,7 @@ class Broker:
             "first_uncleanable_offset": ltc.first_uncleanable_offset,
             "last_compaction_ms": last.started_ms if last else None,
             "last_compaction": last.to_json() if last else None,
-            "tombstones_pending": _tombstones_pending(plog),
+            "tombstones_pending": self._tombstones.pending(plog),
         }
 
     def _compact(self, topic: str, partition: int | None, dry_run: bool) -> Any:
@@ -227,18 +229,37 @@ class Broker:
         return compact(topic, partition, dry_run)
 
 
-def _tombstones_pending(plog: Any) -> int:
-    """Tombstones still in the log (kept until their delete horizon passes)."""
-    from kompakt.record.scan import scan_records
+class TombstoneCounter:
+    """Tombstones still in a log (kept until their delete horizon passes), per segment.
 
-    count = 0
-    for seg in plog.segments_snapshot():
-        if seg.size:
-            try:
-                count += int(scan_records(seg.read_all(), verify_crc=False).value_null.sum())
-            except Exception:
+    A sealed segment's bytes never change (a clean writes a new file), so its count is
+    cached by (path, inode, size) and ``GET /v1/partitions`` scans only new bytes.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, int, int], int] = {}
+
+    def pending(self, plog: Any) -> int:
+        from kompakt.record.scan import scan_records
+
+        count = 0
+        live = set()
+        for seg in plog.segments_snapshot():
+            if not seg.size:
                 continue
-    return count
+            try:
+                key = (str(seg.log_path), os.stat(seg.log_path).st_ino, seg.size)
+                live.add(key)
+                if key not in self._cache:
+                    view = seg.read_all()
+                    self._cache[key] = int(scan_records(view, verify_crc=False).value_null.sum())
+                count += self._cache[key]
+            except Exception:  # a segment deleted or damaged meanwhile is not counted
+                continue
+        prefix = str(plog.dir) + os.sep
+        for key in [k for k in self._cache if k[0].startswith(prefix) and k not in live]:
+            del self._cache[key]
+        return count
 
 
 def run(config: BrokerConfig, cleaner_factory: Callable[[], Any] | None = None) -> int:
