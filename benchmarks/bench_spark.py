@@ -139,15 +139,21 @@ class MemSampler(threading.Thread):
         procs = _procs()
         jvm = [p for p, pp, cmd in procs if pp == me and "java" in cmd.split(" ", 1)[0]]
         pk["jvm_rss"] = max(pk["jvm_rss"], sum(_status_kb(p) * 1024 for p in jvm))
-        # pyspark.daemon and the workers it forks: python executables running pyspark
-        # modules; forked workers share pages, so sum PSS rather than RSS
-        workers = [
-            p
-            for p, _pp, cmd in procs
-            if p != me
-            and "python" in os.path.basename(cmd.split(" ", 1)[0])
-            and " -m pyspark." in cmd
-        ]
+        # pyspark.daemon and the workers it forks: descendants of our JVM only (other
+        # Spark sessions on the machine are not ours); forked workers share pages, so
+        # sum PSS rather than RSS
+        parent = {p: pp for p, pp, _cmd in procs}
+
+        def ours(pid: int) -> bool:
+            for _ in range(8):
+                pid = parent.get(pid, 0)
+                if pid in jvm:
+                    return True
+                if pid <= 1:
+                    return False
+            return False
+
+        workers = [p for p, _pp, cmd in procs if " -m pyspark." in cmd and ours(p)]
         self.max_workers = max(self.max_workers, len(workers))
         pss = sum(_pss_bytes(p) for p in workers)
         pk["py_workers_rss"] = max(pk["py_workers_rss"], pss)
@@ -188,8 +194,8 @@ def clean_once(data_dir: Path, engine, spark=None):
         return stats, dt, peaks
 
 
-def clean_until_done(data_dir: Path, engine) -> tuple[list, float]:
-    """clean_partition until a pass is not partial; (all stats, seconds)."""
+def clean_until_done(data_dir: Path, engine, max_passes: int = 10_000) -> tuple[list, float]:
+    """clean_partition until a pass is not partial (or ``max_passes``); (stats, seconds)."""
     out = []
     with LogManager(data_dir) as m:
         cleaner = Cleaner(m, engine=engine)
@@ -200,7 +206,7 @@ def clean_until_done(data_dir: Path, engine) -> tuple[list, float]:
             if stats is None:
                 break
             out.append(stats)
-            if not stats.partial or len(out) > 10_000:
+            if not stats.partial or len(out) >= max_passes:
                 break
         return out, time.perf_counter() - t0
 
@@ -216,6 +222,7 @@ def main() -> None:
     ap.add_argument("--distinct", type=int, default=1_000_000, help="keys in the big-key case")
     ap.add_argument("--small-buffer", type=int, default=1 << 20, help="LocalEngine bytes there")
     ap.add_argument("--shuffle-partitions", type=int, default=4)
+    ap.add_argument("--max-passes", type=int, default=40, help="cap on small-buffer passes")
     ap.add_argument("--skip-distinct", action="store_true")
     args = ap.parse_args()
 
@@ -311,22 +318,37 @@ def run(root: Path, args: argparse.Namespace) -> None:
         f"distinct keys: {drecords:,} records, {dbytes / 1e6:.1f} MB "
         f"(built in {time.perf_counter() - t0:.1f} s)"
     )
+    t_dcp = cp_seconds(root / "dsrc", root / "cp.tmp")
+    dcp_mbs = dbytes / 1e6 / t_dcp
+    default = LocalEngine(128 << 20)
+    dpasses, t_ld = clean_until_done(copy(root / "dsrc", root / "ddefault"), default)
     small = LocalEngine(args.small_buffer)
-    passes, t_lp = clean_until_done(copy(root / "dsrc", root / "dlocal"), small)
+    passes, t_lp = clean_until_done(
+        copy(root / "dsrc", root / "dlocal"), small, max_passes=args.max_passes
+    )
     st_d, t_sd, mem_d = clean_once(copy(root / "dsrc", root / "dspark"), spark_engine(), spark)
     assert st_d is not None
+    print(f"{'engine':44} {'passes':>6} {'seconds':>8} {'MB/s':>8} {'x cp':>7} {'x spark':>8}")
+    sd_mbs = dbytes / 1e6 / t_sd
+    for name, n, t in (
+        (f"(a) Spark engine, {MASTER}", 1, t_sd),
+        (f"(b) LocalEngine 128 MiB ({default.map.max_entries:,} keys)", len(dpasses), t_ld),
+        ("(c) cp of the segment bytes", 1, t_dcp),
+    ):
+        mbs = dbytes / 1e6 / t
+        print(f"{name:44} {n:>6} {t:>8.2f} {mbs:>8.1f} {mbs / dcp_mbs:>7.3f} {mbs / sd_mbs:>8.2f}")
     last = passes[-1] if passes else None
     print(
         f"LocalEngine({args.small_buffer:,} B dedupe buffer, max {small.map.max_entries:,} "
-        f"keys): {len(passes)} passes, {t_lp:.2f} s "
-        f"({dbytes / 1e6 / t_lp:.1f} MB/s of the log), "
-        f"last partial={last.partial if last else None}, end_offset={last and last.end_offset:,}"
+        f"keys): {len(passes)} passes (cap {args.max_passes}), {t_lp:.2f} s, "
+        f"last partial={last.partial if last else None}, "
+        f"reached offset {last and last.end_offset:,} of {drecords:,}"
     )
     ends = [s.end_offset for s in passes]
     shown = ends if len(ends) <= 8 else ends[:4] + ["..."] + ends[-3:]
     print(f"  end_offset after each pass: {shown}")
     print(
-        f"Spark engine: 1 pass, {t_sd:.2f} s ({dbytes / 1e6 / t_sd:.1f} MB/s), "
+        f"Spark engine: 1 pass, {t_sd:.2f} s ({sd_mbs:.1f} MB/s), "
         f"partial={st_d.partial}, end_offset={st_d.end_offset:,}, "
         f"first uncleanable offset={st_d.first_uncleanable_offset:,}, "
         f"one pass covers it: {not st_d.partial and st_d.end_offset == st_d.first_uncleanable_offset}"
