@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+from kafka.record import MemoryRecords
 
 from kompakt.pipeline.write import STAGING_DIR, attach_manager
-from kompakt.record.partitioner import murmur2
 
 
 @pytest.fixture
@@ -21,7 +22,8 @@ def _write(df, data_dir, topic, mode="append"):
 
 
 def _kafka_partition(key: bytes, n: int) -> int:
-    return (murmur2(key) & 0x7FFFFFFF) % n
+    """Kafka's default partitioner, from kafka-python (not our code)."""
+    return (kafka_python_murmur2(key) & 0x7FFFFFFF) % n
 
 
 def test_keys_land_in_kafkas_murmur2_partition_with_offsets_assigned(
@@ -89,3 +91,26 @@ def test_commit_opens_the_data_dir_itself_when_no_manager_is_attached(spark, dat
         # another process's lock (here: this open manager, not attached) is respected
         with pytest.raises(Exception, match="locked"):
             _write(df, data_dir, "t")
+
+
+def test_written_segments_parse_with_kafka_pythons_record_reader(spark, attached, data_dir):
+    """Interop: what the Spark writer leaves on disk is Kafka's format for another reader."""
+    attached.create_topic("t", 2)
+    rows = [(b"k%d" % i, None if i % 4 == 0 else b"v%d" % i, [("h", b"%d" % i)]) for i in range(30)]
+    df = spark.createDataFrame(
+        rows, "key binary, value binary, headers array<struct<key:string,value:binary>>"
+    )
+    _write(df.repartition(2), data_dir, "t")
+    attached.flush_all()
+    seen = {}
+    for p in range(2):
+        offsets = []
+        for log in sorted((data_dir / f"t-{p}").glob("*.log")):
+            records = MemoryRecords(log.read_bytes())
+            while records.has_next():
+                batch = records.next_batch()
+                for r in batch:
+                    offsets.append(r.offset)
+                    seen[r.key] = (p, r.value, list(r.headers))
+        assert offsets == list(range(len(offsets)))
+    assert seen == {k: (_kafka_partition(k, 2), v, [(hk, hv) for hk, hv in h]) for k, v, h in rows}
