@@ -42,11 +42,19 @@ class ConfigValue:
 
 @dataclass
 class PartitionDescription:
+    """One partition's offsets and size; the compaction fields come from a broker's admin
+    endpoint (``GET /v1/partitions``) and are None offline, when that endpoint cannot be
+    reached, or (dirty ratio, tombstones) for a topic that is not compacted."""
+
     partition: int
     start_offset: int
     end_offset: int
-    size_bytes: int
-    segments: int
+    size_bytes: int | None
+    segments: int | None
+    dirty_ratio: float | None = None
+    last_compaction_ms: int | None = None
+    tombstones_pending: int | None = None
+    uncleanable_reason: str | None = None
 
 
 @dataclass
@@ -100,8 +108,57 @@ class ConsumedRecord:
     headers: list[tuple[str, bytes | None]]
 
 
+@dataclass
+class GroupSummary:
+    group_id: str
+    state: str  # Kafka's names: Empty, Stable, PreparingRebalance, CompletingRebalance, Dead
+    type: str
+
+
+@dataclass
+class GroupMember:
+    member_id: str
+    client_id: str
+    host: str
+    group_instance_id: str | None
+    assignment: list[tuple[str, int]]
+
+
+@dataclass
+class GroupPartitionLag:
+    topic: str
+    partition: int
+    committed_offset: int | None  # None: nothing committed for this partition
+    end_offset: int | None  # None: the topic is gone
+    lag: int | None
+    member_id: str | None  # the member it is assigned to, if any
+
+
+@dataclass
+class GroupDescription:
+    group_id: str
+    state: str
+    assignor: str
+    members: list[GroupMember]
+    partitions: list[GroupPartitionLag]
+
+
+@dataclass
+class OffsetReset:
+    topic: str
+    partition: int
+    previous_offset: int | None
+    new_offset: int
+
+
 class Backend(Protocol):
-    """The verbs the CLI needs; each transport implements all of them."""
+    """The verbs the CLI needs; each transport implements all of them.
+
+    ``warnings`` collects one-line notes for the user (e.g. a broker's admin endpoint
+    that could not be reached); the commands print them on stderr.
+    """
+
+    warnings: list[str]
 
     def __enter__(self) -> Backend: ...
 
@@ -137,7 +194,28 @@ class Backend(Protocol):
         partition: int | None = None,
         offset: int | None = None,
         max_messages: int | None = None,
+        group: str | None = None,
     ) -> Iterator[ConsumedRecord]: ...
+
+
+def check_produce_options(batch_size: int, compression: str) -> None:
+    """The produce options every transport accepts (the same errors either way)."""
+    if batch_size < 1:
+        raise CliError(f"batch size must be at least 1, got {batch_size}")
+    if compression not in COMPRESSIONS:
+        raise CliError(f"unknown compression {compression!r}; use one of {COMPRESSIONS}")
+
+
+def null_key_error(index: int, topic: str) -> InvalidRecordError:
+    return InvalidRecordError(
+        f"record {index}: compacted topic '{topic}' cannot accept a record without key"
+    )
+
+
+def no_partition_error(topic: str, partition: int, n_parts: int) -> UnknownTopicError:
+    return UnknownTopicError(
+        f"partition {partition} of topic '{topic}' does not exist (it has {n_parts} partitions)"
+    )
 
 
 # -- the offline backend: a data dir through LogManager ----------------------------------
@@ -156,6 +234,7 @@ class OfflineBackend:
         self._create = create
         self._clock = clock or (lambda: int(time.time() * 1000))
         self._logs = None
+        self.warnings: list[str] = []
 
     def __enter__(self) -> OfflineBackend:
         from kompakt.log.manager import LogManager
@@ -235,10 +314,7 @@ class OfflineBackend:
         range) fails the call before its batch is written; batches completed before it
         stay written, and the error says how many records that was.
         """
-        if batch_size < 1:
-            raise CliError(f"batch size must be at least 1, got {batch_size}")
-        if compression not in COMPRESSIONS:
-            raise CliError(f"unknown compression {compression!r}; use one of {COMPRESSIONS}")
+        check_produce_options(batch_size, compression)
         codec = codecs.codec_id(compression)
         n_parts = self.logs.partition_count(topic)
         compact = self.logs.topic_config(topic).compact
@@ -263,9 +339,7 @@ class OfflineBackend:
         try:
             for i, rec in enumerate(records, 1):
                 if rec.key is None and compact:
-                    raise InvalidRecordError(
-                        f"record {i}: compacted topic '{topic}' cannot accept a record without key"
-                    )
+                    raise null_key_error(i, topic)
                 part = rec.partition
                 if part is None:
                     if rec.key is None:
@@ -273,10 +347,7 @@ class OfflineBackend:
                     else:
                         part = partition_for_key(rec.key, n_parts)
                 elif not 0 <= part < n_parts:
-                    raise UnknownTopicError(
-                        f"partition {part} of topic '{topic}' does not exist "
-                        f"(it has {n_parts} partitions)"
-                    )
+                    raise no_partition_error(topic, part, n_parts)
                 items = pending.setdefault(part, [])
                 items.append((rec.key, rec.value, tuple(rec.headers)))
                 if len(items) >= batch_size:
@@ -296,15 +367,15 @@ class OfflineBackend:
         partition: int | None = None,
         offset: int | None = None,
         max_messages: int | None = None,
+        group: str | None = None,
     ) -> Iterator[ConsumedRecord]:
         """Records of one or every partition (in partition order), from ``offset`` or the
         log start; control batches (transaction markers) are skipped."""
+        if group is not None:
+            raise CliError("--group needs a broker: consumer groups live on the broker")
         n_parts = self.logs.partition_count(topic)
         if partition is not None and not 0 <= partition < n_parts:
-            raise UnknownTopicError(
-                f"partition {partition} of topic '{topic}' does not exist "
-                f"(it has {n_parts} partitions)"
-            )
+            raise no_partition_error(topic, partition, n_parts)
         if offset is not None and offset < 0:
             raise CliError(f"offset must be >= 0, got {offset}")
         parts = [partition] if partition is not None else list(range(n_parts))

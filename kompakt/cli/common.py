@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from .backend import Backend, CliError, OfflineBackend
+
+if TYPE_CHECKING:
+    from .broker_backend import BrokerBackend
 
 _stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -29,25 +32,83 @@ def describe_exception(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+TRANSPORT_HELP = (
+    "With --data-dir it works offline on that data dir; otherwise it talks to the broker "
+    f"at --bootstrap-server (default {DEFAULT_BOOTSTRAP})."
+)
+
 DataDir = Annotated[
-    Path,
+    Path | None,
     typer.Option(
         "--data-dir",
         "-d",
-        help="Data dir to work on offline (the broker's log.dirs); it must not be in use.",
+        help="Work offline on this data dir (the broker's log.dirs; it must not be in use) "
+        "instead of talking to a broker.",
         envvar="KOMPAKT_DATA_DIR",
+        show_default=False,
+    ),
+]
+BootstrapServer = Annotated[
+    str | None,
+    typer.Option(
+        "--bootstrap-server",
+        "-b",
+        metavar="HOST:PORT",
+        help=f"Broker to talk to (default {DEFAULT_BOOTSTRAP} when no --data-dir is given).",
+        show_default=False,
+    ),
+]
+BrokerOnly = Annotated[
+    str,
+    typer.Option("--bootstrap-server", "-b", metavar="HOST:PORT", help="Broker to talk to."),
+]
+AdminUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--admin-url",
+        metavar="URL",
+        help="The broker's admin endpoint, for size and compaction state "
+        "(default http://<bootstrap host>:9644).",
         show_default=False,
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
-def open_backend(data_dir: Path, *, create: bool = False) -> Backend:
-    """The backend for the given transport options (only the offline one so far).
+def open_backend(
+    data_dir: Path | None,
+    bootstrap_server: str | None = None,
+    *,
+    create: bool = False,
+    admin_url: str | None = None,
+) -> Backend:
+    """The backend the transport options select: ``--data-dir`` means offline, anything
+    else the broker at ``--bootstrap-server`` (default 127.0.0.1:9092).
 
-    A ``--bootstrap-server`` transport adds a parameter here and returns its backend.
+    Giving both is an error rather than a silent preference, so a forgotten
+    ``KOMPAKT_DATA_DIR`` cannot send a command to the wrong place.
     """
-    return OfflineBackend(data_dir, create=create)
+    if data_dir is not None:
+        if bootstrap_server is not None:
+            raise CliError(
+                "use either --data-dir (offline) or --bootstrap-server (a broker), not both"
+            )
+        return OfflineBackend(data_dir, create=create)
+    return open_broker(bootstrap_server, admin_url=admin_url)
+
+
+def open_broker(bootstrap_server: str | None, *, admin_url: str | None = None) -> BrokerBackend:
+    """The Kafka-protocol backend (imported on use: offline verbs need no Kafka client)."""
+    from .broker_backend import BrokerBackend
+
+    return BrokerBackend(bootstrap_server or DEFAULT_BOOTSTRAP, admin_url=admin_url)
+
+
+def print_warning(message: str) -> None:
+    """One line on stderr: ``warning: <message>``."""
+    message = " ".join(str(message).split())
+    _stderr.print(f"[bold yellow]warning:[/] {escape(message)}")
 
 
 def parse_configs(pairs: list[str] | None) -> dict[str, str]:

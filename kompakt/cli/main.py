@@ -56,21 +56,15 @@ app = typer.Typer(
 # -- Commands ------------------------------------------------------------------------------
 # One line per verb or verb group. Modules define a typer.Typer (sub-commands) or plain
 # functions (single commands); they must not import this module.
-from kompakt.cli import compact, dump, export, records, serve, topic  # noqa: E402
+from kompakt.cli import compact, dump, export, group, records, serve, topic  # noqa: E402
 
 app.add_typer(topic.app, name="topic")
+app.add_typer(group.app, name="group")
 app.command("produce")(records.produce)
 app.command("consume")(records.consume)
 app.command("dump")(dump.dump)
 app.command("compact")(compact.compact)
 app.command("export")(export.export)
-app.command("serve")(serve.serve)
-# Extension point: broker and pipeline verbs are added here the same way, e.g.
-#   app.command("serve")(serve.serve)
-#   app.command("compact")(compact.compact)
-app.command("export")(export.export)
-app.command("serve")(serve.serve)
-#   app.command("export")(export.export)
 app.command("serve")(serve.serve)
 
 

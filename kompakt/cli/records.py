@@ -10,7 +10,15 @@ from typing import Annotated, BinaryIO
 import typer
 
 from .backend import CliError, ProducerRecord
-from .common import DataDir, JsonFlag, emit, emit_json, open_backend, text
+from .common import (
+    BootstrapServer,
+    DataDir,
+    JsonFlag,
+    emit,
+    emit_json,
+    open_backend,
+    text,
+)
 
 
 class Compression(StrEnum):
@@ -45,7 +53,8 @@ def parse_lines(
 
 def produce(
     topic: Annotated[str, typer.Argument(help="Topic to append to.")],
-    data_dir: DataDir,
+    data_dir: DataDir = None,
+    bootstrap_server: BootstrapServer = None,
     key_separator: Annotated[
         str, typer.Option("--key-separator", help="Separates key from value in a line.")
     ] = "\t",
@@ -70,7 +79,11 @@ def produce(
     A line without the separator has a null key (refused by compacted topics). Without
     --partition a keyed record goes where Kafka's default partitioner puts it
     (murmur2(key) % partitions) and null keys go round-robin. Empty lines are skipped.
-    Prints a summary to stderr (or to stdout with --json).
+    Prints a summary to stderr (or to stdout with --json). To a broker it sends with
+    acks=all and idempotence.
+
+    With --data-dir it works offline on that data dir; otherwise it talks to the broker
+    at --bootstrap-server (default 127.0.0.1:9092).
     """
     if not key_separator:
         raise CliError("--key-separator must not be empty")
@@ -81,7 +94,7 @@ def produce(
         None if tombstone is None else tombstone.encode(),
         partition,
     )
-    with open_backend(data_dir) as backend:
+    with open_backend(data_dir, bootstrap_server) as backend:
         result = backend.produce(
             topic, records, batch_size=batch_size, compression=compression.value
         )
@@ -111,7 +124,17 @@ def produce(
 
 def consume(
     topic: Annotated[str, typer.Argument(help="Topic to read.")],
-    data_dir: DataDir,
+    data_dir: DataDir = None,
+    bootstrap_server: BootstrapServer = None,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            "-g",
+            help="Consume as a member of this consumer group (broker only): start at its "
+            "committed offsets and commit what was printed.",
+        ),
+    ] = None,
     partition: Annotated[
         int | None, typer.Option("--partition", "-p", help="Only this partition.")
     ] = None,
@@ -135,16 +158,22 @@ def consume(
 ) -> None:
     """Print a topic's records as 'key<TAB>value' lines.
 
-    Offline there is no consumer group and no live tail: reading starts at the log start
-    offset (as with --from-beginning) unless --offset is given, and stops at the log end.
-    Partitions are read one after another in order. Null keys and values print as empty
-    text ('null' in --json); transaction markers are skipped.
+    There is no live tail: reading starts at the log start offset (as with
+    --from-beginning) unless --offset is given, and stops at the log end as it was when
+    reading began. Partitions are read one after another in order. Null keys and values
+    print as empty text ('null' in --json); transaction markers are skipped. With --group
+    (broker only) the group's committed offsets say where to start (the log start where
+    there are none), partitions interleave, and the offsets after the printed records are
+    committed at the end.
+
+    With --data-dir it works offline on that data dir; otherwise it talks to the broker
+    at --bootstrap-server (default 127.0.0.1:9092).
     """
     if from_beginning and offset is not None:
         raise CliError("use either --from-beginning or --offset, not both")
-    with open_backend(data_dir) as backend:
+    with open_backend(data_dir, bootstrap_server) as backend:
         for r in backend.consume(
-            topic, partition=partition, offset=offset, max_messages=max_messages
+            topic, partition=partition, offset=offset, max_messages=max_messages, group=group
         ):
             if json_out:
                 emit_json(

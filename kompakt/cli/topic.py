@@ -1,17 +1,34 @@
-"""``kompakt topic create|alter|describe|list|delete``."""
+"""``kompakt topic create|alter|describe|list|delete``, offline or against a broker."""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+import time
 from typing import Annotated
 
 import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
-from .backend import CliError
-from .common import DataDir, JsonFlag, emit, emit_json, open_backend, parse_configs, table
+from .backend import CliError, PartitionDescription, TopicDescription
+from .common import (
+    TRANSPORT_HELP,
+    AdminUrl,
+    BootstrapServer,
+    DataDir,
+    JsonFlag,
+    emit,
+    emit_json,
+    open_backend,
+    parse_configs,
+    print_warning,
+    table,
+)
 
 app = typer.Typer(
-    help="Create, change, inspect and delete topics.",
+    help=f"Create, change, inspect and delete topics. {TRANSPORT_HELP}",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -25,13 +42,14 @@ ConfigOpt = Annotated[
 @app.command("create")
 def create(
     name: Annotated[str, typer.Argument(help="Topic name.")],
-    data_dir: DataDir,
+    data_dir: DataDir = None,
+    bootstrap_server: BootstrapServer = None,
     partitions: Annotated[int, typer.Option("--partitions", "-p", help="Partitions.")] = 1,
     config: ConfigOpt = None,
 ) -> None:
-    """Create a topic (the data dir is created when missing)."""
+    """Create a topic (offline, the data dir is created when missing)."""
     configs = parse_configs(config)
-    with open_backend(data_dir, create=True) as backend:
+    with open_backend(data_dir, bootstrap_server, create=True) as backend:
         t = backend.create_topic(name, partitions, configs)
     emit(f"Created topic {t.name} with {t.partitions} partition(s).")
 
@@ -39,7 +57,8 @@ def create(
 @app.command("alter")
 def alter(
     name: Annotated[str, typer.Argument(help="Topic name.")],
-    data_dir: DataDir,
+    data_dir: DataDir = None,
+    bootstrap_server: BootstrapServer = None,
     config: ConfigOpt = None,
     delete_config: Annotated[
         list[str] | None,
@@ -51,7 +70,7 @@ def alter(
     deleted = [k.strip() for k in delete_config or []]
     if not configs and not deleted:
         raise CliError("nothing to alter: give --config key=value or --delete-config key")
-    with open_backend(data_dir) as backend:
+    with open_backend(data_dir, bootstrap_server) as backend:
         overrides = backend.alter_topic(name, configs, deleted)
     shown = ",".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "(none)"
     emit(f"Updated topic {name}; overrides: {shown}")
@@ -59,13 +78,23 @@ def alter(
 
 @app.command("describe")
 def describe(
-    data_dir: DataDir,
     name: Annotated[str | None, typer.Argument(help="Topic name (default: all).")] = None,
+    data_dir: DataDir = None,
+    bootstrap_server: BootstrapServer = None,
+    admin_url: AdminUrl = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Configs (overrides marked '*') and per-partition offsets, sizes and segments."""
-    with open_backend(data_dir) as backend:
+    """Configs (overrides marked '*') and per-partition offsets, sizes and segments.
+
+    Against a broker it adds each compacted partition's dirty ratio, last compaction,
+    tombstones pending and why it is uncleanable (if it is), from the broker's admin
+    endpoint; without that endpoint the table goes without them and a warning says so.
+    """
+    with open_backend(data_dir, bootstrap_server, admin_url=admin_url) as backend:
         topics = backend.describe_topics([name] if name else None)
+        warnings = list(backend.warnings)
+    for w in warnings:
+        print_warning(w)
     if json_out:
         emit_json([dataclasses.asdict(t) for t in topics], indent=2)
         return
@@ -80,19 +109,61 @@ def describe(
             [["*" if c.override else " ", c.name, c.value, c.source] for c in t.configs], "  "
         ):
             emit(line)
-        rows = [["Partition", "StartOffset", "EndOffset", "SizeBytes", "Segments"]]
-        rows += [
-            [p.partition, p.start_offset, p.end_offset, p.size_bytes, p.segments]
-            for p in t.partitions
-        ]
-        for line in table(rows, "  "):
-            emit(line)
+        print_partitions(t)
+
+
+def _when(ms: int | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "never"
+
+
+# header, value of a partition; a column is shown only when some partition has a value
+_COLUMNS: list[tuple[str, str, object]] = [
+    ("Partition", "partition", str),
+    ("Start", "start_offset", str),
+    ("End", "end_offset", str),
+    ("Size", "size_bytes", str),
+    ("Segments", "segments", str),
+    ("Dirty ratio", "dirty_ratio", lambda v: f"{v:.2f}"),
+    ("Last compaction", "last_compaction_ms", _when),
+    ("Tombstones", "tombstones_pending", str),
+    ("Uncleanable", "uncleanable_reason", str),
+]
+
+
+def print_partitions(t: TopicDescription) -> None:
+    """The partitions as a table; columns nobody has a value for are left out (offline or
+    without the admin endpoint there is no compaction state)."""
+
+    def shown(field: str) -> bool:
+        if field == "last_compaction_ms":  # "never" is news for a compacted partition
+            return any(p.dirty_ratio is not None for p in t.partitions)
+        return any(getattr(p, field) is not None for p in t.partitions)
+
+    columns = [c for c in _COLUMNS if shown(c[1])]
+    tbl = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for header, field, _fmt in columns:
+        tbl.add_column(header, justify="left" if field == "uncleanable_reason" else "right")
+
+    def cell(p: PartitionDescription, field: str, fmt) -> str:
+        value = getattr(p, field)
+        if field == "last_compaction_ms" and p.dirty_ratio is not None:
+            return fmt(value)
+        return "-" if value is None else fmt(value)
+
+    for p in t.partitions:
+        tbl.add_row(*(cell(p, field, fmt) for _h, field, fmt in columns))
+    console = Console(file=sys.stdout, width=200 if not sys.stdout.isatty() else None)
+    console.print(tbl)
 
 
 @app.command("list")
-def list_(data_dir: DataDir, json_out: JsonFlag = False) -> None:
+def list_(
+    data_dir: DataDir = None,
+    bootstrap_server: BootstrapServer = None,
+    json_out: JsonFlag = False,
+) -> None:
     """Topic names, one a line."""
-    with open_backend(data_dir) as backend:
+    with open_backend(data_dir, bootstrap_server) as backend:
         topics = backend.list_topics()
     if json_out:
         emit_json([dataclasses.asdict(t) for t in topics])
@@ -104,9 +175,10 @@ def list_(data_dir: DataDir, json_out: JsonFlag = False) -> None:
 @app.command("delete")
 def delete(
     name: Annotated[str, typer.Argument(help="Topic name.")],
-    data_dir: DataDir,
+    data_dir: DataDir = None,
+    bootstrap_server: BootstrapServer = None,
 ) -> None:
     """Delete a topic and its data."""
-    with open_backend(data_dir) as backend:
+    with open_backend(data_dir, bootstrap_server) as backend:
         backend.delete_topic(name)
     emit(f"Deleted topic {name}.")
