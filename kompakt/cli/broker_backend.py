@@ -633,7 +633,7 @@ class BrokerBackend:
             if offsets:
                 tps = [ck.TopicPartition(topic, p, o) for p, o in sorted(offsets.items())]
                 self._call(lambda: consumer.commit(offsets=tps, asynchronous=False), topic=topic)
-                for p in offsets:
+                for p in list(offsets):
                     positions.pop(p, None)
 
         consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
