@@ -142,7 +142,7 @@ def compact(
         str, typer.Option("--engine", help="spark (default) or local (in-process map).")
     ] = "spark",
     admin: Annotated[
-        str, typer.Option("--admin", help="The broker's admin endpoint.")
+        str, typer.Option("--admin", "--admin-url", help="The broker's admin endpoint.")
     ] = "http://127.0.0.1:9644",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
