@@ -104,6 +104,8 @@ def test_topic_create_alter_describe_list_delete(cli, broker: BrokerThread):
     header = next(line for line in text.splitlines() if line.startswith("Partition"))
     for column in ("Start", "End", "Size", "Segments", "Dirty ratio", "Last compaction"):
         assert column in header
+    everything = json.loads(ok(cli("topic", "describe", "--json")))
+    assert {"events", "users"} <= {t["name"] for t in everything}
     # a topic that is not compacted has no dirty ratio
     assert describe_json(cli, broker, "events")["partitions"][0]["dirty_ratio"] is None
 
