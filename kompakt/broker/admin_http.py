@@ -114,8 +114,8 @@ def _make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 req = json.loads(self.rfile.read(length) or b"{}")
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                self._json(400, {"error": f"invalid JSON: {exc}"})
+            except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, deep nesting
+                self._json(400, {"error": f"invalid JSON: {type(exc).__name__}: {exc}"})
                 return
             if not isinstance(req, dict) or not isinstance(req.get("topic"), str):
                 self._json(

@@ -14,6 +14,7 @@ import heapq
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -30,7 +31,7 @@ from kompakt.errors import (
 )
 from kompakt.log.checkpoint import OffsetCheckpointFile, fsync_dir
 from kompakt.log.config import TopicConfig
-from kompakt.log.names import validate_topic_name
+from kompakt.log.names import invalid_topic_reason, validate_topic_name
 from kompakt.log.partition_log import Clock, PartitionLog
 
 log = logging.getLogger(__name__)
@@ -56,10 +57,25 @@ class TopicMeta:
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a ``TOPIC-PARTITION`` folder name; the partition must be
+    written as kompakt writes it (ASCII digits, no leading zeros), since the log is
+    reopened at ``f"{topic}-{partition}"``."""
     topic, sep, part = name.rpartition("-")
-    if not sep or not topic or not part.isdigit():
+    if not sep or not topic or not (part.isascii() and part.isdigit()):
+        return None
+    if str(int(part)) != part:
         return None
     return topic, int(part)
+
+
+_DELETE_DIR = re.compile(r"^(.+)-(0|[1-9][0-9]*)\.[0-9a-f]{32}-delete$")
+
+
+def is_delete_dir(name: str) -> bool:
+    """True for ``TOPIC-PARTITION.<uuid hex>-delete``, a folder kompakt itself renamed
+    for removal (Kafka's naming); anything else is never removed."""
+    m = _DELETE_DIR.match(name)
+    return m is not None and invalid_topic_reason(m.group(1)) is None
 
 
 class FileDeleter:
@@ -177,9 +193,13 @@ class LogManager:
         topics_file = self.dir / TOPICS_FILE
         if topics_file.exists():
             for name, m in json.loads(topics_file.read_text()).items():
+                reason = invalid_topic_reason(name)
+                if reason is not None:  # never let a name from a file become a path
+                    log.warning("%s: skipping topic %r: %s", topics_file, name, reason)
+                    continue
                 self._topics[name] = TopicMeta(name, m["partitions"], m["topic_id"], m["configs"])
         for p in self.dir.iterdir():
-            if p.is_dir() and p.name.endswith("-delete"):
+            if p.is_dir() and is_delete_dir(p.name):
                 shutil.rmtree(p, ignore_errors=True)
         recovery = OffsetCheckpointFile(self.dir / RECOVERY_POINT_CHECKPOINT).read()
         starts = OffsetCheckpointFile(self.dir / LOG_START_CHECKPOINT).read()
@@ -189,7 +209,12 @@ class LogManager:
             if parsed is None:
                 continue
             topic, part = parsed
-            validate_topic_name(topic)
+            reason = invalid_topic_reason(topic)
+            if reason is not None:
+                # Kafka stops on a folder it cannot parse (e.g. lost+found); kompakt
+                # leaves it alone and says so.
+                log.warning("ignoring folder %s in the data dir: %s", p, reason)
+                continue
             found[topic] = max(found.get(topic, 0), part + 1)
         for topic, n in found.items():
             if topic not in self._topics:  # e.g. a log dir written by Apache Kafka

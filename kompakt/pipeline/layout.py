@@ -42,6 +42,8 @@ def read_topics(data_dir: str | os.PathLike) -> dict[str, TopicInfo]:
     path = root / TOPICS_FILE
     if path.exists():
         for name, meta in json.loads(path.read_text()).items():
+            if not is_valid_topic_name(name):  # a name from a file must not become a path
+                continue
             out[name] = TopicInfo(name, int(meta["partitions"]), dict(meta.get("configs", {})))
     if root.is_dir():
         for p in root.iterdir():

@@ -13,6 +13,7 @@ from typing import Any
 from kompakt.broker.handlers.common import (
     INVALID_CONFIG,
     INVALID_REQUEST,
+    INVALID_TOPIC_EXCEPTION,
     NONE,
     UNKNOWN_TOPIC_OR_PARTITION,
     error_of,
@@ -28,6 +29,7 @@ from kompakt.log.config import (
     TopicConfig,
     to_string,
 )
+from kompakt.log.names import invalid_topic_reason
 
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
@@ -51,6 +53,11 @@ def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> 
         "resource_name": r.resource_name,
         "configs": [],
     }
+    reason = invalid_topic_reason(r.resource_name or "")
+    if reason is not None:  # Kafka's ConfigHelper.describeConfigs calls Topic.validate
+        res["error_code"] = INVALID_TOPIC_EXCEPTION
+        res["error_message"] = f"Topic name is invalid: {reason}"
+        return res
     if not ctx.logs.has_topic(r.resource_name):
         res["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
         res["error_message"] = f"Topic {r.resource_name} does not exist."
@@ -164,6 +171,12 @@ def _not_topic(ctx: RequestContext, r: Any) -> dict[str, Any] | None:
         )
     if r.resource_type != TOPIC:
         return _result(r, INVALID_REQUEST, f"Unsupported resource type {r.resource_type}")
+    # Kafka's ControllerConfigurationValidator.validateTopicName
+    if not r.resource_name:
+        return _result(r, INVALID_REQUEST, "Default topic resources are not allowed.")
+    reason = invalid_topic_reason(r.resource_name)
+    if reason is not None:
+        return _result(r, INVALID_TOPIC_EXCEPTION, f"Topic name is invalid: {reason}")
     if not ctx.logs.has_topic(r.resource_name):
         return _result(r, UNKNOWN_TOPIC_OR_PARTITION, f"Topic {r.resource_name} does not exist.")
     return None

@@ -15,6 +15,7 @@ from typing import Any
 from kompakt.broker.handlers.common import (
     CLUSTER_OPERATIONS,
     INT32_MIN,
+    INVALID_TOPIC_EXCEPTION,
     NONE,
     TOPIC_OPERATIONS,
     UNKNOWN_TOPIC_ID,
@@ -26,6 +27,7 @@ from kompakt.broker.protocol import ZERO_UUID
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import TopicExistsError
+from kompakt.log.names import is_valid_topic_name
 
 API_VERSIONS = 18
 METADATA = 3
@@ -104,9 +106,12 @@ def _metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 name = found
             if not ctx.logs.has_topic(name):
                 if not allow_auto:
+                    # KafkaApis.getTopicMetadata: Topic.validate decides between the two
                     topics.append(
                         {
-                            "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                            "error_code": UNKNOWN_TOPIC_OR_PARTITION
+                            if is_valid_topic_name(name or "")
+                            else INVALID_TOPIC_EXCEPTION,
                             "name": name,
                             "topic_id": ZERO_UUID,
                             "partitions": [],

@@ -129,7 +129,8 @@ def _delete_topics(ctx: RequestContext, req: Any) -> list:
         found, real_id = resolve_topic(ctx, name, tid)
         res: dict[str, Any] = {"name": found or name, "topic_id": real_id, "error_message": None}
         if found is None:
-            res["error_code"] = UNKNOWN_TOPIC_ID if not name else UNKNOWN_TOPIC_OR_PARTITION
+            by_id = not name and tid is not None and tid != ZERO_UUID
+            res["error_code"] = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
         else:
             try:
                 ctx.logs.delete_topic(found)
