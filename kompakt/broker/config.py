@@ -94,11 +94,40 @@ _KEYS: list[BrokerKey] = [
         "How often recovery points are checkpointed.",
         at_least(0),
     ),
-    BrokerKey("offsets.topic.num.partitions", "int", 50, "Partitions of __consumer_offsets."),
-    BrokerKey("offsets.topic.replication.factor", "int", 1, "Must be 1 on one node."),
-    BrokerKey("offsets.topic.segment.bytes", "int", 104857600, "Segment size of offsets topic."),
-    BrokerKey("offsets.retention.minutes", "int", 10080, "Committed offset retention."),
-    BrokerKey("offsets.commit.timeout.ms", "int", 5000, "Offset commit timeout."),
+    # offsets.*: Kafka's GroupCoordinatorConfig names, types, defaults and atLeast(1)
+    BrokerKey(
+        "offsets.topic.num.partitions",
+        "int",
+        50,
+        "Partitions of __consumer_offsets.",
+        at_least(1),
+    ),
+    BrokerKey("offsets.topic.replication.factor", "int", 1, "Must be 1 on one node.", at_least(1)),
+    BrokerKey(
+        "offsets.topic.segment.bytes",
+        "int",
+        104857600,
+        "Segment size of __consumer_offsets (set when the topic is created); small "
+        "segments let the cleaner compact it sooner.",
+        at_least(1),
+    ),
+    BrokerKey(
+        "offsets.retention.minutes",
+        "int",
+        10080,
+        "Committed offsets of a group are removed this long after it becomes empty (or, "
+        "for a subscribed group, after the last commit of a topic it no longer subscribes "
+        "to; for a standalone consumer, after the last commit).",
+        at_least(1),
+    ),
+    BrokerKey(
+        "offsets.retention.check.interval.ms",
+        "long",
+        600000,
+        "How often expired offsets are looked for.",
+        at_least(1),
+    ),
+    BrokerKey("offsets.commit.timeout.ms", "int", 5000, "Offset commit timeout.", at_least(1)),
     BrokerKey("group.initial.rebalance.delay.ms", "int", 3000, "Delay of the first rebalance."),
     BrokerKey("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout."),
     BrokerKey("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout."),

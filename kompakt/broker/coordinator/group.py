@@ -4,6 +4,15 @@ All state lives on the broker's event loop: joins and syncs park on futures, ses
 expiry and rebalance deadlines are ``loop.call_later`` timers (no polling). Committed
 offsets are kept in memory and written to the compacted ``__consumer_offsets`` topic;
 :meth:`GroupCoordinator.ensure_loaded` rebuilds them from it after a restart.
+
+Offsets expire as in Kafka (KIP-211, ``ClassicGroup.offsetExpirationCondition`` and
+``OffsetMetadataManager.cleanupExpiredOffsets``): every
+``offsets.retention.check.interval.ms`` a task on the loop removes offsets older than
+``offsets.retention.minutes`` and writes tombstones for them; a group left Empty with no
+offsets goes Dead and its metadata record is tombstoned too. The compacted topic then
+stays bounded: the cleaner keeps one record per key and drops the tombstones after
+``delete.retention.ms``. Time comes from an injectable clock (``clock=``), the log
+manager's by default, so tests can move it.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +49,7 @@ GROUP_ID_NOT_FOUND = 69
 NON_EMPTY_GROUP = 68
 MEMBER_ID_REQUIRED = 79
 GROUP_MAX_SIZE_REACHED = 81
+FENCED_INSTANCE_ID = 82
 
 EMPTY = "Empty"
 PREPARING = "PreparingRebalance"
@@ -84,6 +95,14 @@ class Group:
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     join_timer: asyncio.TimerHandle | None = None
     delaying: bool = False
+    state_timestamp: int | None = None
+    """When the group entered its current state (Kafka's ``currentStateTimestamp``);
+    None for a group only known from its offsets (a simple consumer's)."""
+    subscribed: set[str] | None = None
+    """Topics the members subscribe to, if known (consumer protocol); Kafka's
+    ``subscribedTopics``: offsets of other topics may expire while the group is Stable."""
+    static: dict[str, str] = field(default_factory=dict)
+    """group.instance.id -> member id of the static members (KIP-345)."""
 
     def is_empty(self) -> bool:
         return not self.members
@@ -124,11 +143,19 @@ class Group:
         )
 
 
+def _system_ms() -> int:
+    return int(time.time() * 1000)
+
+
 class GroupCoordinator:
-    def __init__(self, state: Any):
+    def __init__(self, state: Any, clock: Callable[[], int] | None = None):
         self.state = state
         self.groups: dict[str, Group] = {}
         self.loop = asyncio.get_running_loop()
+        logs_clock = getattr(getattr(state, "logs", None), "clock", None)
+        self.clock: Callable[[], int] = clock or logs_clock or _system_ms
+        self._expiry_task: asyncio.Task | None = None
+        self.offsets_expired = 0  # offsets removed by retention since start (for metrics)
         self._loaded = False
         self._load_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
@@ -147,6 +174,14 @@ class GroupCoordinator:
         except Exception:
             return default
 
+    def now(self) -> int:
+        return int(self.clock())
+
+    def _set_state(self, g: Group, state: str) -> None:
+        """Every transition stamps the time (Kafka's ``currentStateTimestamp``)."""
+        g.state = state
+        g.state_timestamp = self.now()
+
     async def _watch_shutdown(self, notifier: Any, ev: asyncio.Event) -> None:
         while True:
             await ev.wait()
@@ -158,6 +193,8 @@ class GroupCoordinator:
 
     def shutdown(self) -> None:
         self._closed = True
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
         for g in self.groups.values():
             if g.join_timer is not None:
                 g.join_timer.cancel()
@@ -178,6 +215,7 @@ class GroupCoordinator:
             if self._loaded:
                 return
             loaded, metas = await asyncio.to_thread(self._load)
+            now = self.now()
             for group_id, meta in metas.items():
                 if meta is None:
                     continue
@@ -185,7 +223,13 @@ class GroupCoordinator:
                 if g is None:
                     g = self.groups[group_id] = Group(group_id)
                 g.generation = meta.generation
-                g.protocol_type = meta.protocol_type
+                g.protocol_type = meta.protocol_type or None
+                # Members are not restored: a group saved with members becomes Empty now
+                # (Kafka would restore them and let their sessions expire).
+                g.state_timestamp = (
+                    now if meta.members or meta.state_timestamp < 0 else meta.state_timestamp
+                )
+                g.subscribed = set() if g.protocol_type == "consumer" else None
             for (group_id, topic, part), om in loaded.items():
                 g = self.groups.get(group_id)
                 if g is None:
@@ -195,6 +239,8 @@ class GroupCoordinator:
                 else:
                     g.offsets[(topic, part)] = om
             self._loaded = True
+            if self._expiry_task is None and not self._closed:
+                self._expiry_task = self.loop.create_task(self._expiry_loop())
 
     def _load(
         self,
@@ -256,7 +302,7 @@ class GroupCoordinator:
                 g.generation,
                 g.protocol,
                 g.leader,
-                int(time.time() * 1000),
+                g.state_timestamp if g.state_timestamp is not None else self.now(),
                 tuple(
                     (
                         m.member_id,
@@ -284,11 +330,12 @@ class GroupCoordinator:
             log.exception("cannot write group %s metadata", group_id)
 
     def _append(self, group_id: str, items: list[tuple[bytes, bytes | None]]) -> None:
-        plog = self.state.logs.get_log(
-            OFFSETS_TOPIC, rec.partition_for(group_id, self._num_partitions)
-        )
-        batch = build_simple_batch(items, timestamp=int(time.time() * 1000))
-        plog.append(batch)
+        self._append_partition(rec.partition_for(group_id, self._num_partitions), items)
+
+    def _append_partition(self, partition: int, items: list[tuple[bytes, bytes | None]]) -> None:
+        """One batch per call (a commit is atomic), flushed like an acks=all produce."""
+        plog = self.state.logs.get_log(OFFSETS_TOPIC, partition)
+        plog.append(build_simple_batch(items, timestamp=plog.clock()))
         plog.flush()
 
     # -- groups ----------------------------------------------------------------------------
@@ -314,10 +361,16 @@ class GroupCoordinator:
         log.info("group %s: member %s session expired", g.group_id, m.member_id)
         self._remove_member(g, m)
 
-    def _remove_member(self, g: Group, m: Member) -> None:
+    @staticmethod
+    def _forget(g: Group, m: Member) -> None:
         g.members.pop(m.member_id, None)
+        if m.group_instance_id is not None and g.static.get(m.group_instance_id) == m.member_id:
+            del g.static[m.group_instance_id]
         if m.timer is not None:
             m.timer.cancel()
+
+    def _remove_member(self, g: Group, m: Member) -> None:
+        self._forget(g, m)
         for fut in (m.join_future, m.sync_future):
             if fut is not None and not fut.done():
                 fut.set_result({"error_code": UNKNOWN_MEMBER_ID})
@@ -334,7 +387,7 @@ class GroupCoordinator:
                 if m.sync_future is not None and not m.sync_future.done():
                     m.sync_future.set_result({"error_code": REBALANCE_IN_PROGRESS})
         was_empty = g.state == EMPTY
-        g.state = PREPARING
+        self._set_state(g, PREPARING)
         delay = self._cfg("group.initial.rebalance.delay.ms", 3000) / 1000 if was_empty else 0
         timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0) / 1000
         g.delaying = was_empty and delay > 0
@@ -356,9 +409,7 @@ class GroupCoordinator:
         for m in list(g.members.values()):
             if m.join_future is None or m.join_future.done():
                 log.info("group %s: member %s did not rejoin in time", g.group_id, m.member_id)
-                g.members.pop(m.member_id, None)
-                if m.timer is not None:
-                    m.timer.cancel()
+                self._forget(g, m)
         for h in g.pending.values():
             h.cancel()
         g.pending.clear()
@@ -380,13 +431,15 @@ class GroupCoordinator:
             g.leader = next(iter(g.members), None)
         g.generation += 1
         if not g.members:
-            g.state = EMPTY
+            self._set_state(g, EMPTY)
             g.protocol = None
             g.leader = None
+            g.subscribed = set() if g.protocol_type == "consumer" else None
             self._persist_group(g)
             return
         g.protocol = g.select_protocol()
-        g.state = COMPLETING
+        self._set_state(g, COMPLETING)
+        g.subscribed = self._subscribed_topics(g)
         log.info(
             "group %s: generation %d, protocol %s, leader %s, %d members",
             g.group_id,
@@ -417,6 +470,20 @@ class GroupCoordinator:
             if m.join_future is not None and not m.join_future.done():
                 m.join_future.set_result(resp)
             self._arm_session(g, m)
+
+    @staticmethod
+    def _subscribed_topics(g: Group) -> set[str] | None:
+        """Union of the members' subscriptions (Kafka's ``computeSubscribedTopics``);
+        None (no expiry while members exist) unless every member's metadata parses."""
+        if g.protocol_type != "consumer" or g.protocol is None:
+            return None
+        topics: set[str] = set()
+        try:
+            for m in g.members.values():
+                topics |= rec.subscription_topics(m.metadata_for(g.protocol))
+        except Exception:
+            return None
+        return topics
 
     # -- JoinGroup -------------------------------------------------------------------------
     async def join(
@@ -450,12 +517,29 @@ class GroupCoordinator:
             return err(UNKNOWN_MEMBER_ID)
         if not g.supports(protocol_type, protocols):
             return err(INCONSISTENT_GROUP_PROTOCOL)
+        if group_instance_id is not None:
+            known = g.static.get(group_instance_id)
+            if known is not None and known in g.members:
+                if not member_id:
+                    return await self._replace_static(
+                        g,
+                        known,
+                        group_instance_id,
+                        client_id,
+                        client_host,
+                        session_timeout_ms,
+                        rebalance_timeout_ms,
+                        protocols,
+                    )
+                if member_id != known:
+                    return err(FENCED_INSTANCE_ID)
         if member_id and member_id not in g.members and member_id not in g.pending:
             return err(UNKNOWN_MEMBER_ID)
         if not member_id:
             if len(g.members) + len(g.pending) >= self._cfg("group.max.size", 2**31 - 1):
                 return err(GROUP_MAX_SIZE_REACHED)
-            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            prefix = group_instance_id if group_instance_id is not None else client_id
+            member_id = f"{prefix or 'member'}-{uuid.uuid4()}"
             if require_known_member_id and group_instance_id is None:
                 g.pending[member_id] = self.loop.call_later(
                     session_timeout_ms / 1000, self._pending_expired, g, member_id
@@ -479,6 +563,8 @@ class GroupCoordinator:
             if not g.members:
                 g.protocol_type = protocol_type
             g.members[member_id] = m
+            if group_instance_id is not None:
+                g.static[group_instance_id] = member_id
             if g.leader is None:
                 g.leader = member_id
             changed = True
@@ -503,6 +589,57 @@ class GroupCoordinator:
         fut: asyncio.Future = self.loop.create_future()
         m.join_future = fut
         self._arm_session(g, m)
+        if g.state != PREPARING:
+            self._prepare_rebalance(g)
+        self._maybe_complete_join(g)
+        return await fut
+
+    async def _replace_static(
+        self,
+        g: Group,
+        old_id: str,
+        instance_id: str,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocols: list[tuple[str, bytes]],
+    ) -> dict[str, Any]:
+        """A restarted static member (KIP-345) takes its old member's place under a new
+        member id. As Kafka's ``updateStaticMemberAndRebalance``: in a Stable group whose
+        selected protocol stays the same there is no rebalance; the member keeps its
+        assignment, and the reply names the old leader so it does not reassign. In any
+        other state the group rebalances. The old member id is fenced."""
+        m = g.members.pop(old_id)
+        for fut in (m.join_future, m.sync_future):
+            if fut is not None and not fut.done():
+                fut.set_result({"error_code": FENCED_INSTANCE_ID})
+        m.join_future = m.sync_future = None
+        old_leader = g.leader
+        new_id = f"{instance_id}-{uuid.uuid4()}"
+        m.member_id = new_id
+        m.client_id, m.client_host = client_id, client_host
+        m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        m.protocols = protocols
+        g.members[new_id] = m
+        g.static[instance_id] = new_id
+        if g.leader == old_id:
+            g.leader = new_id
+        self._arm_session(g, m)
+        log.info("group %s: static member %s replaced %s", g.group_id, new_id, old_id)
+        if g.state == STABLE and g.select_protocol() == g.protocol:
+            self._persist_group(g)
+            return {
+                "error_code": NONE,
+                "generation_id": g.generation,
+                "protocol_type": g.protocol_type,
+                "protocol_name": g.protocol,
+                "leader": old_leader,
+                "member_id": new_id,
+                "members": [],
+            }
+        fut: asyncio.Future = self.loop.create_future()
+        m.join_future = fut
         if g.state != PREPARING:
             self._prepare_rebalance(g)
         self._maybe_complete_join(g)
@@ -544,7 +681,7 @@ class GroupCoordinator:
         if member_id == g.leader:
             for mm in g.members.values():
                 mm.assignment = assignments.get(mm.member_id, b"")
-            g.state = STABLE
+            self._set_state(g, STABLE)
             log.info("group %s: stable at generation %d", g.group_id, g.generation)
             self._persist_group(g)
             for mm in g.members.values():
@@ -607,11 +744,11 @@ class GroupCoordinator:
         items = [
             (rec.offset_key(group_id, t, p), rec.offset_value(om)) for (t, p), om in offsets.items()
         ]
-        async with self._write_lock:
+        async with self._write_lock:  # the expiry pass decides under this lock too
             await asyncio.to_thread(self._append, group_id, items)
-        g = self.group(group_id, create=True)
-        assert g is not None
-        g.offsets.update(offsets)
+            g = self.group(group_id, create=True)
+            assert g is not None
+            g.offsets.update(offsets)
 
     def fetch_offsets(
         self, group_id: str, wanted: list[tuple[str, list[int]]] | None
@@ -641,3 +778,100 @@ class GroupCoordinator:
         async with self._write_lock:
             await asyncio.to_thread(self._append, group_id, items)
         self.groups.pop(group_id, None)
+
+    # -- offset expiry (KIP-211) -------------------------------------------------------------
+    async def _expiry_loop(self) -> None:
+        """Kafka's ``delete-expired-group-metadata`` task, every
+        ``offsets.retention.check.interval.ms``; it sleeps between runs (never spins)."""
+        interval = max(1, self._cfg("offsets.retention.check.interval.ms", 600000)) / 1000
+        while not self._closed:
+            await asyncio.sleep(interval)
+            try:
+                await self.expire_offsets()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("offset expiry failed")
+
+    @staticmethod
+    def expired_offsets(
+        g: Group, now: int, retention_ms: int
+    ) -> dict[tuple[str, int], OffsetAndMetadata]:
+        """The offsets of ``g`` that have expired at ``now``.
+
+        Kafka's ``ClassicGroup.offsetExpirationCondition``: a simple consumer's group (no
+        protocol type) expires an offset ``offsets.retention.minutes`` after its commit; an
+        Empty group counts from the time it became Empty (we take the later of that and
+        the commit, so an offset committed to an already-empty group, e.g. by an admin
+        reset, also gets the full retention); a Stable consumer-protocol group expires only
+        offsets of topics none of its members subscribes to, counted from the commit; any
+        other state expires nothing. An offset committed with an explicit expire timestamp
+        (OffsetCommit v2-v4 ``retention_time``) expires at that time instead.
+        """
+        subscribed: set[str] = set()
+        if g.protocol_type is None or g.state == EMPTY:
+            empty_since = g.state_timestamp if g.state_timestamp is not None else -1
+        elif g.protocol_type == "consumer" and g.state == STABLE and g.subscribed is not None:
+            empty_since, subscribed = -1, g.subscribed
+        else:
+            return {}
+        out = {}
+        for tp, om in g.offsets.items():
+            if tp[0] in subscribed:
+                continue
+            if om.expire_timestamp is not None:
+                if now >= om.expire_timestamp:
+                    out[tp] = om
+            elif now - max(om.commit_timestamp, empty_since) >= retention_ms:
+                out[tp] = om
+        return out
+
+    async def expire_offsets(self) -> int:
+        """One pass of Kafka's ``cleanupGroupMetadata``: remove expired offsets and write
+        their tombstones; a group that is Empty with no offsets left goes Dead and, if it
+        ever had a generation (so a metadata record exists), gets a tombstone as well.
+        Decided and written under the write lock, so a concurrent commit cannot be
+        tombstoned. Returns the number of offsets expired."""
+        if not self._loaded or self._closed:
+            return 0
+        retention_ms = self._cfg("offsets.retention.minutes", 10080) * 60_000
+        async with self._write_lock:
+            now = self.now()
+            plan: list[tuple[Group, dict[tuple[str, int], OffsetAndMetadata], bool]] = []
+            writes: dict[int, list[tuple[bytes, bytes | None]]] = {}
+            for g in list(self.groups.values()):
+                expired = self.expired_offsets(g, now, retention_ms)
+                dead = (
+                    g.state == EMPTY
+                    and not g.members
+                    and not g.pending
+                    and len(expired) == len(g.offsets)
+                )
+                if not expired and not dead:
+                    continue
+                plan.append((g, expired, dead))
+                items = writes.setdefault(rec.partition_for(g.group_id, self._num_partitions), [])
+                items.extend((rec.offset_key(g.group_id, t, p), None) for t, p in expired)
+                if dead and g.generation > 0:  # generation 0: no metadata record to delete
+                    items.append((rec.group_key(g.group_id), None))
+            for partition, items in writes.items():
+                for i in range(0, len(items), 1000):  # keep batches well under max.message.bytes
+                    chunk = items[i : i + 1000]
+                    if chunk:
+                        await asyncio.to_thread(self._append_partition, partition, chunk)
+            count = 0
+            for g, expired, dead in plan:
+                for tp, om in expired.items():
+                    if g.offsets.get(tp) is om:
+                        del g.offsets[tp]
+                        count += 1
+                if expired:
+                    log.info("group %s: %d offsets expired", g.group_id, len(expired))
+                # a join may have arrived while the tombstones were written
+                if dead and not g.offsets and not g.members and not g.pending:
+                    if g.state == EMPTY and self.groups.get(g.group_id) is g:
+                        self._set_state(g, DEAD)
+                        del self.groups[g.group_id]
+                        log.info("group %s: Empty with no offsets, now Dead", g.group_id)
+            self.offsets_expired += count
+            return count

@@ -5,7 +5,6 @@ on first use and kept in ``state.extra``."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from kompakt.broker.coordinator.group import (
@@ -178,7 +177,11 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         if not req.group_id
         else gc.commit_check(req.group_id, req.generation_id_or_member_epoch, req.member_id)
     )
-    now = int(time.time() * 1000)
+    now = gc.now()
+    # v2-v4 retention_time (-1: the broker's offsets.retention.minutes) gives an explicit
+    # expire timestamp, as Kafka's OffsetCommit handling does.
+    retention = ms(getattr(req, "retention_time", -1))
+    expire = now + retention if retention >= 0 else None
     to_commit: dict[tuple[str, int], OffsetAndMetadata] = {}
     topics = []
     for t in req.topics:
@@ -199,6 +202,7 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
                         int(getattr(p, "committed_leader_epoch", -1)),
                         p.committed_metadata or "",
                         now,
+                        expire,
                     )
             parts.append({"partition_index": p.partition_index, "error_code": code})
         topics.append(

@@ -3,7 +3,9 @@
 Keys start with an int16 version: 0/1 = offset commit (group, topic, partition), 2 = group
 metadata (group). Offset commit values: v0 (offset, metadata, commit ts), v1 (+ expire
 ts), v2 (offset, metadata, commit ts), v3 (offset, leader epoch, metadata, commit ts).
-We write key v1 and value v3. A null value is a tombstone.
+We write key v1 and value v3, or value v1 when the commit carries an explicit expire
+timestamp (OffsetCommit v2-v4 ``retention_time``), as Kafka does. A null value is a
+tombstone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ class OffsetAndMetadata:
     leader_epoch: int = -1
     metadata: str = ""
     commit_timestamp: int = -1
+    expire_timestamp: int | None = None
+    """Set only by old clients' ``retention_time``: then it alone decides expiry (Kafka)."""
 
 
 def _str(s: str) -> bytes:
@@ -63,6 +67,14 @@ def offset_key(group: str, topic: str, partition: int) -> bytes:
 
 
 def offset_value(om: OffsetAndMetadata) -> bytes:
+    if om.expire_timestamp is not None:  # v1 is the only version with an expire timestamp
+        return (
+            _I16.pack(1)
+            + _I64.pack(om.offset)
+            + _str(om.metadata or "")
+            + _I64.pack(om.commit_timestamp)
+            + _I64.pack(om.expire_timestamp)
+        )
     return (
         _I16.pack(3)
         + _I64.pack(om.offset)
@@ -92,7 +104,22 @@ def parse_offset_value(value: bytes) -> OffsetAndMetadata:
         epoch = r.i32()
     metadata = r.string()
     ts = r.i64()
-    return OffsetAndMetadata(offset, epoch, metadata, ts)
+    expire = r.i64() if version == 1 else None
+    return OffsetAndMetadata(offset, epoch, metadata, ts, expire)
+
+
+def subscription_topics(metadata: bytes) -> set[str]:
+    """Topics of a ConsumerProtocolSubscription, read as v0 (the prefix of every version,
+    as Kafka's ``ClassicGroup.computeSubscribedTopics`` does). Raises on bad bytes."""
+    r = _Reader(metadata)
+    r.i16()
+    n = r.i32()
+    if n < 0 or n * 2 > len(metadata):
+        raise ValueError("bad subscription")
+    topics = {r.string() for _ in range(n)}
+    if r.pos > len(metadata):
+        raise ValueError("truncated subscription")
+    return topics
 
 
 def java_string_hash(s: str) -> int:
