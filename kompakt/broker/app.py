@@ -58,6 +58,7 @@ class Broker:
         self.metrics = BrokerMetrics(lambda: self.logs, self._cleaner_if_started)
         self._stopped: asyncio.Event | None = None
         self._stopping = False
+        self.stop_error: BaseException | None = None  # why the last stop was unclean
         self._tombstones = TombstoneCounter()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -141,10 +142,16 @@ class Broker:
             return
         self._stopping = True
         log.info("kompakt broker shutting down")
-        await self._close_all()
-        log.info("kompakt broker stopped")
-        if self._stopped is not None:
-            self._stopped.set()
+        try:
+            await self._close_all()
+        except Exception as exc:  # e.g. a full disk: stop anyway, never hang on SIGTERM
+            self.stop_error = exc
+            log.error("kompakt broker stopped uncleanly: %s", exc)
+        else:
+            log.info("kompakt broker stopped")
+        finally:
+            if self._stopped is not None:
+                self._stopped.set()
 
     async def _close_all(self) -> None:
         if self.state is not None:
@@ -156,10 +163,12 @@ class Broker:
                 await asyncio.to_thread(self.admin.stop)
             except Exception:
                 log.exception("stopping the admin endpoint failed")
-        if self.background is not None:
-            await asyncio.to_thread(self.background.stop)
-        if self.logs is not None:
-            await asyncio.to_thread(self.logs.close)
+        try:
+            if self.background is not None:
+                await asyncio.to_thread(self.background.stop)
+        finally:
+            if self.logs is not None:
+                await asyncio.to_thread(self.logs.close)
 
     # -- the cleaner (built on first use: Spark starts only when there is work) -----------
     def _default_cleaner(self) -> Any:
@@ -263,7 +272,8 @@ class TombstoneCounter:
 
 
 def run(config: BrokerConfig, cleaner_factory: Callable[[], Any] | None = None) -> int:
-    """Run a broker until SIGTERM/SIGINT; 0 after a clean stop, 1 if it cannot start."""
+    """Run a broker until SIGTERM/SIGINT; 0 after a clean stop, 1 if it cannot start or
+    could not stop cleanly (then the next start recovers the logs)."""
 
     async def main() -> int:
         broker = Broker(config, cleaner_factory)
@@ -279,7 +289,7 @@ def run(config: BrokerConfig, cleaner_factory: Callable[[], Any] | None = None) 
             except (NotImplementedError, RuntimeError):
                 pass
         await broker.serve_forever()
-        return 0
+        return 1 if broker.stop_error is not None else 0
 
     return asyncio.run(main())
 

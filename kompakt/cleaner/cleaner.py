@@ -197,6 +197,36 @@ def write_cleaned_group(
     return stats, dest
 
 
+IO_ERROR_MARKERS = ("[Errno 28]", "[Errno 27]", "[Errno 122]", "No space left on device")
+
+
+def is_io_error(exc: BaseException) -> bool:
+    """An OSError, or one reported through an engine that loses its type (a Spark task's
+    ``PythonException`` carries only the worker's traceback text)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) or any(m in str(e) for m in IO_ERROR_MARKERS):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def remove_cleaned_files(directory: Path, groups: Sequence[Sequence[LogSegment]]) -> None:
+    """Drop the ``.cleaned`` files of a rewrite that failed part-way (Spark tasks that
+    finished before another one failed leave theirs): on a full disk they hold the
+    space a retry needs, and only a swap may turn them into segments."""
+    for group in groups:
+        if group:
+            paths = [
+                directory / f"{group[0].base_offset:020d}{suffix}{CLEANED_SUFFIX}"
+                for suffix in (".log", ".index", ".timeindex")
+            ]
+            for path in paths:
+                path.unlink(missing_ok=True)
+
+
 # -- the in-process engine ----------------------------------------------------------------
 
 
@@ -393,9 +423,12 @@ class Cleaner:
             return self.clean(ltc)
         except SegmentsChangedError as exc:
             log.info("%s", exc)
-        except OSError as exc:
-            log.error("I/O error while cleaning %s; its segments are unchanged: %s", plog.name, exc)
         except Exception as exc:
+            if is_io_error(exc):  # a full disk: retried after the backoff, not uncleanable
+                log.error(
+                    "I/O error while cleaning %s; its segments are unchanged: %s", plog.name, exc
+                )
+                return None
             reason = f"{type(exc).__name__}: {exc}"
             plog.uncleanable_reason = reason
             log.error("marking %s uncleanable: %s", plog.name, reason)
@@ -447,7 +480,12 @@ class Cleaner:
             delete_retention_ms=plog.config.delete_retention_ms,
             producers=producers,
         )
-        results = self.engine.rewrite(plog, groups, dirty, ctx, dry_run, progress)
+        try:
+            results = self.engine.rewrite(plog, groups, dirty, ctx, dry_run, progress)
+        except BaseException:
+            if not dry_run:
+                remove_cleaned_files(plog.dir, groups)
+            raise
         total = GroupStats()
         try:
             for gstats, dest, group in results:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kompakt.errors import (
     InvalidPartitionsError,
+    KafkaStorageError,
     LogDirLockedError,
     TopicExistsError,
     UnknownTopicError,
@@ -282,12 +283,27 @@ class LogManager:
             meta = TopicMeta(name, partitions, _new_topic_id(), dict(config.overrides))
             if validate_only:
                 return meta
-            for part in range(partitions):
-                self._open_new(meta, part, config)
-            self._topics[name] = meta
-            self._save_topics()
+            try:
+                for part in range(partitions):
+                    self._open_new(meta, part, config)
+                self._topics[name] = meta
+                self._save_topics()
+            except OSError as exc:  # e.g. a full disk: leave no half-made topic behind
+                self._undo_create(meta)
+                raise KafkaStorageError(f"cannot create topic '{name}': {exc}") from exc
         log.info("created topic %s with %d partitions %s", name, partitions, meta.overrides)
         return meta
+
+    def _undo_create(self, meta: TopicMeta) -> None:
+        """Close and remove the partitions of a topic whose creation failed part-way;
+        left on disk they would come back at the next start as a topic of their own
+        (fewer partitions, default configs)."""
+        self._topics.pop(meta.name, None)
+        for part in range(meta.partitions):
+            plog = self._logs.pop((meta.name, part), None)
+            if plog is not None:
+                plog.close()
+            shutil.rmtree(self.dir / f"{meta.name}-{part}", ignore_errors=True)
 
     def _open_new(self, meta: TopicMeta, part: int, config: TopicConfig) -> None:
         path = self.dir / f"{meta.name}-{part}"
@@ -398,20 +414,44 @@ class LogManager:
         return deleted
 
     def close(self) -> None:
-        """Flush everything and leave the clean-shutdown marker."""
+        """Flush everything and leave the clean-shutdown marker.
+
+        An I/O error (a full disk) does not stop the close half-way: every log is still
+        closed and the dir lock released, so the process can exit; but no clean-shutdown
+        marker is written, so the next start recovers the logs. The first error is raised
+        at the end.
+        """
         if self._closed:
             return
         self._closed = True
+        errors: list[OSError] = []
         for plog in self.logs():
-            plog.flush()
-        self.checkpoint()
+            try:
+                plog.flush()
+            except OSError as exc:
+                errors.append(exc)
+        try:
+            self.checkpoint()
+        except OSError as exc:
+            errors.append(exc)
         for plog in self.logs():
-            plog.close()
+            try:
+                plog.close()
+            except OSError as exc:
+                errors.append(exc)
         self.deleter.stop()
-        marker = self.dir / CLEAN_SHUTDOWN_FILE
-        marker.write_text("")
-        fsync_dir(self.dir)
-        self._release_lock()
+        try:
+            if not errors:
+                marker = self.dir / CLEAN_SHUTDOWN_FILE
+                marker.write_text("")
+                fsync_dir(self.dir)
+        except OSError as exc:
+            errors.append(exc)
+        finally:
+            self._release_lock()
+        if errors:
+            log.error("closing %s: %d I/O errors, first: %s", self.dir, len(errors), errors[0])
+            raise errors[0]
 
     def __enter__(self) -> LogManager:
         return self

@@ -24,11 +24,19 @@ from kompakt.broker.handlers.common import (
 from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
+from kompakt.errors import KafkaStorageError
 from kompakt.log.partition_log import PartitionLog
 from kompakt.record.batch import iter_batches
 
 PRODUCE = 0
 INIT_PRODUCER_ID = 22
+
+
+def _flush(plog: PartitionLog) -> None:
+    try:
+        plog.flush()
+    except OSError as exc:  # fsync failed: the write is not durable (Kafka: 56)
+        raise KafkaStorageError(f"cannot flush {plog.name}: {exc}") from exc
 
 
 def _append(
@@ -42,6 +50,8 @@ def _append(
             for h in headers:
                 dup = state.check(h)
                 if dup is not None:
+                    if flush:  # the original's fsync may have failed: acks=all means durable
+                        _flush(plog)
                     return {
                         "error_code": NONE,
                         "base_offset": dup.first_offset,
@@ -55,7 +65,7 @@ def _append(
                 state.update(h, first)
                 first += h.last_offset_delta + 1
         if flush:
-            plog.flush()
+            _flush(plog)
     return {
         "error_code": NONE,
         "base_offset": info.first_offset,
