@@ -81,3 +81,10 @@ class SegmentsChangedError(KompaktError):
     """The segments a clean read were removed meanwhile; the clean is dropped, not retried."""
 
     error_code = -1
+
+
+class PolicyViolationError(KompaktError):
+    """A request breaks a broker-side limit (POLICY_VIOLATION), e.g. Kafka's cap of
+    10000 metadata records per admin operation."""
+
+    error_code = 44

@@ -29,6 +29,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from kompakt.broker.bounds import check_request
+
 _UTC = datetime.UTC
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
 ZERO_UUID = uuid.UUID(int=0)
@@ -213,6 +215,7 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 def parse_request(frame: bytes, req_cls: type) -> tuple[Any, Any]:
     """(header, body) of ``frame``; raises FrameError on anything undecodable."""
     try:
+        check_request(frame, req_cls)  # kio would allocate what a count declares
         header, used = _reader(req_cls.__header_schema__)(frame, 0)
         body, used2 = _reader(req_cls)(frame, used)
     except Exception as exc:  # DecodeError, BufferUnderflow, ValueError, ...

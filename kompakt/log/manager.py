@@ -27,6 +27,7 @@ from kompakt.errors import (
     InvalidPartitionsError,
     KafkaStorageError,
     LogDirLockedError,
+    PolicyViolationError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -43,6 +44,9 @@ TOPICS_FILE = "kompakt-topics.json"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+# Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one admin operation may not create
+# more than 10000 metadata records (here: partitions); POLICY_VIOLATION beyond.
+MAX_PARTITIONS_PER_OP = 10_000
 
 
 def system_clock() -> int:
@@ -276,6 +280,7 @@ class LogManager:
             raise InvalidPartitionsError(
                 f"number of partitions must be at least 1, got {partitions}"
             )
+        _check_batch_size(partitions)
         config = TopicConfig(dict(configs or {}), self.broker_config)
         with self.lock:
             if name in self._topics:
@@ -320,7 +325,7 @@ class LogManager:
                 plog = self._logs.pop((name, part))
                 with plog.lock:
                     plog.close()
-                    target = self.dir / f"{name}-{part}.{uuid.uuid4().hex}-delete"
+                    target = self.dir / delete_dir_name(name, part)
                     os.replace(plog.dir, target)
                     shutil.rmtree(target, ignore_errors=True)
             del self._topics[name]
@@ -348,11 +353,21 @@ class LogManager:
                     f"Topic currently has {meta.partitions} partitions, which is higher than "
                     f"or equal to the requested {total}."
                 )
+            _check_batch_size(total - meta.partitions)
             if validate_only:
                 return
             config = self.topic_config(name)
-            for part in range(meta.partitions, total):
-                self._open_new(meta, part, config)
+            part = meta.partitions
+            try:
+                for part in range(meta.partitions, total):
+                    self._open_new(meta, part, config)
+            except OSError as exc:  # no fds or disk left: drop the ones just made
+                for undo in range(meta.partitions, part + 1):
+                    plog = self._logs.pop((name, undo), None)
+                    if plog is not None:
+                        plog.close()
+                    shutil.rmtree(self.dir / f"{name}-{undo}", ignore_errors=True)
+                raise KafkaStorageError(f"cannot add partitions to '{name}': {exc}") from exc
             meta.partitions = total
             self._save_topics()
 
@@ -458,6 +473,19 @@ class LogManager:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _check_batch_size(partitions: int) -> None:
+    if partitions > MAX_PARTITIONS_PER_OP:
+        raise PolicyViolationError("Unable to perform excessively large batch operation.")
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """``TOPIC-N.<uuid>-delete`` within 255 bytes: like Kafka's
+    ``UnifiedLog.logDeleteDirName`` the topic is cut short when the suffix would not fit
+    (a 249-character topic plus 40 characters of suffix is too long for a file name)."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
+    return topic[: 255 - len(suffix)] + suffix
 
 
 def _new_topic_id() -> str:

@@ -439,3 +439,16 @@ def test_admin_compact_bad_framing_is_4xx(wire_broker) -> None:
     assert _post(port, b"{}", headers={"Content-Length": "-5"})[0] == 400
     assert _post(port, b"{}", path="/v1/nope")[0] == 404
     logging.getLogger(__name__).info("admin endpoint answered every bad request")
+
+
+def test_deleting_a_topic_with_a_249_character_name_works_like_kafka(sandbox: Sandbox) -> None:
+    """Regression (fuzzer): TOPIC-N.<uuid>-delete is 40 characters longer than the
+    partition folder, too long a file name for a 249-character topic; Kafka's
+    UnifiedLog.logDeleteDirName shortens the topic part, and so does kompakt."""
+    name = "z" * 249
+    with LogManager(sandbox.data) as logs:
+        logs.create_topic(name, 2)
+        logs.delete_topic(name)
+        assert logs.topics() == []
+    assert not any(p.is_dir() for p in sandbox.data.iterdir())
+    sandbox.assert_untouched()

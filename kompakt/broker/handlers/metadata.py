@@ -15,6 +15,7 @@ from typing import Any
 from kompakt.broker.handlers.common import (
     CLUSTER_OPERATIONS,
     INT32_MIN,
+    INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     NONE,
     TOPIC_OPERATIONS,
@@ -104,13 +105,23 @@ def _metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     )
                     continue
                 name = found
+            if name is None:  # neither a name nor an id (Kafka: InvalidRequestException)
+                topics.append(
+                    {
+                        "error_code": INVALID_REQUEST,
+                        "name": "",
+                        "topic_id": ZERO_UUID,
+                        "partitions": [],
+                    }
+                )
+                continue
             if not ctx.logs.has_topic(name):
                 if not allow_auto:
                     # KafkaApis.getTopicMetadata: Topic.validate decides between the two
                     topics.append(
                         {
                             "error_code": UNKNOWN_TOPIC_OR_PARTITION
-                            if is_valid_topic_name(name or "")
+                            if is_valid_topic_name(name)
                             else INVALID_TOPIC_EXCEPTION,
                             "name": name,
                             "topic_id": ZERO_UUID,
