@@ -218,6 +218,26 @@ def no_partition_error(topic: str, partition: int, n_parts: int) -> UnknownTopic
     )
 
 
+def route(
+    records: Iterable[ProducerRecord], topic: str, n_parts: int, compact: bool
+) -> Iterator[tuple[int, ProducerRecord]]:
+    """(partition, record) as Kafka's default partitioner picks: murmur2 of a key,
+    round-robin for null keys; a null key on a compacted topic is refused (INVALID_RECORD)."""
+    round_robin = 0
+    for i, rec in enumerate(records, 1):
+        if rec.key is None and compact:
+            raise null_key_error(i, topic)
+        part = rec.partition
+        if part is None:
+            if rec.key is None:
+                part, round_robin = round_robin % n_parts, round_robin + 1
+            else:
+                part = partition_for_key(rec.key, n_parts)
+        elif not 0 <= part < n_parts:
+            raise no_partition_error(topic, part, n_parts)
+        yield part, rec
+
+
 # -- the offline backend: a data dir through LogManager ----------------------------------
 
 
@@ -320,7 +340,6 @@ class OfflineBackend:
         compact = self.logs.topic_config(topic).compact
         result = ProduceResult(topic)
         pending: dict[int, list[tuple]] = {}
-        round_robin = 0
 
         def flush(part: int) -> None:
             items = pending.pop(part, None)
@@ -337,17 +356,7 @@ class OfflineBackend:
             result.batches += 1
 
         try:
-            for i, rec in enumerate(records, 1):
-                if rec.key is None and compact:
-                    raise null_key_error(i, topic)
-                part = rec.partition
-                if part is None:
-                    if rec.key is None:
-                        part, round_robin = round_robin % n_parts, round_robin + 1
-                    else:
-                        part = partition_for_key(rec.key, n_parts)
-                elif not 0 <= part < n_parts:
-                    raise no_partition_error(topic, part, n_parts)
+            for part, rec in route(records, topic, n_parts, compact):
                 items = pending.setdefault(part, [])
                 items.append((rec.key, rec.value, tuple(rec.headers)))
                 if len(items) >= batch_size:

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kompakt.errors import KompaktError, TopicExistsError, UnknownTopicError
-from kompakt.record.partitioner import partition_for_key
 
 from .backend import (
     CliError,
@@ -43,7 +42,7 @@ from .backend import (
     TopicSummary,
     check_produce_options,
     no_partition_error,
-    null_key_error,
+    route,
 )
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -474,19 +473,8 @@ class BrokerBackend:
                 )
 
         pending: dict[int, list[ProducerRecord]] = {}
-        round_robin = 0
         try:
-            for i, rec in enumerate(records, 1):
-                if rec.key is None and compact:
-                    raise null_key_error(i, topic)
-                part = rec.partition
-                if part is None:
-                    if rec.key is None:
-                        part, round_robin = round_robin % n_parts, round_robin + 1
-                    else:
-                        part = partition_for_key(rec.key, n_parts)
-                elif not 0 <= part < n_parts:
-                    raise no_partition_error(topic, part, n_parts)
+            for part, rec in route(records, topic, n_parts, compact):
                 items = pending.setdefault(part, [])
                 items.append(rec)
                 if len(items) >= batch_size:

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_kit import assert_one_line_error
 from confluent_kafka import Consumer
 from typer.testing import CliRunner
 
@@ -45,16 +46,6 @@ def cli(broker: BrokerThread):
 def ok(result) -> str:
     assert result.exit_code == 0, (result.output, result.exception)
     return result.stdout
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.exit_code == 1, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), lines
-    for f in fragments:
-        assert f in lines[0], lines[0]
-    assert "Traceback" not in result.output
 
 
 def admin_url(broker: BrokerThread) -> str:

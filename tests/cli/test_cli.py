@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_kit import assert_one_line_error
 from typer.testing import CliRunner
 
 from kompakt.cli.main import app
@@ -20,16 +21,6 @@ runner = CliRunner()
 
 def run(*args: str | Path, input: str | bytes | None = None):
     return runner.invoke(app, [str(a) for a in args], input=input)
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.exit_code == 1, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), lines
-    for f in fragments:
-        assert f in lines[0], lines[0]
-    assert "Traceback" not in result.output
 
 
 def kompakt_cmd() -> list[str]:

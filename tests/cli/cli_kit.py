@@ -1,0 +1,14 @@
+"""Assertions shared by the offline and broker CLI tests."""
+
+from __future__ import annotations
+
+
+def assert_one_line_error(result, *fragments: str) -> None:
+    """The CLI's error contract: exit 1, one ``error: ...`` line on stderr, no traceback."""
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines
+    for f in fragments:
+        assert f in lines[0], lines[0]
+    assert "Traceback" not in result.output
