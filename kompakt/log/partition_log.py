@@ -397,13 +397,40 @@ class PartitionLog:
                 continue
             pos, h = found
             if h.size > max_bytes:
-                return seg.read_at(pos, h.size) if min_one_batch else b""
-            data = seg.read_at(pos, min(max_bytes, end - pos))
-            last = 0
-            for b in iter_batches(data):
-                last = b.position + b.header.size
-            return data[:last]
+                data = seg.read_at(pos, h.size) if min_one_batch else b""
+            else:
+                data = seg.read_at(pos, min(max_bytes, end - pos))
+            return self._verified(seg, pos, data)
         return b""
+
+    def _verified(self, seg: LogSegment, pos: int, data: bytes) -> bytes:
+        """The whole, CRC-valid batches at the start of ``data``.
+
+        Beyond Kafka (whose broker serves a corrupt batch and leaves the CRC check to
+        the consumer): a fetch stops before a batch that fails its CRC, and one that
+        starts there is CORRUPT_MESSAGE, with the file and position in the broker log.
+        """
+        last = 0
+        try:
+            for b in iter_batches(data):
+                b.ensure_valid()
+                last = b.position + b.header.size
+        except CorruptRecordError as exc:
+            if last == 0:
+                where = pos + (exc.position or 0)
+                log.error(
+                    "%s: corrupt batch in %s at position %d: %s",
+                    self.name,
+                    seg.log_path,
+                    where,
+                    exc,
+                )
+                raise CorruptRecordError(
+                    f"corrupt record batch in {seg.log_path} at position {where}: {exc}",
+                    position=where,
+                    file=str(seg.log_path),
+                ) from exc
+        return data[:last]
 
     def iter_batches(self, start_offset: int = 0):
         """Every batch from ``start_offset`` on (convenience for tools and tests)."""
