@@ -1,4 +1,4 @@
-"""A request fuzzer built from kio's request schemas (used by the test and ``benchmarks/``).
+"""A request fuzzer built from kio's request schemas.
 
 For every API key the broker advertises it fills kio request dataclasses with random
 values of each field's Kafka type (ints at and beyond the edges, hostile topic names,

@@ -8,7 +8,7 @@ still answer, a real confluent-kafka client must produce and consume, memory mus
 have grown by more than 200 MB, and nothing may exist outside the data dir.
 
 ``KOMPAKT_FUZZ_SECONDS`` (default 20) and ``KOMPAKT_FUZZ_SEED`` (default random, printed)
-control the random phase; ``benchmarks/fuzz_requests.py`` runs it for longer.
+control the random phase (e.g. ``KOMPAKT_FUZZ_SECONDS=600`` for a long run).
 """
 
 from __future__ import annotations
