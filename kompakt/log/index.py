@@ -17,6 +17,9 @@ from pathlib import Path
 
 from kompakt.errors import CorruptRecordError
 
+_ZERO_BLOCK_SIZE = 1 << 16
+_ZERO_BLOCK = bytes(_ZERO_BLOCK_SIZE)
+
 
 class IndexCorruptError(CorruptRecordError):
     """An index file fails its sanity check; the caller rebuilds it."""
@@ -49,12 +52,23 @@ class AbstractIndex:
 
     # -- subclass hooks ------------------------------------------------------------------
     def _trailing_entries(self, n: int) -> int:
-        """Entries in use: a preallocated file after a crash has zero-filled tail slots."""
-        while n > 0 and self._raw(n - 1) == (0, 0) and n > 1:
-            n -= 1
-        if n == 1 and self._raw(0) == (0, 0):
+        """Entries in use: a preallocated file after a crash has zero-filled tail slots.
+
+        Entries up to the last non-zero byte, found by comparing 64 KiB blocks with
+        zeros from the end: a 10 MiB preallocated index has over a million slots, and a
+        Python loop over them made every restart after a crash cost ~0.4 s per partition.
+        """
+        if n <= 0 or self._mmap is None:
             return 0
-        return n
+        end = n * self.ENTRY_SIZE
+        while end > 0:
+            start = max(0, end - _ZERO_BLOCK_SIZE)
+            block = self._mmap[start:end]
+            if block != _ZERO_BLOCK[: end - start]:
+                used = start + len(block.rstrip(b"\0"))
+                return -(-used // self.ENTRY_SIZE)
+            end = start
+        return 0
 
     def _raw(self, i: int) -> tuple[int, int]:
         assert self._mmap is not None
@@ -195,11 +209,6 @@ class TimeIndex(AbstractIndex):
 
     ENTRY_SIZE = 12
     _ENTRY = struct.Struct(">qi")
-
-    def _trailing_entries(self, n: int) -> int:
-        while n > 0 and self._raw(n - 1) == (0, 0):
-            n -= 1
-        return n
 
     def is_full(self) -> bool:
         # Kafka keeps the last slot free so a roll can always write the final entry.
