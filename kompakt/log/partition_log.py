@@ -145,6 +145,17 @@ class PartitionLog:
                 except IndexCorruptError as exc:
                     log.warning("%s: %s; rebuilding indexes", seg.log_path, exc)
                     seg.recover()
+            active = self.segments[-1]
+            if active.whole_batches_end != active.size:
+                # Beyond Kafka, which trusts the clean-shutdown marker: a file restored or
+                # copied mid-write ends in a partial batch; appending after it would hide
+                # every later batch from readers. Recovery cuts it at the last valid batch.
+                log.warning(
+                    "%s: ends in a partial batch at byte %d despite a clean shutdown; recovering",
+                    active.log_path,
+                    active.whole_batches_end,
+                )
+                self._recover(active.base_offset)
 
     def _recover(self, recovery_point: int | None) -> None:
         """Kafka's ``LogLoader.recoverLog``: re-validate segments past the recovery point."""

@@ -70,6 +70,7 @@ class LogSegment:
             created_ms if created_ms is not None else int(os.stat(self._fd).st_mtime * 1000)
         )
         self.last_offset: int | None = None  # last offset of the last batch, once known
+        self.whole_batches_end = 0  # where the walk at load found the last whole batch end
         if self.size:
             self._load_tail_state()
 
@@ -83,9 +84,13 @@ class LogSegment:
             self.rolling_timestamp = first.max_timestamp if first.max_timestamp >= 0 else None
         # walk from the last indexed position to learn the last offset and max timestamp
         _off, pos = self.offset_index.lookup(2**62)
+        if not 0 <= pos <= self.size:  # a damaged index: its sanity check rebuilds it next
+            pos = 0
+        self.whole_batches_end = pos
         for b in self.iter_batches(pos):
             h = b.header
             self.last_offset = h.last_offset
+            self.whole_batches_end = b.position + h.size
             if h.max_timestamp > self.max_timestamp:
                 self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
 
