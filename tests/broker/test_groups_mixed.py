@@ -382,7 +382,8 @@ def test_static_member_rejoins_without_rebalance(mbroker):
 
 def test_static_member_old_id_is_fenced():
     """KIP-345: after a static member is replaced, a JoinGroup with the old member id and
-    the same instance id gets FENCED_INSTANCE_ID (82)."""
+    the same instance id gets FENCED_INSTANCE_ID (82); LeaveGroup can name a static member
+    by its instance id."""
     from types import SimpleNamespace
 
     from kompakt.broker.coordinator import group as G
@@ -409,6 +410,11 @@ def test_static_member_old_id_is_fenced():
         assert (await gc.sync("g", 1, r2["member_id"], {}))["assignment"] == b"A"
         assert (await join(r1["member_id"]))["error_code"] == G.FENCED_INSTANCE_ID
         assert gc.heartbeat("g", 1, r2["member_id"]) == 0
+        # LeaveGroup v3+ by instance id alone (admin tools); a wrong member id is fenced
+        assert gc.leave("g", r1["member_id"], "inst") == G.FENCED_INSTANCE_ID
+        assert gc.leave("g", "", "inst") == 0
+        assert gc.groups["g"].members == {} and gc.groups["g"].static == {}
+        assert gc.leave("g", "", "inst") == G.UNKNOWN_MEMBER_ID
         gc.shutdown()
 
     asyncio.run(main())

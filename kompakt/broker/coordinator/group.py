@@ -706,10 +706,19 @@ class GroupCoordinator:
         self._arm_session(g, m)
         return NONE
 
-    def leave(self, group_id: str, member_id: str) -> int:
+    def leave(self, group_id: str, member_id: str, instance_id: str | None = None) -> int:
+        """LeaveGroup; v3+ may name a static member by ``group.instance.id`` alone (KIP-345,
+        how admin tools remove static members); a mismatching member id is fenced."""
         g = self.group(group_id)
         if g is None:
             return UNKNOWN_MEMBER_ID
+        if instance_id is not None:
+            known = g.static.get(instance_id)
+            if known is None:
+                return UNKNOWN_MEMBER_ID
+            if member_id and member_id != known:
+                return FENCED_INSTANCE_ID
+            member_id = known
         handle = g.pending.pop(member_id, None)
         if handle is not None:
             handle.cancel()

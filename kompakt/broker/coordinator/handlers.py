@@ -150,7 +150,9 @@ async def handle_leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
         {
             "member_id": m.member_id,
             "group_instance_id": m.group_instance_id,
-            "error_code": gc.leave(req.group_id, m.member_id),
+            "error_code": gc.leave(
+                req.group_id, m.member_id, getattr(m, "group_instance_id", None)
+            ),
         }
         for m in req.members
     ]
