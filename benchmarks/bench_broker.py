@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import random
 import shutil
 import socket
 import tempfile
@@ -221,7 +222,7 @@ def main() -> None:
     ap.add_argument("--baseline-seconds", type=float, default=5.0)
     ap.add_argument("--background-cleaner", action="store_true")
     ap.add_argument("--commits", type=int, default=5_000, help="offset commits per case")
-    ap.add_argument("--rebalance-runs", type=int, default=3, help="rebalances timed per case")
+    ap.add_argument("--rebalance-runs", type=int, default=5, help="rebalances timed per case")
     ap.add_argument(
         "--groups-only", action="store_true", help="only the consumer-group section (quick)"
     )
@@ -434,7 +435,9 @@ def bench_rebalance(bootstrap: str, topic: str, heartbeat_ms: int) -> float:
         t.start()
     if not (ready[0].wait(60) and ready[1].wait(60)):
         raise RuntimeError("the first two members were not assigned")
-    time.sleep(1.0)  # let the group settle into Stable with two members
+    # let the group settle into Stable with two members; the random part puts the third
+    # join at a random point of the members' heartbeat cycle (else every run is the same)
+    time.sleep(1.0 + random.uniform(0, heartbeat_ms / 1000))
     assigned.clear()
     go.set()
     deadline = time.perf_counter() + 120
