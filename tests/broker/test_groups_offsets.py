@@ -368,3 +368,24 @@ def test_consumer_offsets_stays_bounded_under_many_commits(tmp_path):
         assert b.logs.get_log(OFFSETS_TOPIC, part).size_bytes() <= 2 * seg
     finally:
         b.stop()
+
+
+def test_offsets_configs_have_kafkas_names_defaults_and_validation():
+    """GroupCoordinatorConfig: offsets.retention.minutes INT 10080 atLeast(1),
+    offsets.retention.check.interval.ms LONG 600000 atLeast(1),
+    offsets.topic.segment.bytes INT 104857600 atLeast(1)."""
+    from kompakt.broker.config import BrokerConfig
+    from kompakt.errors import InvalidConfigError
+
+    c = BrokerConfig.from_mapping({})
+    assert c.get("offsets.retention.minutes") == 10080
+    assert c.get("offsets.retention.check.interval.ms") == 600000
+    assert c.get("offsets.topic.segment.bytes") == 104857600
+    for key in (
+        "offsets.retention.minutes",
+        "offsets.retention.check.interval.ms",
+        "offsets.topic.segment.bytes",
+        "offsets.topic.num.partitions",
+    ):
+        with pytest.raises(InvalidConfigError, match=key):
+            BrokerConfig.from_mapping({key: "0"})
