@@ -261,7 +261,12 @@ def test_three_client_libraries_rebalance_on_join_and_leave_at_least_once(mbroke
         wait_for(lambda: split_evenly([a, b, c], nparts), what="three members split")
         assert gc.groups[group].generation > gen_two  # a rebalance, not a side channel
         admin = AdminClient({"bootstrap.servers": bs})
-        desc = admin.describe_consumer_groups([group])[group].result(TIMEOUT)
+
+        def described() -> Any:
+            d = admin.describe_consumer_groups([group])[group].result(TIMEOUT)
+            return d if d.partition_assignor else None  # the protocol is shown when Stable
+
+        desc = wait_for(described, what="group described as Stable")
         assert sorted(m.client_id for m in desc.members) == [
             "aiokafka",
             "confluent-kafka",
@@ -270,6 +275,14 @@ def test_three_client_libraries_rebalance_on_join_and_leave_at_least_once(mbroke
         assert desc.partition_assignor == "roundrobin"
         phase2 = [f"p2-{i}" for i in range(60)]
         produce(bs, topic, phase2, nparts)
+        # phase 2 is processed, and every member has done some work, before one leaves
+        wait_for(
+            lambda: (
+                all(m.seen for m in (a, b, c))
+                and {v for m in (a, b, c) for _p, _o, v in m.seen} >= set(phase2)
+            ),
+            what="phase 2 processed, every member did some work",
+        )
 
         gen_three = gc.groups[group].generation
         b.stop()
