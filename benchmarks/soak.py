@@ -75,6 +75,7 @@ class Sample:
     rss_mb: float
     fds: int
     fds_pending_delete: int  # old segments kept open until file.delete.delay.ms
+    segments: int  # live segments in the data dir (3 fds each: .log, .index, .timeindex)
     cleans: int
     kills: int
 
@@ -259,6 +260,7 @@ def run_soak(
                     rss_mb=round(rss / 2**20, 1),
                     fds=fds,
                     fds_pending_delete=pending,
+                    segments=sum(1 for _ in broker.data_dir.glob("*/*.log")),
                     cleans=broker.log_text().count(" Cleaned "),
                     kills=killed,
                 )
