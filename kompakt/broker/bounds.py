@@ -84,9 +84,10 @@ def _plan(cls: type) -> tuple[bool, tuple[Op, ...], dict[int, Op]]:
         elif isinstance(c, PrimitiveTupleField):
             op = (_ARRAY, _scalar_op(kafka_type), nullable)
         elif f.name == "client_id" and cls.__module__.startswith("kio.schema.request_header"):
-            op = (_STRING, "legacy", False)  # an int16-length string even in header v2
+            op = (_STRING, "legacy", True)  # an int16-length string even in header v2
         else:
-            op = _scalar_op(kafka_type)
+            kind, arg, _ = _scalar_op(kafka_type)
+            op = (kind, arg, nullable)
         if op[0] == _ENTITY and not nullable:
             size = _static_size(op[1])
             if size is not None:  # a struct of fixed-size fields is one skip
@@ -147,6 +148,13 @@ def _length(
     return n, pos
 
 
+def _null(nullable: bool) -> None:
+    """Kafka's generated readers refuse -1 for a non-nullable field ("non-nullable field
+    ... was serialized as null"); kio would hand handlers a None they cannot iterate."""
+    if not nullable:
+        raise DeclaredSizeError("a non-nullable field was serialized as null")
+
+
 def _walk(buf: memoryview, pos: int, end: int, op: Op, flexible: bool) -> int:
     kind, arg, nullable = op
     if kind == _FIXED:
@@ -155,9 +163,13 @@ def _walk(buf: memoryview, pos: int, end: int, op: Op, flexible: bool) -> int:
         _v, pos = _uvarint(buf, pos, end)
     elif kind == _STRING:
         n, pos = _length(buf, pos, end, flexible and arg != "legacy", 2)
+        if n < 0:
+            _null(nullable)
         pos += max(n, 0)
     elif kind == _BYTES:
         n, pos = _length(buf, pos, end, flexible, 4)
+        if n < 0:
+            _null(nullable)
         pos += max(n, 0)
     elif kind == _ENTITY:
         if nullable:  # Kafka's nullable struct: int8 -1 for null, 1 for present
@@ -167,6 +179,8 @@ def _walk(buf: memoryview, pos: int, end: int, op: Op, flexible: bool) -> int:
         pos = check_entity(buf, pos, end, arg)
     else:  # array
         n, pos = _length(buf, pos, end, flexible, 4)
+        if n < 0:
+            _null(nullable)
         if arg[0] == _FIXED:
             pos += n * arg[1]
         else:

@@ -347,3 +347,40 @@ def test_create_topics_edge_cases_and_list_offsets(broker, topic_name):
         (entry,) = r.results[0].configs
         assert entry.name == "segment.bytes" and entry.config_source == 5
         assert entry.documentation and entry.synonyms[0].name == "log.segment.bytes"
+
+
+def test_null_in_a_non_nullable_array_closes_only_that_connection(broker, caplog):
+    """Kafka's generated readers refuse -1 for a non-nullable field ("non-nullable field
+    groups was serialized as null") and the request is dropped; found by the kio fuzzer,
+    where handlers crashed iterating None."""
+    hdr = struct.pack(">hhih", 15, 1, 7, 3) + b"raw"  # DescribeGroups v1, header v1
+    frame = hdr + struct.pack(">i", -1)  # groups: array of string, not nullable
+    caplog.set_level("WARNING", logger="kompakt")
+    with connect(broker) as s:
+        s.sendall(struct.pack(">i", len(frame)) + frame)
+        assert closed(s)
+    logged = [r for r in caplog.records if "non-nullable field" in r.getMessage()]
+    assert logged and all(r.levelname == "WARNING" for r in logged)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    with connect(broker) as s:
+        _c, resp = call(s, 15, 1, {"groups": []})
+        assert list(resp.groups) == []
+
+
+@pytest.mark.parametrize("version", [10, 11])
+def test_metadata_unknown_topic_id_before_v12_answers_an_empty_name(broker, version):
+    """Metadata v10/v11 responses have a non-nullable topic name (nullable from v12)."""
+    import uuid
+
+    with connect(broker) as s:
+        _c, md = call(
+            s,
+            3,
+            version,
+            {
+                "topics": [{"name": None, "topic_id": uuid.uuid4()}],
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
+    assert md.topics[0].error_code == 100 and md.topics[0].name == ""

@@ -98,7 +98,8 @@ def _metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     topics.append(
                         {
                             "error_code": UNKNOWN_TOPIC_ID,
-                            "name": None,
+                            # nullable only from v12: before it, "" on the wire
+                            "name": None if ctx.api_version >= 12 else "",
                             "topic_id": tid,
                             "partitions": [],
                         }
