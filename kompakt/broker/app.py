@@ -24,6 +24,8 @@ from typing import Any
 from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
 from kompakt.broker.background import BackgroundTasks
 from kompakt.broker.config import BrokerConfig
+from kompakt.broker.coordinator.group import OFFSETS_TOPIC
+from kompakt.broker.coordinator.handlers import load_coordinator
 from kompakt.broker.handlers import register_all
 from kompakt.broker.metrics import BrokerMetrics
 from kompakt.broker.producers import ProducerStateManager
@@ -60,6 +62,7 @@ class Broker:
         self._stopping = False
         self.stop_error: BaseException | None = None  # why the last stop was unclean
         self._tombstones = TombstoneCounter()
+        self._coordinator_load: asyncio.Task | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -99,6 +102,8 @@ class Broker:
                 checkpoint_interval_ms=int(cfg.get("log.flush.offset.checkpoint.interval.ms")),
             )
             self.background.start()
+            if self.logs.has_topic(OFFSETS_TOPIC):
+                self._coordinator_load = asyncio.create_task(self._load_coordinator())
         except BaseException:
             await self._close_all()
             raise
@@ -115,6 +120,12 @@ class Broker:
             ahost,
             self.admin.port,
         )
+
+    async def _load_coordinator(self) -> None:
+        try:
+            await load_coordinator(self.state)
+        except Exception:  # requests retry the load; a start must not fail on it
+            log.exception("loading the group coordinator from %s failed", OFFSETS_TOPIC)
 
     @property
     def port(self) -> int:
@@ -156,6 +167,8 @@ class Broker:
     async def _close_all(self) -> None:
         if self.state is not None:
             self.state.closing = True
+        if self._coordinator_load is not None and not self._coordinator_load.done():
+            await asyncio.wait([self._coordinator_load], timeout=30)
         if self.server is not None:
             await self.server.stop()
         if self.admin is not None:

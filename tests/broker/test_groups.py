@@ -276,6 +276,14 @@ def test_offsets_survive_restart(tmp_path):
         b.stop()
     b2 = start_test_broker(data, **FAST)
     try:
+        # loaded at start-up, before any client asks (so expiry runs after a restart)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            loaded = b2.broker.state.extra.get("group_coordinator")
+            if loaded is not None and group in loaded.groups:
+                break
+            time.sleep(0.05)
+        assert (topic, 0) in loaded.groups[group].offsets
         c = consumer(b2.bootstrap, group)
         committed = c.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], TIMEOUT)
         assert [tp.offset for tp in committed] == [3, 2]
@@ -629,3 +637,23 @@ def test_aiokafka_group(gbroker):
             await c.stop()
 
     assert asyncio.run(main()) == [3, 3]
+
+
+def test_find_coordinator_when_offsets_topic_cannot_be_created(tmp_path):
+    """A storage failure creating ``__consumer_offsets`` (full disk, here a file in the
+    way) answers COORDINATOR_NOT_AVAILABLE (15), as Kafka does while the offsets topic
+    is unavailable, instead of dropping the connection; it works once the cause is gone."""
+    data = tmp_path / "data"
+    b = start_test_broker(data, **FAST)
+    try:
+        blocker = data / "__consumer_offsets-0"
+        blocker.write_bytes(b"in the way")
+        r = _call(b.port, 10, 3, {"key": "g", "key_type": 0})
+        assert r.error_code == 15 and "not available" in r.error_message
+        blocker.unlink()
+        for p in data.glob("__consumer_offsets-*"):
+            shutil.rmtree(p)
+        r = _call(b.port, 10, 3, {"key": "g", "key_type": 0})
+        assert r.error_code == 0 and r.port == b.port
+    finally:
+        b.stop()

@@ -26,6 +26,7 @@ from kompakt.broker.handlers.common import error_of
 from kompakt.broker.protocol import ZERO_UUID, ms
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
+from kompakt.errors import KompaktError
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -42,12 +43,20 @@ ADD_PARTITIONS_TO_TXN = 24
 _KEY = "group_coordinator"
 
 
-async def coordinator(ctx: RequestContext) -> GroupCoordinator:
-    gc = ctx.state.extra.get(_KEY)
+async def load_coordinator(state: Any) -> GroupCoordinator:
+    """The broker's group coordinator, created and loaded from ``__consumer_offsets`` on
+    first use. The broker calls it at start-up when that topic exists (Kafka loads its
+    coordinator partitions on election), so offsets expire after a restart even before
+    any client asks."""
+    gc = state.extra.get(_KEY)
     if gc is None:
-        gc = ctx.state.extra[_KEY] = GroupCoordinator(ctx.state)
+        gc = state.extra[_KEY] = GroupCoordinator(state)
     await gc.ensure_loaded()
     return gc
+
+
+async def coordinator(ctx: RequestContext) -> GroupCoordinator:
+    return await load_coordinator(ctx.state)
 
 
 def _host(ctx: RequestContext) -> str:
@@ -61,8 +70,12 @@ def _host(ctx: RequestContext) -> str:
 async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
     key_type = int(getattr(req, "key_type", 0))
     ok = key_type == 0 or (key_type == 1 and ADD_PARTITIONS_TO_TXN in ctx.state.registry)
+    error_message = "no coordinator for this key type"
     if key_type == 0:
-        await coordinator(ctx)  # creates __consumer_offsets, loads offsets
+        try:
+            await coordinator(ctx)  # creates __consumer_offsets, loads offsets
+        except (KompaktError, OSError) as exc:  # e.g. a full disk creating the topic
+            ok, error_message = False, f"group coordinator not available: {exc}"
     ep = ctx.state.broker_endpoint()
 
     def one(key: str) -> dict[str, Any]:
@@ -70,7 +83,7 @@ async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, An
             return {
                 "key": key,
                 "error_code": COORDINATOR_NOT_AVAILABLE,
-                "error_message": "no coordinator for this key type",
+                "error_message": error_message,
                 "node_id": -1,
                 "host": "",
                 "port": -1,
