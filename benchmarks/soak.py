@@ -75,7 +75,8 @@ class Sample:
     rss_mb: float
     fds: int
     fds_pending_delete: int  # old segments kept open until file.delete.delay.ms
-    segments: int  # live segments in the data dir (3 fds each: .log, .index, .timeindex)
+    fds_other: int  # not segment files: sockets, pipes, the lock
+    segments: int  # live segments in the data dir (5 fds each: .log, 2 per mmapped index)
     cleans: int
     kills: int
 
@@ -250,7 +251,7 @@ def run_soak(
                 with lat_lock:
                     window, latencies[:] = list(latencies), []
                 all_latencies += window
-                rss, fds, pending = process_stats(broker.pid)
+                rss, fds, pending, segment_fds = process_stats(broker.pid)
                 dt = now - last_t
                 s = Sample(
                     t_s=round(now - t_start, 1),
@@ -260,6 +261,7 @@ def run_soak(
                     rss_mb=round(rss / 2**20, 1),
                     fds=fds,
                     fds_pending_delete=pending,
+                    fds_other=fds - segment_fds,
                     segments=sum(1 for _ in broker.data_dir.glob("*/*.log")),
                     cleans=broker.log_text().count(" Cleaned "),
                     kills=killed,

@@ -170,12 +170,15 @@ def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, s
     admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(30)
 
 
-def process_stats(pid: int) -> tuple[int, int, int]:
-    """(RSS bytes, open fds, fds of segments waiting for deletion) of a process.
+def process_stats(pid: int) -> tuple[int, int, int, int]:
+    """(RSS bytes, open fds, fds of segments waiting for deletion, fds of segment files)
+    of a process.
 
-    RSS from psutil when installed, else /proc. The third figure counts fds on
-    ``.deleted`` files: a clean's old segments stay open for readers until
-    ``file.delete.delay.ms`` has passed, so they come and go in bursts.
+    RSS from psutil when installed, else /proc. A clean's old segments stay open for
+    readers until ``file.delete.delay.ms`` has passed (``.deleted``), so they come and go
+    in bursts. Segment files are ``.log``/``.index``/``.timeindex`` with any suffix; an
+    index holds two fds (its file and the mmap's duplicate), so a segment costs five.
+    Everything else (sockets, pipes, the lock) is what must stay flat.
     """
     try:
         import psutil
@@ -187,16 +190,19 @@ def process_stats(pid: int) -> tuple[int, int, int]:
             for line in f:
                 if line.startswith("VmRSS:"):
                     rss = int(line.split()[1]) * 1024
-    fds = pending = 0
+    fds = pending = segment_fds = 0
     fd_dir = f"/proc/{pid}/fd"
     for name in os.listdir(fd_dir):
         fds += 1
         try:
-            if os.readlink(f"{fd_dir}/{name}").endswith((".deleted", ".deleted (deleted)")):
-                pending += 1
+            target = os.readlink(f"{fd_dir}/{name}")
         except OSError:
-            pass
-    return rss, fds, pending
+            continue
+        if target.endswith((".deleted", ".deleted (deleted)")):
+            pending += 1
+        if any(s in target for s in (".log", ".index", ".timeindex")):
+            segment_fds += 1
+    return rss, fds, pending, segment_fds
 
 
 # -- producing with a model -------------------------------------------------------------------
