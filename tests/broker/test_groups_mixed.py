@@ -403,8 +403,9 @@ def test_static_member_rejoins_without_rebalance(mbroker):
 
 
 def test_static_member_old_id_is_fenced():
-    """KIP-345: after a static member is replaced, a JoinGroup with the old member id and
-    the same instance id gets FENCED_INSTANCE_ID (82); LeaveGroup can name a static member
+    """KIP-345: after a static member is replaced, a JoinGroup, Heartbeat, SyncGroup or
+    OffsetCommit with the old member id and the same instance id gets FENCED_INSTANCE_ID
+    (82), as Kafka's isStaticMemberFenced decides; LeaveGroup can name a static member
     by its instance id."""
     from types import SimpleNamespace
 
@@ -431,7 +432,14 @@ def test_static_member_old_id_is_fenced():
         assert r2["leader"] == r1["member_id"]  # the old leader id: no reassignment
         assert (await gc.sync("g", 1, r2["member_id"], {}))["assignment"] == b"A"
         assert (await join(r1["member_id"]))["error_code"] == G.FENCED_INSTANCE_ID
-        assert gc.heartbeat("g", 1, r2["member_id"]) == 0
+        assert gc.heartbeat("g", 1, r2["member_id"], "inst") == 0
+        # the replaced instance's heartbeats, syncs and commits are fenced, not unknown
+        assert gc.heartbeat("g", 1, r1["member_id"], "inst") == G.FENCED_INSTANCE_ID
+        assert (await gc.sync("g", 1, r1["member_id"], {}, "inst"))[
+            "error_code"
+        ] == G.FENCED_INSTANCE_ID
+        assert gc.commit_check("g", 1, r1["member_id"], "inst") == G.FENCED_INSTANCE_ID
+        assert gc.heartbeat("g", 1, r1["member_id"]) == G.UNKNOWN_MEMBER_ID  # no instance id
         # LeaveGroup v3+ by instance id alone (admin tools); a wrong member id is fenced
         assert gc.leave("g", r1["member_id"], "inst") == G.FENCED_INSTANCE_ID
         assert gc.leave("g", "", "inst") == 0

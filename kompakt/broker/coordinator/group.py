@@ -656,10 +656,13 @@ class GroupCoordinator:
         generation: int,
         member_id: str,
         assignments: dict[str, bytes],
+        instance_id: str | None = None,
     ) -> dict[str, Any]:
         if self._closed:
             return {"error_code": NOT_COORDINATOR}
         g = self.group(group_id)
+        if _fenced(g, member_id, instance_id):
+            return {"error_code": FENCED_INSTANCE_ID}
         if g is None or member_id not in g.members:
             return {"error_code": UNKNOWN_MEMBER_ID}
         if generation != g.generation:
@@ -691,8 +694,12 @@ class GroupCoordinator:
         return await fut
 
     # -- Heartbeat / LeaveGroup ------------------------------------------------------------
-    def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None = None
+    ) -> int:
         g = self.group(group_id)
+        if _fenced(g, member_id, instance_id):
+            return FENCED_INSTANCE_ID
         if g is None or member_id not in g.members:
             return UNKNOWN_MEMBER_ID
         m = g.members[member_id]
@@ -732,10 +739,14 @@ class GroupCoordinator:
         return NONE
 
     # -- offsets ---------------------------------------------------------------------------
-    def commit_check(self, group_id: str, generation: int, member_id: str) -> int:
+    def commit_check(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None = None
+    ) -> int:
         g = self.group(group_id)
         if generation < 0 and (g is None or g.state == EMPTY):
             return NONE
+        if _fenced(g, member_id, instance_id):
+            return FENCED_INSTANCE_ID
         if g is None or member_id not in g.members:
             return UNKNOWN_MEMBER_ID
         if g.state == COMPLETING:
@@ -884,3 +895,13 @@ class GroupCoordinator:
                         log.info("group %s: Empty with no offsets, now Dead", g.group_id)
             self.offsets_expired += count
             return count
+
+
+def _fenced(g: Group | None, member_id: str, instance_id: str | None) -> bool:
+    """Kafka's ``isStaticMemberFenced``: the static member ``instance_id`` now has another
+    member id (a newer instance replaced this one), so the old one gets FENCED_INSTANCE_ID
+    rather than UNKNOWN_MEMBER_ID and stops instead of rejoining (KIP-345)."""
+    if g is None or instance_id is None:
+        return False
+    known = g.static.get(instance_id)
+    return known is not None and known != member_id

@@ -139,6 +139,7 @@ async def handle_sync_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
         req.generation_id,
         req.member_id,
         {a.member_id: bytes(a.assignment) for a in req.assignments},
+        getattr(req, "group_instance_id", None),
     )
     resp.setdefault("assignment", b"")
     resp["throttle_time"] = 0
@@ -149,7 +150,9 @@ async def handle_heartbeat(ctx: RequestContext, req: Any) -> dict[str, Any]:
     gc = await coordinator(ctx)
     return {
         "throttle_time": 0,
-        "error_code": gc.heartbeat(req.group_id, req.generation_id, req.member_id),
+        "error_code": gc.heartbeat(
+            req.group_id, req.generation_id, req.member_id, getattr(req, "group_instance_id", None)
+        ),
     }
 
 
@@ -190,7 +193,12 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     group_error = (
         INVALID_GROUP_ID
         if not req.group_id
-        else gc.commit_check(req.group_id, req.generation_id_or_member_epoch, req.member_id)
+        else gc.commit_check(
+            req.group_id,
+            req.generation_id_or_member_epoch,
+            req.member_id,
+            getattr(req, "group_instance_id", None),
+        )
     )
     now = gc.now()
     # v2-v4 retention_time (-1: the broker's offsets.retention.minutes) gives an explicit
