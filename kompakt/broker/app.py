@@ -57,7 +57,11 @@ class Broker:
         self.server: KafkaServer | None = None
         self.admin: AdminServer | None = None
         self.background: BackgroundTasks | None = None
-        self.metrics = BrokerMetrics(lambda: self.logs, self._cleaner_if_started)
+        self.metrics = BrokerMetrics(
+            lambda: self.logs,
+            self._cleaner_if_started,
+            lambda: self.state.extra.get("group_coordinator") if self.state else None,
+        )
         self._stopped: asyncio.Event | None = None
         self._stopping = False
         self.stop_error: BaseException | None = None  # why the last stop was unclean

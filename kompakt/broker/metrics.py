@@ -97,9 +97,38 @@ class _CleanerCollector:
         yield from (compactions, cleaned, duration, ratio, uncleanable)
 
 
+class _GroupCollector:
+    """Consumer groups by state and offsets expired by retention (KIP-211)."""
+
+    def __init__(self, coordinator: Callable[[], Any]):
+        self.coordinator = coordinator
+
+    def collect(self) -> Iterable[Any]:
+        gc = self.coordinator()
+        groups = GaugeMetricFamily(
+            "kompakt_consumer_groups", "Consumer groups by state", labels=["state"]
+        )
+        expired = CounterMetricFamily(
+            "kompakt_group_offsets_expired", "Committed offsets removed by offsets.retention"
+        )
+        if gc is not None:
+            states: dict[str, int] = {}
+            for g in list(gc.groups.values()):
+                states[g.state] = states.get(g.state, 0) + 1
+            for state, n in sorted(states.items()):
+                groups.add_metric([state], n)
+            expired.add_metric([], gc.offsets_expired)
+        else:
+            expired.add_metric([], 0)
+        yield from (groups, expired)
+
+
 class BrokerMetrics:
     def __init__(
-        self, logs: Callable[[], LogManager | None], cleaner: Callable[[], Any] = lambda: None
+        self,
+        logs: Callable[[], LogManager | None],
+        cleaner: Callable[[], Any] = lambda: None,
+        coordinator: Callable[[], Any] = lambda: None,
     ):
         self.registry = CollectorRegistry()
         self.requests = Counter(
@@ -136,6 +165,7 @@ class BrokerMetrics:
         )
         self.registry.register(_PartitionCollector(logs))
         self.registry.register(_CleanerCollector(logs, cleaner))
+        self.registry.register(_GroupCollector(coordinator))
 
     def observe(self, api: str, seconds: float, error: bool) -> None:
         self.requests.labels(api).inc()

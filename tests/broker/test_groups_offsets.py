@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -255,6 +256,10 @@ def test_offsets_expire_to_tombstones_and_cleaner_removes_them_after_delete_rete
         clock.advance(1)
         wait_for(lambda: "gone" not in gc.groups and "simple" not in gc.groups)
         assert gc.offsets_expired == 4
+        url = f"http://127.0.0.1:{b.admin_port}/metrics"
+        metrics = urllib.request.urlopen(url, timeout=5).read().decode()
+        assert "kompakt_group_offsets_expired_total 4.0" in metrics
+        assert 'kompakt_consumer_groups{state="Stable"} 1.0' in metrics
         assert committed(b, "gone", [(ta, 0), (ta, 1)]) == [-1, -1]
         assert committed(b, "simple", [(ta, 0)]) == [-1]
         assert committed(b, "live", [(ta, 0), (tb, 0)]) == [1, -1]
