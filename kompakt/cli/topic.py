@@ -178,7 +178,11 @@ def delete(
     data_dir: DataDir = None,
     bootstrap_server: BootstrapServer = None,
 ) -> None:
-    """Delete a topic and its data."""
+    """Delete a topic and its data (not Kafka's internal topics, as kafka-topics.sh)."""
+    from kompakt.log.names import is_internal
+
+    if is_internal(name):
+        raise CliError(f"topic '{name}' is a Kafka internal topic and is not allowed to be deleted")
     with open_backend(data_dir, bootstrap_server) as backend:
         backend.delete_topic(name)
     emit(f"Deleted topic {name}.")

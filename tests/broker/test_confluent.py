@@ -195,3 +195,20 @@ def test_delete_records_and_offsets(broker, topic_name):
         fs = a.delete_records([TopicPartition(topic_name, 0, 4)])
         list(fs.values())[0].result(TIMEOUT)
         assert broker.logs.get_log(topic_name, 0).log_start_offset == 4
+
+
+def test_internal_topics_refuse_delete_records_and_are_flagged_internal(broker, topic_name):
+    """Kafka's ReplicaManager: "Cannot delete records of internal topic" (error 17);
+    Metadata's is_internal is Topic.isInternal (the fixed set), not a '__' prefix."""
+    from confluent_kafka import KafkaException, TopicCollection
+
+    broker.logs.create_topic("__consumer_offsets", 1, {"cleanup.policy": "compact"})
+    broker.logs.create_topic("__" + topic_name)
+    a = admin(broker)
+    fs = a.delete_records([TopicPartition("__consumer_offsets", 0, 0)])
+    with pytest.raises(KafkaException) as err:
+        list(fs.values())[0].result(TIMEOUT)
+    assert err.value.args[0].code() == 17  # INVALID_TOPIC_EXCEPTION
+    meta = a.describe_topics(TopicCollection(["__consumer_offsets", "__" + topic_name]))
+    internal = {name: f.result(TIMEOUT).is_internal for name, f in meta.items()}
+    assert internal == {"__consumer_offsets": True, "__" + topic_name: False}

@@ -368,3 +368,13 @@ def test_dump_shows_delete_horizon_and_control_markers(tmp_path: Path):
     assert marker["records"][0]["controlType"] == "ABORT"
     text = run("dump", seg, "--deep").stdout
     assert "deleteHorizon: 5000" in text and "endTxnMarker: ABORT" in text
+
+
+def test_internal_topics_cannot_be_deleted_like_kafka_topics_sh(data_dir: Path):
+    """kafka-topics.sh: "Topic __consumer_offsets is a kafka internal topic and is not
+    allowed to be marked for deletion" (Topic.isInternal)."""
+    with LogManager(data_dir) as logs:
+        logs.create_topic("__consumer_offsets", 1, {"cleanup.policy": "compact"})
+    r = run("topic", "delete", "__consumer_offsets", "--data-dir", data_dir)
+    assert_one_line_error(r, "internal topic")
+    assert (data_dir / "__consumer_offsets-0").is_dir()

@@ -28,7 +28,7 @@ from kompakt.broker.protocol import ZERO_UUID
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import TopicExistsError
-from kompakt.log.names import is_valid_topic_name
+from kompakt.log.names import is_internal, is_valid_topic_name
 
 API_VERSIONS = 18
 METADATA = 3
@@ -67,7 +67,7 @@ def _topic(ctx: RequestContext, name: str, include_ops: bool) -> dict[str, Any]:
         "error_code": NONE,
         "name": name,
         "topic_id": ctx.state.topic_id(name),
-        "is_internal": name.startswith("__"),
+        "is_internal": is_internal(name),
         "partitions": _partitions(ctx, name),
         "topic_authorized_operations": TOPIC_OPERATIONS if include_ops else INT32_MIN,
     }

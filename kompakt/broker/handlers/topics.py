@@ -9,6 +9,7 @@ from kompakt.broker.handlers.common import (
     INVALID_PARTITIONS,
     INVALID_REPLICATION_FACTOR,
     INVALID_REQUEST,
+    INVALID_TOPIC_EXCEPTION,
     NONE,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -21,6 +22,7 @@ from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import KompaktError
 from kompakt.log.config import TopicConfig
+from kompakt.log.names import is_internal
 
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -178,6 +180,10 @@ def _delete_records(ctx: RequestContext, req: Any) -> list:
         parts = []
         for p in t.partitions:
             res: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1}
+            if is_internal(t.name):  # Kafka's ReplicaManager.deleteRecordsOnLocalLog
+                res["error_code"] = INVALID_TOPIC_EXCEPTION
+                parts.append(res)
+                continue
             try:
                 plog = ctx.logs.get_log(t.name, p.partition_index)
                 offset = plog.high_watermark if p.offset == -1 else p.offset
