@@ -238,6 +238,28 @@ def route(
         yield part, rec
 
 
+def batches(
+    records: Iterable[ProducerRecord], topic: str, n_parts: int, compact: bool, batch_size: int
+) -> Iterator[tuple[int, list[ProducerRecord]]]:
+    """(partition, up to ``batch_size`` records) in :func:`route`'s partitions: a batch
+    as soon as a partition has ``batch_size`` records, the rest at the end in partition
+    order. Both transports send what this yields, so they batch alike."""
+    pending: dict[int, list[ProducerRecord]] = {}
+    for part, rec in route(records, topic, n_parts, compact):
+        items = pending.setdefault(part, [])
+        items.append(rec)
+        if len(items) >= batch_size:
+            yield part, pending.pop(part)
+    for part in sorted(pending):
+        yield part, pending.pop(part)
+
+
+def partial_write_error(exc: KompaktError, written: int) -> KompaktError:
+    """``exc`` saying how much of a produce had been written when it failed."""
+    done = f"{written} earlier records were written" if written else "nothing was written"
+    return type(exc)(f"{exc} ({done})")
+
+
 # -- the offline backend: a data dir through LogManager ----------------------------------
 
 
@@ -339,13 +361,13 @@ class OfflineBackend:
         n_parts = self.logs.partition_count(topic)
         compact = self.logs.topic_config(topic).compact
         result = ProduceResult(topic)
-        pending: dict[int, list[tuple]] = {}
 
-        def flush(part: int) -> None:
-            items = pending.pop(part, None)
-            if not items:
-                return
-            batch = build_simple_batch(items, timestamp=self._clock(), compression=codec)
+        def write(part: int, items: list[ProducerRecord]) -> None:
+            batch = build_simple_batch(
+                [(r.key, r.value, tuple(r.headers)) for r in items],
+                timestamp=self._clock(),
+                compression=codec,
+            )
             info = self.logs.get_log(topic, part).append(batch)
             w = result.partitions.get(part)
             if w is None:
@@ -356,17 +378,10 @@ class OfflineBackend:
             result.batches += 1
 
         try:
-            for part, rec in route(records, topic, n_parts, compact):
-                items = pending.setdefault(part, [])
-                items.append((rec.key, rec.value, tuple(rec.headers)))
-                if len(items) >= batch_size:
-                    flush(part)
-            for part in sorted(pending):
-                flush(part)
+            for part, items in batches(records, topic, n_parts, compact, batch_size):
+                write(part, items)
         except KompaktError as exc:
-            if result.records:
-                raise type(exc)(f"{exc} ({result.records} earlier records were written)") from exc
-            raise type(exc)(f"{exc} (nothing was written)") from exc
+            raise partial_write_error(exc, result.records) from exc
         return result
 
     def consume(

@@ -40,9 +40,10 @@ from .backend import (
     ProducerRecord,
     TopicDescription,
     TopicSummary,
+    batches,
     check_produce_options,
     no_partition_error,
-    route,
+    partial_write_error,
 )
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -472,29 +473,18 @@ class BrokerBackend:
                     f"within {3 * self.timeout:g} s"
                 )
 
-        pending: dict[int, list[ProducerRecord]] = {}
         try:
-            for part, rec in route(records, topic, n_parts, compact):
-                items = pending.setdefault(part, [])
-                items.append(rec)
-                if len(items) >= batch_size:
-                    send(part, pending.pop(part))
+            for part, items in batches(records, topic, n_parts, compact, batch_size):
+                send(part, items)  # delivery reports arrive in its poll()
                 if failures:
                     raise self._kafka_error(failures[0], topic=topic)
-            for part in sorted(pending):
-                send(part, pending.pop(part))
             finish()
         except KompaktError as exc:
             try:
                 producer.flush(3 * self.timeout)
             except Exception:
                 pass
-            done = (
-                f"{result.records} earlier records were written"
-                if result.records
-                else "nothing was written"
-            )
-            raise type(exc)(f"{exc} ({done})") from None
+            raise partial_write_error(exc, result.records) from None
         return result
 
     def consume(
