@@ -300,15 +300,19 @@ class LogManager:
         return meta
 
     def _undo_create(self, meta: TopicMeta) -> None:
-        """Close and remove the partitions of a topic whose creation failed part-way;
-        left on disk they would come back at the next start as a topic of their own
-        (fewer partitions, default configs)."""
+        """Forget a topic whose creation failed part-way and remove its partitions."""
         self._topics.pop(meta.name, None)
-        for part in range(meta.partitions):
-            plog = self._logs.pop((meta.name, part), None)
+        self._drop_new_partitions(meta.name, range(meta.partitions))
+
+    def _drop_new_partitions(self, name: str, parts: range) -> None:
+        """Close and remove partitions just made by a create that failed part-way; left
+        on disk they would come back at the next start (as a topic of their own with
+        default configs, or as partitions the topic's metadata does not count)."""
+        for part in parts:
+            plog = self._logs.pop((name, part), None)
             if plog is not None:
                 plog.close()
-            shutil.rmtree(self.dir / f"{meta.name}-{part}", ignore_errors=True)
+            shutil.rmtree(self.dir / f"{name}-{part}", ignore_errors=True)
 
     def _open_new(self, meta: TopicMeta, part: int, config: TopicConfig) -> None:
         path = self.dir / f"{meta.name}-{part}"
@@ -362,11 +366,7 @@ class LogManager:
                 for part in range(meta.partitions, total):
                     self._open_new(meta, part, config)
             except OSError as exc:  # no fds or disk left: drop the ones just made
-                for undo in range(meta.partitions, part + 1):
-                    plog = self._logs.pop((name, undo), None)
-                    if plog is not None:
-                        plog.close()
-                    shutil.rmtree(self.dir / f"{name}-{undo}", ignore_errors=True)
+                self._drop_new_partitions(name, range(meta.partitions, part + 1))
                 raise KafkaStorageError(f"cannot add partitions to '{name}': {exc}") from exc
             meta.partitions = total
             self._save_topics()
