@@ -34,7 +34,14 @@ from kompakt.cleaner.transactions import (
 )
 from kompakt.errors import KompaktError, SegmentsChangedError
 from kompakt.log.partition_log import PartitionLog
-from kompakt.log.segment import CLEANED_SUFFIX, LogSegment
+from kompakt.log.segment import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    filename_prefix,
+)
 from kompakt.record.batch import CONTROL_BIT, TRANSACTIONAL_BIT
 from kompakt.record.scan import scan_batch_headers, scan_records
 
@@ -219,12 +226,9 @@ def remove_cleaned_files(directory: Path, groups: Sequence[Sequence[LogSegment]]
     space a retry needs, and only a swap may turn them into segments."""
     for group in groups:
         if group:
-            paths = [
-                directory / f"{group[0].base_offset:020d}{suffix}{CLEANED_SUFFIX}"
-                for suffix in (".log", ".index", ".timeindex")
-            ]
-            for path in paths:
-                path.unlink(missing_ok=True)
+            prefix = directory / filename_prefix(group[0].base_offset)
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
+                Path(f"{prefix}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
 
 
 # -- the in-process engine ----------------------------------------------------------------
