@@ -25,7 +25,7 @@ from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
 from kompakt.broker.background import BackgroundTasks
 from kompakt.broker.config import BrokerConfig
 from kompakt.broker.coordinator.group import OFFSETS_TOPIC
-from kompakt.broker.coordinator.handlers import load_coordinator
+from kompakt.broker.coordinator.handlers import coordinator_if_started, load_coordinator
 from kompakt.broker.handlers import register_all
 from kompakt.broker.metrics import BrokerMetrics
 from kompakt.broker.producers import ProducerStateManager
@@ -60,7 +60,7 @@ class Broker:
         self.metrics = BrokerMetrics(
             lambda: self.logs,
             self._cleaner_if_started,
-            lambda: self.state.extra.get("group_coordinator") if self.state else None,
+            lambda: coordinator_if_started(self.state) if self.state else None,
         )
         self._stopped: asyncio.Event | None = None
         self._stopping = False

@@ -43,12 +43,17 @@ ADD_PARTITIONS_TO_TXN = 24
 _KEY = "group_coordinator"
 
 
+def coordinator_if_started(state: Any) -> GroupCoordinator | None:
+    """The broker's group coordinator if a group request or the start-up load made it."""
+    return state.extra.get(_KEY)
+
+
 async def load_coordinator(state: Any) -> GroupCoordinator:
     """The broker's group coordinator, created and loaded from ``__consumer_offsets`` on
     first use. The broker calls it at start-up when that topic exists (Kafka loads its
     coordinator partitions on election), so offsets expire after a restart even before
     any client asks."""
-    gc = state.extra.get(_KEY)
+    gc = coordinator_if_started(state)
     if gc is None:
         gc = state.extra[_KEY] = GroupCoordinator(state)
     await gc.ensure_loaded()
