@@ -14,6 +14,7 @@ venv: $(BIN)/python
 
 serve: venv
 	scripts/ensure-java.sh
+	scripts/ensure-kcat.sh || echo "warning: kcat could not be installed (the README's quick start uses it)" >&2
 	$(BIN)/kompakt serve $(ARGS)
 
 test-deps: $(BIN)/python
