@@ -11,6 +11,7 @@ from kompakt.broker.handlers.common import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     NONE,
+    POLICY_VIOLATION,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     error_of,
@@ -186,6 +187,13 @@ def _delete_records(ctx: RequestContext, req: Any) -> list:
                 continue
             try:
                 plog = ctx.logs.get_log(t.name, p.partition_index)
+                if not plog.config.delete:
+                    # Kafka's Partition.deleteRecordsOnLeader: only a policy with "delete"
+                    # lets records go by request; on compact alone it would cut the
+                    # latest value of keys off the front of the log.
+                    res["error_code"] = POLICY_VIOLATION
+                    parts.append(res)
+                    continue
                 offset = plog.high_watermark if p.offset == -1 else p.offset
                 res["low_watermark"] = plog.delete_records_before(offset)
                 res["error_code"] = NONE
