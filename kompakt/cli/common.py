@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .backend import Backend, CliError, OfflineBackend
+from .backend import Backend, CliError, DataDirReader, OfflineBackend
 
 if TYPE_CHECKING:
     from .broker_backend import BrokerBackend
@@ -81,19 +81,23 @@ def open_backend(
     bootstrap_server: str | None = None,
     *,
     create: bool = False,
+    read_only: bool = False,
     admin_url: str | None = None,
 ) -> Backend:
     """The backend the transport options select: ``--data-dir`` means offline, anything
     else the broker at ``--bootstrap-server`` (default 127.0.0.1:9092).
 
     Giving both is an error rather than a silent preference, so a forgotten
-    ``KOMPAKT_DATA_DIR`` cannot send a command to the wrong place.
+    ``KOMPAKT_DATA_DIR`` cannot send a command to the wrong place. ``read_only`` verbs
+    get a reader that changes nothing in the data dir; only ``create`` may make one.
     """
     if data_dir is not None:
         if bootstrap_server is not None:
             raise CliError(
                 "use either --data-dir (offline) or --bootstrap-server (a broker), not both"
             )
+        if read_only:
+            return DataDirReader(data_dir)
         return OfflineBackend(data_dir, create=create)
     return open_broker(bootstrap_server, admin_url=admin_url)
 
@@ -124,8 +128,9 @@ def parse_configs(pairs: list[str] | None) -> dict[str, str]:
 
 
 def text(data: bytes | None) -> str | None:
-    """Bytes as UTF-8 text (undecodable bytes replaced), None for null."""
-    return None if data is None else data.decode("utf-8", "replace")
+    """Bytes as UTF-8 text, None for null; a byte that is not valid UTF-8 shows as
+    ``\\xNN`` (backslashreplace) rather than being silently replaced by U+FFFD."""
+    return None if data is None else data.decode("utf-8", "backslashreplace")
 
 
 def emit(line: str = "") -> None:

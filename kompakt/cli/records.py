@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import sys
 from collections.abc import Iterator
 from enum import StrEnum
-from typing import Annotated, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 import typer
 
-from .backend import CliError, ProducerRecord
+from .backend import CliError, ConsumedRecord, ProducerRecord
 from .common import (
     BootstrapServer,
     DataDir,
@@ -17,6 +18,7 @@ from .common import (
     emit,
     emit_json,
     open_backend,
+    print_warning,
     text,
 )
 
@@ -29,8 +31,38 @@ class Compression(StrEnum):
     zstd = "zstd"
 
 
+class ConsumeFormat(StrEnum):
+    text = "text"
+    json = "json"
+    hex = "hex"
+
+
+class Interruptible:
+    """The lines of a stream until its end or until Ctrl-C, which ends it like EOF.
+
+    ``kafka-console-producer`` closes its producer on Ctrl-C, and close sends what was
+    already read; likewise the lines read before the interrupt are still written, then
+    the command reports it was interrupted (``interrupted`` is set).
+    """
+
+    def __init__(self, stream: BinaryIO):
+        self._stream = stream
+        self.interrupted = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            try:
+                raw = self._stream.readline()
+            except KeyboardInterrupt:
+                self.interrupted = True
+                return
+            if not raw:
+                return
+            yield raw
+
+
 def parse_lines(
-    stream: BinaryIO,
+    stream: BinaryIO | Interruptible,
     separator: bytes,
     tombstone: bytes | None,
     partition: int | None,
@@ -87,7 +119,7 @@ def produce(
     """
     if not key_separator:
         raise CliError("--key-separator must not be empty")
-    stream = typer.get_binary_stream("stdin")
+    stream = Interruptible(typer.get_binary_stream("stdin"))
     records = parse_lines(
         stream,
         key_separator.encode(),
@@ -115,11 +147,17 @@ def produce(
                 ],
             }
         )
-    else:
+    elif not stream.interrupted:
         print(
             f"Produced {result.records} record(s) in {result.batches} batch(es) to {topic}.",
             file=sys.stderr,
         )
+    if stream.interrupted:
+        print(
+            f"interrupted: produced the {result.records} record(s) read before it to {topic}",
+            file=sys.stderr,
+        )
+        raise typer.Exit(130)
 
 
 def consume(
@@ -148,15 +186,32 @@ def consume(
     max_messages: Annotated[
         int | None, typer.Option("--max-messages", "-n", min=0, help="Stop after N records.")
     ] = None,
+    fmt: Annotated[
+        ConsumeFormat | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="text: 'key<TAB>value', bytes that are not UTF-8 as \\xNN; "
+            "hex: 'key<TAB>value' in hex; json: as --json.",
+            show_default=False,
+        ),
+    ] = None,
     json_out: Annotated[
         bool,
         typer.Option(
             "--json",
-            help="One JSON object a line: topic, partition, offset, timestamp, key, value, headers.",
+            help="One JSON object a line: topic, partition, offset, timestamp, key, value, "
+            "headers (same as --format json).",
         ),
     ] = False,
 ) -> None:
     """Print a topic's records as 'key<TAB>value' lines.
+
+    Keys and values are bytes and are never printed altered without a sign: in text
+    (the default) a byte that is not part of valid UTF-8 prints as \\xNN (Python's
+    backslashreplace); --format hex prints every byte as two hex digits; in --format
+    json a key or value is a string when it is valid UTF-8, else base64 with
+    "keyEncoding"/"valueEncoding": "base64" beside it.
 
     There is no live tail: reading starts at the log start offset (as with
     --from-beginning) unless --offset is given, and stops at the log end as it was when
@@ -171,21 +226,65 @@ def consume(
     """
     if from_beginning and offset is not None:
         raise CliError("use either --from-beginning or --offset, not both")
-    with open_backend(data_dir, bootstrap_server) as backend:
-        for r in backend.consume(
+    if json_out and fmt not in (None, ConsumeFormat.json):
+        raise CliError(f"use either --json or --format {fmt.value}, not both")
+    show = FORMATTERS[ConsumeFormat.json if json_out else fmt or ConsumeFormat.text]
+    with open_backend(data_dir, bootstrap_server, read_only=True) as backend:
+        records = backend.consume(
             topic, partition=partition, offset=offset, max_messages=max_messages, group=group
-        ):
-            if json_out:
-                emit_json(
-                    {
-                        "topic": r.topic,
-                        "partition": r.partition,
-                        "offset": r.offset,
-                        "timestamp": r.timestamp,
-                        "key": text(r.key),
-                        "value": text(r.value),
-                        "headers": [{"key": k, "value": text(v)} for k, v in r.headers],
-                    }
-                )
-            else:
-                emit(f"{text(r.key) or ''}\t{text(r.value) or ''}")
+        )
+        for w in backend.warnings:
+            print_warning(w)
+        for r in records:
+            show(r)
+
+
+def json_bytes(data: bytes | None) -> tuple[str | None, str | None]:
+    """(text, encoding) of a key or value for JSON: the UTF-8 string when the bytes are
+    valid UTF-8 ("utf-8"), else base64 ("base64"); (None, None) for null."""
+    if data is None:
+        return None, None
+    try:
+        return data.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), "base64"
+
+
+def record_json(r: ConsumedRecord) -> dict[str, Any]:
+    """One consumed record as the JSON object ``consume --format json`` prints; a key,
+    value or header value that is not valid UTF-8 is base64 and has a
+    ``keyEncoding``/``valueEncoding`` field saying "base64" next to it (fields absent:
+    UTF-8 text or null, as before binary data was handled)."""
+    out: dict[str, Any] = {
+        "topic": r.topic,
+        "partition": r.partition,
+        "offset": r.offset,
+        "timestamp": r.timestamp,
+    }
+    _put(out, "key", r.key)
+    _put(out, "value", r.value)
+    headers = []
+    for k, v in r.headers:
+        h: dict[str, Any] = {"key": k}
+        _put(h, "value", v)
+        headers.append(h)
+    out["headers"] = headers
+    return out
+
+
+def _put(obj: dict[str, Any], name: str, data: bytes | None) -> None:
+    value, encoding = json_bytes(data)
+    obj[name] = value
+    if encoding == "base64":
+        obj[f"{name}Encoding"] = encoding
+
+
+def _hex(data: bytes | None) -> str:
+    return "" if data is None else data.hex()
+
+
+FORMATTERS = {
+    ConsumeFormat.text: lambda r: emit(f"{text(r.key) or ''}\t{text(r.value) or ''}"),
+    ConsumeFormat.hex: lambda r: emit(f"{_hex(r.key)}\t{_hex(r.value)}"),
+    ConsumeFormat.json: lambda r: emit_json(record_json(r)),
+}

@@ -90,7 +90,7 @@ def describe(
     tombstones pending and why it is uncleanable (if it is), from the broker's admin
     endpoint; without that endpoint the table goes without them and a warning says so.
     """
-    with open_backend(data_dir, bootstrap_server, admin_url=admin_url) as backend:
+    with open_backend(data_dir, bootstrap_server, read_only=True, admin_url=admin_url) as backend:
         topics = backend.describe_topics([name] if name else None)
         warnings = list(backend.warnings)
     for w in warnings:
@@ -163,8 +163,11 @@ def list_(
     json_out: JsonFlag = False,
 ) -> None:
     """Topic names, one a line."""
-    with open_backend(data_dir, bootstrap_server) as backend:
+    with open_backend(data_dir, bootstrap_server, read_only=True) as backend:
         topics = backend.list_topics()
+        warnings = list(backend.warnings)
+    for w in warnings:
+        print_warning(w)
     if json_out:
         emit_json([dataclasses.asdict(t) for t in topics])
         return

@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
+META_FILE = "meta.properties"
 TOPICS_FILE = "kompakt-topics.json"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
@@ -81,6 +83,64 @@ def is_delete_dir(name: str) -> bool:
     for removal (Kafka's naming); anything else is never removed."""
     m = _DELETE_DIR.match(name)
     return m is not None and invalid_topic_reason(m.group(1)) is None
+
+
+def is_data_dir(path: str | os.PathLike) -> bool:
+    """True for a folder kompakt or Apache Kafka made a log dir: ``meta.properties`` or
+    ``kompakt-topics.json`` at its root, or a ``TOPIC-PARTITION`` folder holding
+    ``partition.metadata`` or a segment (``.log``) file.
+
+    Read-only tools use it to refuse a folder that was never a data dir instead of
+    turning it into one (a user's ``photos-2019`` folder is not partition 2019).
+    """
+    root = Path(path)
+    if (root / META_FILE).is_file() or (root / TOPICS_FILE).is_file():
+        return True
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return False
+    for p in entries:
+        parsed = parse_partition_dir(p.name)
+        if parsed is None or invalid_topic_reason(parsed[0]) is not None or not p.is_dir():
+            continue
+        try:
+            names = os.listdir(p)
+        except OSError:
+            continue
+        if "partition.metadata" in names or any(
+            n.endswith(".log") and n[:-4].isdigit() for n in names
+        ):
+            return True
+    return False
+
+
+@contextmanager
+def shared_dir_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold the data dir's ``.lock`` shared while reading it without a ``LogManager``.
+
+    A broker (or an offline writer) holds it exclusively, so this refuses with
+    :class:`LogDirLockedError` while one runs, and keeps one from starting while the
+    read goes on (Kafka's log dir lock: one owner at a time). Readers share it. The
+    file is opened read-only and never created: a read leaves the dir as it found it.
+    A dir without ``.lock`` has no owner and is read without one.
+    """
+    try:
+        fd = os.open(Path(path) / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LogDirLockedError(
+                f"data dir {path} is locked by another process, e.g. a running broker "
+                "(.lock is held)"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 class FileDeleter:
@@ -186,7 +246,7 @@ class LogManager:
 
     # -- loading -------------------------------------------------------------------------
     def _load(self) -> None:
-        meta_path = self.dir / "meta.properties"
+        meta_path = self.dir / META_FILE
         if not meta_path.exists():
             node = self.broker_config.get("node.id", "1")
             cluster = uuid.uuid4().hex[:22]
