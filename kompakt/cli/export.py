@@ -1,4 +1,8 @@
-"""``kompakt export``: the latest value per key of a topic, written by Spark."""
+"""``kompakt export``: the latest value per key of a topic, written by Spark.
+
+Every refusal (a folder that is not a data dir, a data dir in use, an output that must
+not be replaced) happens before Spark starts, so it is quick and leaves no trace.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from .backend import CliError
+from .backend import CliError, require_data_dir
 from .common import emit
 
 FORMATS = ("parquet", "json", "csv")
@@ -16,25 +20,49 @@ FORMATS = ("parquet", "json", "csv")
 def export(
     topic: Annotated[str, typer.Argument(help="Topic to export.")],
     data_dir: Annotated[Path, typer.Option("--data-dir", "-d", help="The data dir to read.")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Output directory (replaced).")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", "-o", help="Output folder: must be missing or empty, see --overwrite."
+        ),
+    ],
     fmt: Annotated[str, typer.Option("--format", help="parquet, json or csv.")] = "parquet",
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace an earlier export at --out (a folder holding only Spark output "
+            "files); anything else is never replaced.",
+        ),
+    ] = False,
 ) -> None:
     """Latest state (tombstoned keys absent): key, value, partition, offset, timestamp.
 
     In json and csv, keys and values are base64 (they are bytes); csv headers are JSON.
+    The output is written beside --out and renamed into place when complete, so a
+    failed or interrupted export leaves --out as it was. A data dir in use by a running
+    broker is refused: stop the broker, or export a copy of the data dir.
     """
+    from kompakt.log.manager import shared_dir_lock
     from kompakt.log.names import validate_topic_name
+    from kompakt.pipeline.export import check_export_target
     from kompakt.pipeline.layout import read_topics
 
     if fmt not in FORMATS:
         raise CliError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}")
     validate_topic_name(topic)
-    if not data_dir.is_dir():
-        raise CliError(f"data dir '{data_dir}' does not exist")
-    if topic not in read_topics(data_dir):
-        raise CliError(f"unknown topic '{topic}' in {data_dir}")
-    from kompakt.pipeline import session
-    from kompakt.pipeline.export import export_latest
+    require_data_dir(data_dir)
+    check_export_target(out, data_dir, overwrite)
+    # Kafka's log dir has one owner. The cleaner of a broker that owns it rewrites
+    # segments while Spark reads them: a key whose older record goes in a clean and
+    # whose newer one lies past the export's end offset would vanish from the export.
+    # So the dir's lock is held (shared) for the whole export; a broker holding it
+    # makes this refuse, in one line, before Spark starts.
+    with shared_dir_lock(data_dir):
+        if topic not in read_topics(data_dir):
+            raise CliError(f"unknown topic '{topic}' in {data_dir}")
+        from kompakt.pipeline import session
+        from kompakt.pipeline.export import export_latest
 
-    rows = export_latest(session(), data_dir, topic, out, format=fmt)
+        rows = export_latest(session(), data_dir, topic, out, format=fmt, overwrite=overwrite)
     emit(f"Exported {rows} key(s) of {topic} to {out} ({fmt}).")

@@ -4,23 +4,37 @@ This is what a consumer gets by folding the topic into a dict: per partition and
 the record with the highest offset, and keys whose latest record is a tombstone left
 out. The dirty head is included (the export does not wait for the cleaner) and
 aborted transactions are not (the source reads ``read_committed``).
+
+Writing never costs data: the output is written to a hidden sibling folder and renamed
+into place when complete, so a failed or interrupted export leaves no half output and
+the previous one intact; and it never replaces a data dir, a folder holding or inside
+one, a file, or anything but an earlier export (see :func:`check_export_target`).
+Spark's own ``overwrite`` mode deletes whatever the path names before writing.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-
+from kompakt.errors import KompaktError
 from kompakt.log.names import validate_topic_name
 from kompakt.pipeline import register
+
+if TYPE_CHECKING:  # PySpark is imported on use: refusing an output needs no Spark
+    from pyspark.sql import DataFrame, SparkSession
 
 COLUMNS = ("key", "value", "partition", "offset", "timestamp", "headers")
 
 
 def latest_state(spark: SparkSession, data_dir: str | os.PathLike, topic: str) -> DataFrame:
     """DataFrame of the latest non-tombstone record per (partition, key)."""
+    from pyspark.sql import functions as F
+
     validate_topic_name(topic)
     register(spark)
     df = (
@@ -40,19 +54,82 @@ def latest_state(spark: SparkSession, data_dir: str | os.PathLike, topic: str) -
     ).where(F.col("value").isNotNull())
 
 
+class ExportTargetError(KompaktError):
+    """The export's output path is one it must not write to or replace."""
+
+
+# What Spark's file writers leave in an output folder (parts, checksums, markers).
+_SPARK_OUTPUT = re.compile(r"^(part-.+|_SUCCESS|_committed_.+|_started_.+|\..+\.crc)$")
+
+
+def check_export_target(
+    out_path: str | os.PathLike, data_dir: str | os.PathLike, overwrite: bool = False
+) -> Path:
+    """The resolved output folder, or :class:`ExportTargetError` when writing there could
+    destroy or confuse data: the data dir itself, a folder holding it, a folder inside it
+    (it would be taken for a topic), another data dir, a file, a symbolic link, a
+    non-empty folder without ``overwrite``, or one holding anything but an earlier
+    export's files even with it."""
+    from kompakt.log.manager import is_data_dir
+
+    out = Path(out_path)
+    if out.is_symlink():
+        raise ExportTargetError(f"output '{out}' is a symbolic link: give the folder itself")
+    real_out, real_data = out.resolve(), Path(data_dir).resolve()
+    if real_out == real_data:
+        raise ExportTargetError(f"output '{out}' is the data dir: refusing to write over it")
+    if real_data.is_relative_to(real_out):
+        raise ExportTargetError(f"output '{out}' holds the data dir '{data_dir}': refusing")
+    if real_out.is_relative_to(real_data):
+        raise ExportTargetError(
+            f"output '{out}' is inside the data dir '{data_dir}', where it would be taken "
+            "for a topic: write it elsewhere"
+        )
+    if not out.exists():
+        return real_out
+    if not out.is_dir():
+        raise ExportTargetError(f"output '{out}' is a file, not a folder: refusing to replace it")
+    if is_data_dir(out):
+        raise ExportTargetError(f"output '{out}' is a kompakt data dir: refusing to replace it")
+    entries = sorted(os.listdir(out))
+    if not entries:
+        return real_out
+    if not overwrite:
+        raise ExportTargetError(
+            f"output '{out}' is not empty: give --overwrite to replace an earlier export"
+        )
+    foreign = [n for n in entries if not (_SPARK_OUTPUT.match(n) and (out / n).is_file())]
+    if foreign:
+        raise ExportTargetError(
+            f"output '{out}' holds '{foreign[0]}', which no export writes: refusing to "
+            "replace it (remove it yourself if it must go)"
+        )
+    return real_out
+
+
 def export_latest(
     spark: SparkSession,
     data_dir: str | os.PathLike,
     topic: str,
     out_path: str | os.PathLike,
     format: str = "parquet",
-    mode: str = "overwrite",
+    overwrite: bool = False,
 ) -> int:
     """Write the latest state of ``topic`` to ``out_path``; returns the rows written.
+
+    ``out_path`` must be missing or empty, or with ``overwrite`` an earlier export
+    (:func:`check_export_target`). The rows go to a hidden sibling folder first and
+    replace ``out_path`` in two renames once complete; on any error or interrupt the
+    sibling is removed and ``out_path`` is as it was.
 
     CSV has no binary or nested types: there ``key``/``value`` are base64 (lossless, as
     Spark's JSON writer already does) and ``headers`` a JSON string.
     """
+    out = check_export_target(out_path, data_dir, overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.kompakt-export-{uuid.uuid4().hex}.tmp"
+    from pyspark.sql import functions as F
+
     table = latest_state(spark, data_dir, topic)
     if format == "csv":
         table = table.select(
@@ -66,7 +143,28 @@ def export_latest(
     table = table.cache()
     try:
         rows = table.count()
-        table.write.format(format).mode(mode).save(str(out_path))
+        table.write.format(format).mode("errorifexists").save(str(tmp))
+        check_export_target(out_path, data_dir, overwrite)  # it may have changed meanwhile
+        _move_into_place(tmp, out)
     finally:
         table.unpersist()
+        shutil.rmtree(tmp, ignore_errors=True)
     return rows
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Rename the finished ``tmp`` to ``out``; an existing ``out`` is renamed aside first
+    and put back if the second rename fails, then removed. No moment leaves ``out``
+    half-written; a crash between the renames leaves the old one under a hidden name
+    beside it."""
+    if not os.path.lexists(out):
+        os.rename(tmp, out)
+        return
+    aside = out.parent / f".{out.name}.kompakt-replaced-{uuid.uuid4().hex}"
+    os.rename(out, aside)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        os.rename(aside, out)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)

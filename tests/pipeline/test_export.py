@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 
 import pyarrow.parquet as pq
+import pytest
 
-from kompakt.pipeline.export import export_latest
+from kompakt.log.manager import LogManager
+from kompakt.pipeline.export import ExportTargetError, export_latest
 from kompakt.record.batch import build_simple_batch
 
 
@@ -57,6 +59,7 @@ def test_export_cli_writes_json_and_csv(spark, manager, data_dir, tmp_path):
     from kompakt.cli.main import app
 
     _users(manager)
+    manager.close()  # the CLI takes the data dir's lock, as against a broker
     for fmt in ("json", "csv"):
         out = tmp_path / f"users-{fmt}"
         res = CliRunner().invoke(
@@ -76,6 +79,7 @@ def test_export_cli_errors_are_one_line(spark, manager, data_dir, tmp_path):
     from kompakt.cli.main import app
 
     _users(manager)
+    manager.close()
     cases = [
         (
             ["export", "nope", "--data-dir", str(data_dir), "--out", str(tmp_path / "o")],
@@ -110,3 +114,62 @@ def test_export_cli_errors_are_one_line(spark, manager, data_dir, tmp_path):
         res = CliRunner().invoke(app, args)
         assert res.exit_code != 0
         assert message in res.output and "Traceback" not in res.output
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from kompakt.cli.main import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def _export_rows(out) -> dict[bytes, bytes]:
+    table = pq.read_table(out)
+    return {r["key"]: r["value"] for r in table.select(["key", "value"]).to_pylist()}
+
+
+def _siblings(out) -> list[str]:
+    return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}."))
+
+
+def test_overwrite_replaces_an_earlier_export_whole_and_leaves_no_temp(
+    spark, manager, data_dir, tmp_path
+):
+    """--overwrite swaps the new export in by rename: no part file of the old one
+    survives beside the new ones, and no hidden temporary folder is left."""
+    _users(manager)
+    manager.close()
+    out = tmp_path / "latest"
+    assert _cli("export", "users", "-d", str(data_dir), "-o", str(out)).exit_code == 0
+    assert _export_rows(out) == {b"alice": b"Rome"}
+    with LogManager(data_dir) as logs:
+        logs.get_log("users", 0).append(build_simple_batch([(b"eve", b"Bern")], timestamp=7))
+    r = _cli("export", "users", "-d", str(data_dir), "-o", str(out))
+    assert r.exit_code == 1 and "--overwrite" in r.stderr
+    assert _export_rows(out) == {b"alice": b"Rome"}
+    r = _cli("export", "users", "-d", str(data_dir), "-o", str(out), "--overwrite")
+    assert r.exit_code == 0, r.output
+    assert _export_rows(out) == {b"alice": b"Rome", b"eve": b"Bern"}
+    assert _siblings(out) == []
+
+
+def test_a_failed_export_leaves_the_earlier_one_and_no_temp(spark, manager, data_dir, tmp_path):
+    _users(manager)
+    out = tmp_path / "latest"
+    export_latest(spark, data_dir, "users", out)
+    before = sorted((p.name, p.read_bytes()) for p in out.iterdir())
+    with pytest.raises(Exception, match="no-such-format"):
+        export_latest(spark, data_dir, "users", out, format="no-such-format", overwrite=True)
+    assert sorted((p.name, p.read_bytes()) for p in out.iterdir()) == before
+    assert _siblings(out) == []
+
+
+def test_export_latest_refuses_the_data_dir_as_output(spark, manager, data_dir):
+    """The Python API is as safe as the CLI: Spark's overwrite mode would have deleted
+    every topic."""
+    _users(manager)
+    with pytest.raises(ExportTargetError, match="is the data dir"):
+        export_latest(spark, data_dir, "users", data_dir, overwrite=True)
+    assert manager.topics() == ["users"]
+    assert (data_dir / "users-0").is_dir()
