@@ -13,12 +13,20 @@ offsets goes Dead and its metadata record is tombstoned too. The compacted topic
 stays bounded: the cleaner keeps one record per key and drops the tombstones after
 ``delete.retention.ms``. Time comes from an injectable clock (``clock=``), the log
 manager's by default, so tests can move it.
+
+Removing offsets for any reason (expiry, DeleteGroups, OffsetDelete, a deleted topic)
+goes through one path, Kafka's ``GroupMetadataManager.cleanupGroupMetadata``: tombstones
+for the removed offsets, and a group left Empty with no offsets goes Dead with a metadata
+tombstone. Loading replays ``__consumer_offsets`` in offset order, so a tombstone always
+wins over the records before it (``doLoadGroupsAndOffsets``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -27,7 +35,7 @@ from typing import Any
 
 from kompakt.broker.coordinator import records as rec
 from kompakt.broker.coordinator.records import OffsetAndMetadata
-from kompakt.errors import TopicExistsError
+from kompakt.errors import KompaktError, TopicExistsError
 from kompakt.record.batch import build_simple_batch
 
 log = logging.getLogger("kompakt.broker.coordinator")
@@ -58,6 +66,13 @@ STABLE = "Stable"
 DEAD = "Dead"
 
 MAX_METADATA = 4096
+
+TOPIC_IDS_FILE = "kompakt-offsets-topic-ids.json"
+"""In the data dir: the topic id (from ``partition.metadata``) of each topic that has
+committed offsets, as of the commit. A topic deleted and created again while the broker
+was down (``kompakt topic delete/create --data-dir``) has a new id, so the load knows the
+old offsets belong to a topic that is gone, as Kafka knows from its topic-id deletion
+event (``GroupCoordinator.onPartitionsDeleted``)."""
 
 
 @dataclass(eq=False)
@@ -162,6 +177,7 @@ class GroupCoordinator:
         self._num_partitions = int(state.config.get("offsets.topic.num.partitions"))
         self._closed = False
         self._tasks: set[asyncio.Task] = set()
+        self._topic_ids: dict[str, str] = {}  # see TOPIC_IDS_FILE
         notifier = getattr(state, "notifier", None)
         if notifier is not None:
             ev = notifier.register([])
@@ -214,14 +230,13 @@ class GroupCoordinator:
         async with self._load_lock:
             if self._loaded:
                 return
-            loaded, metas = await asyncio.to_thread(self._load)
+            loaded = await asyncio.to_thread(self._load)
             now = self.now()
-            for group_id, meta in metas.items():
-                if meta is None:
+            for group_id, (meta, offsets) in loaded.items():
+                g = self.groups[group_id] = Group(group_id)
+                g.offsets.update(offsets)
+                if meta is None:  # a simple consumer's group: offsets only
                     continue
-                g = self.groups.get(group_id)
-                if g is None:
-                    g = self.groups[group_id] = Group(group_id)
                 g.generation = meta.generation
                 g.protocol_type = meta.protocol_type or None
                 # Members are not restored: a group saved with members becomes Empty now
@@ -230,24 +245,26 @@ class GroupCoordinator:
                     now if meta.members or meta.state_timestamp < 0 else meta.state_timestamp
                 )
                 g.subscribed = set() if g.protocol_type == "consumer" else None
-            for (group_id, topic, part), om in loaded.items():
-                g = self.groups.get(group_id)
-                if g is None:
-                    g = self.groups[group_id] = Group(group_id)
-                if om is None:
-                    g.offsets.pop((topic, part), None)
-                else:
-                    g.offsets[(topic, part)] = om
+            # Offsets of topics deleted (or deleted and created again) while the broker
+            # was down go now, with tombstones, as DeleteTopics would have done.
+            gone = await asyncio.to_thread(self._gone_topics)
+            if gone:
+                removed = await self._cleanup(
+                    lambda g: {tp: om for tp, om in g.offsets.items() if tp[0] in gone},
+                    force=True,
+                )
+                log.info("removed %d committed offsets of deleted topics %s", removed, sorted(gone))
+            await asyncio.to_thread(self._save_topic_ids, None)
             self._loaded = True
             if self._expiry_task is None and not self._closed:
                 self._expiry_task = self.loop.create_task(self._expiry_loop())
 
-    def _load(
-        self,
-    ) -> tuple[
-        dict[tuple[str, str, int], OffsetAndMetadata | None],
-        dict[str, rec.GroupMetadataValue | None],
-    ]:
+    def _load(self) -> dict[str, tuple[rec.GroupMetadataValue | None, dict]]:
+        """Replay ``__consumer_offsets`` in offset order (Kafka's
+        ``doLoadGroupsAndOffsets``): a record sets its key, a tombstone removes it, later
+        wins. The result holds each group with a live metadata record or live offsets;
+        a group whose metadata was tombstoned and whose offsets all were (DeleteGroups,
+        expiry) is gone. Groups live in one partition each, so order within it is total."""
         logs = self.state.logs
         if not logs.has_topic(OFFSETS_TOPIC):
             try:
@@ -261,10 +278,10 @@ class GroupCoordinator:
                 )
             except TopicExistsError:
                 pass
-            return {}, {}
+            return {}
         self._num_partitions = logs.partition_count(OFFSETS_TOPIC)
-        out: dict[tuple[str, str, int], OffsetAndMetadata | None] = {}
-        metas: dict[str, rec.GroupMetadataValue | None] = {}
+        offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        metas: dict[str, rec.GroupMetadataValue] = {}
         for p in range(self._num_partitions):
             plog = logs.get_log(OFFSETS_TOPIC, p)
             for batch in plog.iter_batches(plog.log_start_offset):
@@ -278,19 +295,109 @@ class GroupCoordinator:
                         if parsed is None:
                             continue
                         if parsed[0] == "group":
-                            metas[parsed[1][0]] = (
-                                None if r.value is None else rec.parse_group_value(r.value)
-                            )
+                            group_id = parsed[1][0]
+                            if r.value is None:
+                                metas.pop(group_id, None)
+                            else:
+                                metas[group_id] = rec.parse_group_value(r.value)
                             continue
-                        out[parsed[1]] = (
-                            None if r.value is None else rec.parse_offset_value(r.value)
-                        )
+                        group_id, topic, part = parsed[1]
+                        if r.value is None:
+                            mine = offsets.get(group_id)
+                            if mine is not None:
+                                mine.pop((topic, part), None)
+                                if not mine:
+                                    del offsets[group_id]
+                        else:
+                            om = rec.parse_offset_value(r.value)
+                            offsets.setdefault(group_id, {})[(topic, part)] = om
                     except Exception:
                         log.warning("skipping undecodable %s record at %d", OFFSETS_TOPIC, r.offset)
+        out = {gid: (metas.get(gid), offsets.get(gid, {})) for gid in metas.keys() | offsets}
         log.info(
-            "loaded %d committed offsets and %d groups from %s", len(out), len(metas), OFFSETS_TOPIC
+            "loaded %d committed offsets of %d groups from %s",
+            sum(len(o) for o in offsets.values()),
+            len(out),
+            OFFSETS_TOPIC,
         )
-        return out, metas
+        return out
+
+    # -- which topic the offsets belong to (see TOPIC_IDS_FILE) ------------------------------
+    def _topic_ids_path(self) -> Any:
+        return self.state.logs.dir / TOPIC_IDS_FILE
+
+    def _incarnation(self, topic: str) -> str | None:
+        """The id of the topic now called ``topic``, from its partition 0's
+        ``partition.metadata`` (the file Kafka and kompakt write when a partition is
+        made); None when the topic is absent or the file unreadable (then unknown)."""
+        logs = self.state.logs
+        if not logs.has_topic(topic):
+            return None
+        try:
+            text = (logs.get_log(topic, 0).dir / "partition.metadata").read_text()
+        except (OSError, KompaktError, UnicodeDecodeError):
+            return None
+        for line in text.splitlines():
+            name, sep, value = line.partition(":")
+            if sep and name.strip() == "topic_id" and value.strip():
+                return value.strip()
+        return None
+
+    def _read_topic_ids(self) -> dict[str, str]:
+        try:
+            data = json.loads(self._topic_ids_path().read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring unreadable %s: %s", TOPIC_IDS_FILE, exc)
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {str(k): str(v) for k, v in data.items()}
+
+    def _gone_topics(self) -> set[str]:
+        """Topics with committed offsets that no longer exist: absent from the data dir,
+        or present under a different topic id than when the offsets were committed. A
+        topic whose id was never recorded (an older data dir) is kept: only a topic
+        known to be gone loses its offsets."""
+        logs = self.state.logs
+        known = self._read_topic_ids()
+        gone = set()
+        for topic in {t for g in self.groups.values() for t, _p in g.offsets}:
+            if not logs.has_topic(topic):
+                gone.add(topic)
+                continue
+            was, now = known.get(topic), self._incarnation(topic)
+            if was is not None and now is not None and was != now:
+                log.info("topic %s was deleted and created again (id %s, now %s)", topic, was, now)
+                gone.add(topic)
+        return gone
+
+    def _save_topic_ids(self, new_topics: set[str] | None) -> None:
+        """Record the ids of ``new_topics`` (None: rebuild from every group's offsets),
+        atomically; called before their offsets are written, so a crash can only leave an
+        id without offsets, never offsets without their id."""
+        changed = new_topics is None
+        if new_topics is None:
+            self._topic_ids = {}
+            new_topics = {t for g in self.groups.values() for t, _p in g.offsets}
+        for t in new_topics:
+            tid = self._incarnation(t)
+            if tid is not None and self._topic_ids.get(t) != tid:
+                self._topic_ids[t] = tid
+                changed = True
+        if not changed:
+            return
+        path = self._topic_ids_path()
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self._topic_ids, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:  # the offsets themselves are safe; only the check weakens
+            log.warning("cannot write %s: %s", path, exc)
 
     def _persist_group(self, g: Group) -> None:
         """Write the group's metadata record (in the background, in order)."""
@@ -758,17 +865,34 @@ class GroupCoordinator:
 
     async def commit(
         self, group_id: str, offsets: dict[tuple[str, int], OffsetAndMetadata]
-    ) -> None:
+    ) -> set[tuple[str, int]]:
+        """Write ``offsets``; returns those refused because their topic was deleted
+        after the request was checked (a DeleteTopics racing the commit), which would
+        otherwise outlive the topic's tombstones."""
         if not offsets:
-            return
-        items = [
-            (rec.offset_key(group_id, t, p), rec.offset_value(om)) for (t, p), om in offsets.items()
-        ]
-        async with self._write_lock:  # the expiry pass decides under this lock too
-            await asyncio.to_thread(self._append, group_id, items)
-            g = self.group(group_id, create=True)
-            assert g is not None
-            g.offsets.update(offsets)
+            return set()
+        async with self._write_lock:  # expiry and topic deletion decide under this lock too
+            logs = self.state.logs
+            refused = {tp for tp in offsets if not logs.has_topic(tp[0])}
+            accepted = {tp: om for tp, om in offsets.items() if tp not in refused}
+            if accepted:
+                items = [
+                    (rec.offset_key(group_id, t, p), rec.offset_value(om))
+                    for (t, p), om in accepted.items()
+                ]
+                new_topics = {t for t, _p in accepted if t not in self._topic_ids}
+                await asyncio.to_thread(self._commit_sync, group_id, items, new_topics)
+                g = self.group(group_id, create=True)
+                assert g is not None
+                g.offsets.update(accepted)
+            return refused
+
+    def _commit_sync(
+        self, group_id: str, items: list[tuple[bytes, bytes | None]], new_topics: set[str]
+    ) -> None:
+        if new_topics:
+            self._save_topic_ids(new_topics)
+        self._append(group_id, items)
 
     def fetch_offsets(
         self, group_id: str, wanted: list[tuple[str, list[int]]] | None
@@ -786,20 +910,48 @@ class GroupCoordinator:
                 lst.append((p, offsets.get((t, p))))
         return out
 
-    async def delete_group(self, group_id: str) -> None:
-        """Tombstone an empty group's committed offsets and forget it."""
-        g = self.groups.get(group_id)
-        if g is None:
-            return
-        items: list[tuple[bytes, bytes | None]] = [
-            (rec.offset_key(group_id, t, p), None) for (t, p) in g.offsets
-        ]
-        items.append((rec.group_key(group_id), None))
+    async def delete_group(self, group_id: str) -> int:
+        """DeleteGroups for an Empty group: tombstones for every committed offset and for
+        the metadata, offsets first (Kafka's ``GroupCoordinatorShard.deleteGroups``:
+        ``deleteAllOffsets`` then ``createGroupTombstoneRecords``), so replaying the log
+        after a restart cannot bring the group back. Decided under the write lock, so an
+        offset committed concurrently is tombstoned too."""
         async with self._write_lock:
-            await asyncio.to_thread(self._append, group_id, items)
-        self.groups.pop(group_id, None)
+            g = self.groups.get(group_id)
+            if g is None or g.state == DEAD:
+                return GROUP_ID_NOT_FOUND
+            if g.state != EMPTY:  # Kafka's ClassicGroup.validateDeleteGroup
+                return NON_EMPTY_GROUP
+            items: list[tuple[bytes, bytes | None]] = [
+                (rec.offset_key(group_id, t, p), None) for (t, p) in g.offsets
+            ]
+            items.append((rec.group_key(group_id), None))
+            await self._append_chunked(rec.partition_for(group_id, self._num_partitions), items)
+            if self.groups.get(group_id) is g:
+                self._set_state(g, DEAD)
+                del self.groups[group_id]
+                for h in g.pending.values():
+                    h.cancel()
+            log.info("group %s deleted with %d committed offsets", group_id, len(items) - 1)
+            return NONE
 
-    # -- offset expiry (KIP-211) -------------------------------------------------------------
+    async def on_topics_deleted(self, topics: set[str]) -> int:
+        """Kafka's ``GroupCoordinator.onPartitionsDeleted``: a deleted topic's committed
+        offsets leave every group, with tombstones, so a topic created again under the
+        same name starts with no committed offsets. Returns the number removed."""
+        if not topics or self._closed:
+            return 0
+        for t in topics:
+            self._topic_ids.pop(t, None)
+        removed = await self._cleanup(
+            lambda g: {tp: om for tp, om in g.offsets.items() if tp[0] in topics}
+        )
+        if removed:
+            log.info("removed %d committed offsets of deleted topics %s", removed, sorted(topics))
+        await asyncio.to_thread(self._save_topic_ids, None)
+        return removed
+
+    # -- removing offsets: expiry (KIP-211), deleted topics, OffsetDelete --------------------
     async def _expiry_loop(self) -> None:
         """Kafka's ``delete-expired-group-metadata`` task, every
         ``offsets.retention.check.interval.ms``; it sleeps between runs (never spins)."""
@@ -847,54 +999,75 @@ class GroupCoordinator:
         return out
 
     async def expire_offsets(self) -> int:
-        """One pass of Kafka's ``cleanupGroupMetadata``: remove expired offsets and write
-        their tombstones; a group that is Empty with no offsets left goes Dead and, if it
-        ever had a generation (so a metadata record exists), gets a tombstone as well.
-        Decided and written under the write lock, so a concurrent commit cannot be
-        tombstoned. Returns the number of offsets expired."""
+        """One pass of Kafka's ``cleanupGroupMetadata`` with the expiry rule above.
+        Returns the number of offsets expired."""
         if not self._loaded or self._closed:
             return 0
         retention_ms = self._cfg("offsets.retention.minutes", 10080) * 60_000
+        now = self.now()
+        count = await self._cleanup(lambda g: self.expired_offsets(g, now, retention_ms))
+        self.offsets_expired += count
+        return count
+
+    async def _cleanup(
+        self,
+        selector: Callable[[Group], dict[tuple[str, int], OffsetAndMetadata]],
+        groups: list[Group] | None = None,
+        force: bool = False,
+    ) -> int:
+        """Kafka's ``GroupMetadataManager.cleanupGroupMetadata(groups, selector)``: remove
+        the offsets ``selector`` picks from each group and write their tombstones; a group
+        then Empty with no offsets goes Dead and, if it ever had a generation (so a
+        metadata record exists), gets a metadata tombstone too. Only the selected
+        offsets and groups are touched. Decided and written under the write lock, so a
+        concurrent commit cannot be tombstoned. ``force`` runs it during the load.
+        Returns the number of offsets removed."""
+        if (not self._loaded and not force) or self._closed:
+            return 0
         async with self._write_lock:
-            now = self.now()
             plan: list[tuple[Group, dict[tuple[str, int], OffsetAndMetadata], bool]] = []
             writes: dict[int, list[tuple[bytes, bytes | None]]] = {}
-            for g in list(self.groups.values()):
-                expired = self.expired_offsets(g, now, retention_ms)
+            for g in list(self.groups.values() if groups is None else groups):
+                if self.groups.get(g.group_id) is not g:
+                    continue
+                removed = selector(g)
                 dead = (
                     g.state == EMPTY
                     and not g.members
                     and not g.pending
-                    and len(expired) == len(g.offsets)
+                    and len(removed) == len(g.offsets)
                 )
-                if not expired and not dead:
+                if not removed and not dead:
                     continue
-                plan.append((g, expired, dead))
+                plan.append((g, removed, dead))
                 items = writes.setdefault(rec.partition_for(g.group_id, self._num_partitions), [])
-                items.extend((rec.offset_key(g.group_id, t, p), None) for t, p in expired)
+                items.extend((rec.offset_key(g.group_id, t, p), None) for t, p in removed)
                 if dead and g.generation > 0:  # generation 0: no metadata record to delete
                     items.append((rec.group_key(g.group_id), None))
             for partition, items in writes.items():
-                for i in range(0, len(items), 1000):  # keep batches well under max.message.bytes
-                    chunk = items[i : i + 1000]
-                    if chunk:
-                        await asyncio.to_thread(self._append_partition, partition, chunk)
+                await self._append_chunked(partition, items)
             count = 0
-            for g, expired, dead in plan:
-                for tp, om in expired.items():
+            for g, removed, dead in plan:
+                for tp, om in removed.items():
                     if g.offsets.get(tp) is om:
                         del g.offsets[tp]
                         count += 1
-                if expired:
-                    log.info("group %s: %d offsets expired", g.group_id, len(expired))
                 # a join may have arrived while the tombstones were written
                 if dead and not g.offsets and not g.members and not g.pending:
                     if g.state == EMPTY and self.groups.get(g.group_id) is g:
                         self._set_state(g, DEAD)
                         del self.groups[g.group_id]
                         log.info("group %s: Empty with no offsets, now Dead", g.group_id)
-            self.offsets_expired += count
             return count
+
+    async def _append_chunked(
+        self, partition: int, items: list[tuple[bytes, bytes | None]]
+    ) -> None:
+        """Append in batches of 1000 records, well under ``max.message.bytes``."""
+        for i in range(0, len(items), 1000):
+            chunk = items[i : i + 1000]
+            if chunk:
+                await asyncio.to_thread(self._append_partition, partition, chunk)
 
 
 def _fenced(g: Group | None, member_id: str, instance_id: str | None) -> bool:

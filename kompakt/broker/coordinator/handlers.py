@@ -10,13 +10,12 @@ from typing import Any
 from kompakt.broker.coordinator.group import (
     COORDINATOR_NOT_AVAILABLE,
     DEAD,
-    EMPTY,
     GROUP_ID_NOT_FOUND,
     INVALID_GROUP_ID,
     MAX_METADATA,
-    NON_EMPTY_GROUP,
     NONE,
     OFFSET_METADATA_TOO_LARGE,
+    OFFSETS_TOPIC,
     UNKNOWN_MEMBER_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     GroupCoordinator,
@@ -242,7 +241,11 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         )
     if to_commit:
         try:
-            await gc.commit(req.group_id, to_commit)
+            refused = await gc.commit(req.group_id, to_commit)
+            for t in topics:
+                for p in t["partitions"]:
+                    if (t["name"], p["partition_index"]) in refused:
+                        p["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
         except Exception as exc:  # the offsets topic cannot be written
             code, _msg = error_of(exc)
             if code in (NONE, -1):
@@ -383,16 +386,22 @@ async def handle_delete_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     gc = await coordinator(ctx)
     results = []
     for gid in req.groups_names:
-        g = gc.group(gid)
-        if g is None:
-            code = GROUP_ID_NOT_FOUND
-        elif g.state != EMPTY:
-            code = NON_EMPTY_GROUP
-        else:
-            await gc.delete_group(gid)
-            code = NONE
+        code = await gc.delete_group(gid)
         results.append({"group_id": gid, "error_code": code})
     return {"throttle_time": 0, "results": results}
+
+
+async def topics_deleted(state: Any, topics: set[str]) -> None:
+    """Called by DeleteTopics once ``topics`` are gone: their committed offsets leave
+    every group (Kafka's ``GroupCoordinator.onPartitionsDeleted``). Loads the coordinator
+    first if ``__consumer_offsets`` exists, so no committed offset is missed."""
+    topics = {t for t in topics if t != OFFSETS_TOPIC}
+    if not topics:
+        return
+    if coordinator_if_started(state) is None and not state.logs.has_topic(OFFSETS_TOPIC):
+        return  # no group ever committed anything
+    gc = await load_coordinator(state)
+    await gc.on_topics_deleted(topics)
 
 
 def register(registry: ApiRegistry) -> None:

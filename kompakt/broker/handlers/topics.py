@@ -145,7 +145,14 @@ def _delete_topics(ctx: RequestContext, req: Any) -> list:
 
 
 async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "responses": await asyncio.to_thread(_delete_topics, ctx, req)}
+    responses = await asyncio.to_thread(_delete_topics, ctx, req)
+    deleted = {r["name"] for r in responses if r["error_code"] == NONE}
+    if deleted:  # Kafka's GroupCoordinator.onPartitionsDeleted: the offsets go too
+        # imported here: the coordinator's handlers import this package (a cycle)
+        from kompakt.broker.coordinator.handlers import topics_deleted
+
+        await topics_deleted(ctx.state, deleted)
+    return {"throttle_time": 0, "responses": responses}
 
 
 def _create_partitions(ctx: RequestContext, req: Any) -> list:

@@ -1,0 +1,464 @@
+"""Consumer groups: nothing a user does loses (or revives) data it was not aimed at.
+
+Kafka's rules checked here, each named in its test:
+
+- DeleteGroups writes tombstones for every committed offset and the group's metadata
+  (``GroupCoordinatorShard.deleteGroups``), and loading replays ``__consumer_offsets`` in
+  offset order (``GroupMetadataManager.doLoadGroupsAndOffsets``), so a deleted group stays
+  deleted after a restart, also after the cleaner compacted the topic.
+- A deleted topic's committed offsets leave every group (``GroupCoordinator
+  .onPartitionsDeleted``), so a topic created again under the same name starts clean.
+- OffsetCommit/Heartbeat/SyncGroup check member, then generation, then state
+  (``ClassicGroup.validateOffsetCommit``, ``validateClassicGroupHeartbeat``,
+  ``validateSyncGroup``).
+- OffsetDelete (KIP-496, ``OffsetMetadataManager.deleteOffsets``).
+- A transactional producer fails at once while transactions are not implemented.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import socket
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from kompakt.broker.app import BrokerThread, start_test_broker
+from kompakt.broker.coordinator import records as R
+from kompakt.broker.coordinator.group import OFFSETS_TOPIC, TOPIC_IDS_FILE
+from kompakt.broker.protocol import build
+from kompakt.cleaner import Cleaner
+from kompakt.log.manager import LogManager
+from kompakt.record.batch import build_simple_batch
+
+TIMEOUT = 10
+FAST = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1}
+_ids = itertools.count()
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+MEMBER_ID_REQUIRED = 79
+GROUP_SUBSCRIBED_TO_TOPIC = 86
+
+
+@pytest.fixture(scope="module")
+def lbroker(tmp_path_factory):
+    """One broker for the tests that need no restart; one ``__consumer_offsets``
+    partition, so every group's records share a log (the worst case for bystanders)."""
+    b = start_test_broker(tmp_path_factory.mktemp("lifecycle-data"), **FAST)
+    yield b
+    b.stop()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{next(_ids)}-{time.monotonic_ns() % 100000}"
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 20.0, step: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(step)
+    raise AssertionError(f"condition not met in {timeout} s")
+
+
+def admin(b: BrokerThread) -> AdminClient:
+    return AdminClient({"bootstrap.servers": b.bootstrap})
+
+
+def create(b: BrokerThread, name: str, partitions: int = 2) -> None:
+    a = admin(b)  # kept alive until answered
+    fs = a.create_topics([NewTopic(name, partitions, 1)], operation_timeout=TIMEOUT)
+    fs[name].result(TIMEOUT)
+
+
+def delete_topic(b: BrokerThread, name: str) -> None:
+    a = admin(b)
+    a.delete_topics([name], operation_timeout=TIMEOUT)[name].result(TIMEOUT)
+
+
+def produce(b: BrokerThread, topic: str, values: list[str], partition: int = 0) -> None:
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+    for v in values:
+        p.produce(topic, key=v.encode(), value=v.encode(), partition=partition)
+    assert p.flush(TIMEOUT) == 0
+
+
+def consumer(b: BrokerThread, group: str, **extra: Any) -> Consumer:
+    conf = {
+        "bootstrap.servers": b.bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+        "fetch.wait.max.ms": 100,
+        "topic.metadata.refresh.interval.ms": 1000,
+    }
+    conf.update(extra)
+    return Consumer(conf)
+
+
+def commit(b: BrokerThread, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """A simple consumer's commit (generation -1), as ``assign()`` + ``commit()`` does."""
+    c = consumer(b, group)
+    try:
+        c.commit(
+            offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+            asynchronous=False,
+        )
+    finally:
+        c.close()
+
+
+def committed(b: BrokerThread, group: str, tps: list[tuple[str, int]]) -> list[int]:
+    r = call(b, 9, 8, {"groups": [{"group_id": group, "topics": None}]})
+    got = {
+        (t.name, p.partition_index): p.committed_offset
+        for t in r.groups[0].topics
+        for p in t.partitions
+    }
+    return [got.get(tp, -1) for tp in tps]
+
+
+def all_committed(b: BrokerThread, group: str) -> dict[tuple[str, int], int]:
+    r = call(b, 9, 8, {"groups": [{"group_id": group, "topics": None}]})
+    return {
+        (t.name, p.partition_index): p.committed_offset
+        for t in r.groups[0].topics
+        for p in t.partitions
+    }
+
+
+def listed(b: BrokerThread) -> set[str]:
+    return {g.group_id for g in call(b, 16, 4, {"states_filter": []}).groups}
+
+
+def describe(b: BrokerThread, group: str) -> Any:
+    r = call(b, 15, 6, {"groups": [group], "include_authorized_operations": False})
+    return r.groups[0]
+
+
+def consume_all(c: Consumer, n: int, timeout: float = 30.0) -> list[str]:
+    got: list[str] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        m = c.poll(0.1)
+        if m is not None and m.error() is None:
+            got.append(m.value().decode())
+    return got
+
+
+# -- raw protocol ----------------------------------------------------------------------------
+
+
+def _encode(api_key: int, version: int, body: dict[str, Any]) -> bytes:
+    req_cls = load_request_schema(api_key, version)
+    hdr = req_cls.__header_schema__
+    buf = io.BytesIO()
+    entity_writer(hdr)(
+        buf,
+        build(
+            hdr,
+            {
+                "request_api_key": api_key,
+                "request_api_version": version,
+                "correlation_id": 7,
+                "client_id": "lifecycle",
+            },
+        ),
+    )
+    entity_writer(req_cls)(buf, build(req_cls, body))
+    data = buf.getvalue()
+    return struct.pack(">i", len(data)) + data
+
+
+def call(b: BrokerThread, api_key: int, version: int, body: dict[str, Any]) -> Any:
+    """One request on its own connection (so a parked JoinGroup blocks only its thread)."""
+    with socket.create_connection(("127.0.0.1", b.port), timeout=30) as s:
+        s.sendall(_encode(api_key, version, body))
+        f = s.makefile("rb")
+        (n,) = struct.unpack(">i", f.read(4))
+        frame = f.read(n)
+    resp_cls = load_response_schema(api_key, version)
+    _h, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
+    resp, _ = entity_reader(resp_cls)(frame, used)
+    return resp
+
+
+def restart(b: BrokerThread, **overrides: Any) -> BrokerThread:
+    data = b.broker.config.data_dir
+    b.stop()
+    return start_test_broker(data, **{**FAST, **overrides})
+
+
+# -- 1. a deleted group stays deleted ------------------------------------------------------
+
+
+def test_deleted_group_stays_deleted_after_restart(tmp_path):
+    """``kompakt group delete zed`` (DeleteGroups) then a restart: Kafka's DeleteGroups
+    tombstones every offset and the metadata (``GroupCoordinatorShard.deleteGroups``), and
+    the load honours them (``doLoadGroupsAndOffsets``): ListGroups, DescribeGroups and
+    OffsetFetch show nothing of zed, and the bystander group keeps everything."""
+    b = start_test_broker(tmp_path / "d", **FAST)
+    try:
+        create(b, "t")
+        produce(b, "t", [f"v{i}" for i in range(5)])
+        c = consumer(b, "zed")
+        c.subscribe(["t"])
+        assert consume_all(c, 5) == [f"v{i}" for i in range(5)]
+        c.commit(asynchronous=False)
+        c.close()
+        commit(b, "zed", {("t", 1): 1})
+        commit(b, "bystander", {("t", 0): 2, ("t", 1): 3})
+        wait_for(lambda: describe(b, "zed").group_state == "Empty")
+        assert committed(b, "zed", [("t", 0), ("t", 1)]) == [5, 1]
+        a = admin(b)
+        a.delete_consumer_groups(["zed"], request_timeout=TIMEOUT)["zed"].result(TIMEOUT)
+        assert "zed" not in listed(b)
+        b = restart(b)
+        assert "zed" not in listed(b)
+        assert "bystander" in listed(b)
+        d = describe(b, "zed")
+        assert (d.error_code, d.group_state) == (GROUP_ID_NOT_FOUND, "Dead")
+        assert all_committed(b, "zed") == {}
+        assert all_committed(b, "bystander") == {("t", 0): 2, ("t", 1): 3}
+        # and a second restart (the expiry pass in between must not revive it either)
+        b = restart(b)
+        assert "zed" not in listed(b)
+        assert all_committed(b, "zed") == {}
+    finally:
+        b.stop()
+
+
+def _offset(group: str, topic: str, part: int, value: int | None) -> tuple[bytes, bytes | None]:
+    v = None if value is None else R.offset_value(R.OffsetAndMetadata(value, -1, "", 1))
+    return R.offset_key(group, topic, part), v
+
+
+def _meta(group: str, generation: int | None) -> tuple[bytes, bytes | None]:
+    if generation is None:
+        return R.group_key(group), None
+    return R.group_key(group), R.group_value(
+        R.GroupMetadataValue("consumer", generation, None, None, 1)
+    )
+
+
+@pytest.mark.parametrize("segments", ["one-segment", "rolled-segments"])
+def test_replay_honours_tombstones_in_offset_order_also_after_compaction(tmp_path, segments):
+    """``__consumer_offsets`` written in the adversarial order: zed's offset commits come
+    before its tombstones, in the same segment or in earlier ones. Kafka's
+    ``doLoadGroupsAndOffsets`` replays in offset order: a tombstone removes what came
+    before it, and a group whose metadata is tombstoned and whose offsets all are stays
+    deleted. A group tombstoned and then used again (metadata or a simple consumer's
+    commit after the tombstone) exists. The same holds once the cleaner has compacted the
+    log down to the tombstones (the state that used to bring the group back)."""
+    data = tmp_path / "d"
+    b = start_test_broker(data, **FAST)
+    try:
+        create(b, "t")
+        listed(b)  # creates __consumer_offsets
+    finally:
+        b.stop()
+    roll = segments == "rolled-segments"
+    with LogManager(data) as logs:
+        plog = logs.get_log(OFFSETS_TOPIC, 0)
+
+        def write(*items: tuple[bytes, bytes | None]) -> None:
+            plog.append(build_simple_batch(list(items), timestamp=plog.clock()))
+            if roll:
+                plog.roll()
+
+        write(_offset("zed", "t", 0, 5), _offset("zed", "t", 1, 7), _meta("zed", 3))
+        write(_offset("keep", "t", 0, 4), _meta("reborn", 1), _meta("reuse", 2))
+        write(_offset("zed", "t", 0, 9), _offset("reuse", "t", 1, 1))
+        # DeleteGroups as Kafka writes it: offset tombstones, then the metadata tombstone
+        write(_offset("zed", "t", 0, None), _offset("zed", "t", 1, None), _meta("zed", None))
+        write(_meta("reborn", None), _offset("reuse", "t", 1, None), _meta("reuse", None))
+        write(_meta("reborn", 4), _offset("reuse", "t", 0, 6))  # used again after deletion
+        write(_offset("keep", "t", 1, 8))  # the active segment
+
+    def check() -> None:
+        b = start_test_broker(data, **FAST)
+        try:
+            groups = listed(b)
+            assert "zed" not in groups
+            assert {"keep", "reborn", "reuse"} <= groups
+            assert describe(b, "zed").error_code == GROUP_ID_NOT_FOUND
+            assert all_committed(b, "zed") == {}
+            assert all_committed(b, "keep") == {("t", 0): 4, ("t", 1): 8}
+            assert all_committed(b, "reuse") == {("t", 0): 6}
+            assert all_committed(b, "reborn") == {}
+        finally:
+            b.stop()
+
+    check()
+    with LogManager(data) as logs:
+        plog = logs.get_log(OFFSETS_TOPIC, 0)
+        plog.roll()
+        Cleaner(logs).clean_partition(plog)
+        left = [
+            (R.parse_key(r.key), r.value is None)
+            for batch in plog.iter_batches(plog.log_start_offset)
+            for r in batch.records()
+        ]
+    # compaction kept zed's tombstones (delete.retention.ms) and removed its commits
+    assert (("offset", ("zed", "t", 0)), False) not in left
+    assert (("offset", ("zed", "t", 0)), True) in left
+    assert (("group", ("zed",)), True) in left
+    check()
+
+
+# -- 2. committed offsets do not outlive their topic ---------------------------------------
+
+
+@pytest.mark.parametrize("new_records", [3, 15])
+def test_recreated_topic_starts_without_the_old_committed_offsets(lbroker, new_records):
+    """Kafka's ``GroupCoordinator.onPartitionsDeleted``: deleting a topic removes its
+    committed offsets from every group (with tombstones). Produce 10, consume and commit
+    in group g, delete the topic, create it again and produce a few: a consumer of g with
+    auto.offset.reset=earliest reads every new record (with 15 the old commit at 10 would
+    skip ten of them). Offsets of g on another topic, and another group's, stay."""
+    b = lbroker
+    topic, other, g, g2 = unique("re"), unique("other"), unique("g"), unique("g2")
+    create(b, topic, 1)
+    create(b, other, 1)
+    produce(b, topic, [f"old{i}" for i in range(10)])
+    c = consumer(b, g)
+    c.subscribe([topic])
+    assert len(consume_all(c, 10)) == 10
+    c.commit(asynchronous=False)
+    c.close()
+    commit(b, g, {(other, 0): 4})
+    commit(b, g2, {(topic, 0): 7, (other, 0): 5})
+    assert committed(b, g, [(topic, 0)]) == [10]
+
+    delete_topic(b, topic)
+    assert all_committed(b, g) == {(other, 0): 4}
+    assert all_committed(b, g2) == {(other, 0): 5}
+    create(b, topic, 1)
+    new = [f"new{i}" for i in range(new_records)]
+    produce(b, topic, new)
+    c = consumer(b, g)
+    c.subscribe([topic])
+    try:
+        assert consume_all(c, new_records) == new
+    finally:
+        c.close()
+    # the tombstones are in the log: a restart would agree (see the offline test)
+    gc = b.broker.state.extra["group_coordinator"]
+    assert (topic, 0) not in gc.groups[g2].offsets
+
+
+def test_deleting_the_only_topic_of_an_empty_group_removes_the_group(lbroker):
+    """``cleanupGroupMetadata`` after the deletion: a group left Empty with no offsets goes
+    Dead (Kafka writes its metadata tombstone); a group with offsets elsewhere stays."""
+    b = lbroker
+    topic, other, g_only, g_both = unique("only"), unique("keep"), unique("g"), unique("g")
+    create(b, topic, 1)
+    create(b, other, 1)
+    commit(b, g_only, {(topic, 0): 1})
+    commit(b, g_both, {(topic, 0): 1, (other, 0): 2})
+    assert {g_only, g_both} <= listed(b)
+    delete_topic(b, topic)
+    assert g_only not in listed(b)
+    assert g_both in listed(b)
+    assert all_committed(b, g_both) == {(other, 0): 2}
+
+
+def test_create_partitions_keeps_committed_offsets(tmp_path):
+    """CreatePartitions is not a deletion: every committed offset stays, also after a
+    restart (the load only drops offsets of topics that are gone)."""
+    b = start_test_broker(tmp_path / "d", **FAST)
+    try:
+        create(b, "grow", 2)
+        commit(b, "g", {("grow", 0): 3, ("grow", 1): 4})
+        a = admin(b)
+        a.create_partitions([NewPartitions("grow", 4)], operation_timeout=TIMEOUT)["grow"].result(
+            TIMEOUT
+        )
+        commit(b, "g", {("grow", 3): 1})
+        expected = {("grow", 0): 3, ("grow", 1): 4, ("grow", 3): 1}
+        assert all_committed(b, "g") == expected
+        b = restart(b)
+        assert all_committed(b, "g") == expected
+    finally:
+        b.stop()
+
+
+@pytest.mark.parametrize("recreate", [False, True])
+def test_offline_topic_delete_drops_offsets_at_load(tmp_path, recreate):
+    """``kompakt topic delete --data-dir`` works on the log alone, with no coordinator.
+    The next load does what DeleteTopics would have done: offsets of a topic that is
+    gone are removed with tombstones. Gone includes deleted and created again under the
+    same name: Kafka tells topics apart by topic id, so the load compares the id the
+    offsets were committed against (``partition.metadata``) with today's. Topics that
+    exist are untouched."""
+    data = tmp_path / "d"
+    b = start_test_broker(data, **FAST)
+    try:
+        create(b, "gone", 1)
+        create(b, "stays", 1)
+        commit(b, "g", {("gone", 0): 5, ("stays", 0): 6})
+        commit(b, "only-gone", {("gone", 0): 2})
+    finally:
+        b.stop()
+    with LogManager(data) as logs:  # what `kompakt topic delete/create --data-dir` do
+        logs.delete_topic("gone")
+        if recreate:
+            logs.create_topic("gone", 1)
+    b = start_test_broker(data, **FAST)
+    try:
+        assert all_committed(b, "g") == {("stays", 0): 6}
+        assert "only-gone" not in listed(b)
+        if recreate:  # a new consumer of the new topic starts at the beginning
+            produce(b, "gone", ["a", "b", "c"])
+            c = consumer(b, "g")
+            c.subscribe(["gone"])
+            try:
+                assert consume_all(c, 3) == ["a", "b", "c"]
+            finally:
+                c.close()
+        b = restart(b)  # the tombstones were written: nothing comes back
+        assert all_committed(b, "g") == {("stays", 0): 6}
+    finally:
+        b.stop()
+
+
+def test_existing_topic_keeps_offsets_without_a_topic_id_record(tmp_path):
+    """Only a topic known to be gone loses its offsets: a data dir from before the topic
+    id record (or one whose record was lost) keeps every offset of existing topics."""
+    data = tmp_path / "d"
+    b = start_test_broker(data, **FAST)
+    try:
+        create(b, "t", 1)
+        commit(b, "g", {("t", 0): 5})
+    finally:
+        b.stop()
+    ids = json.loads((data / TOPIC_IDS_FILE).read_text())
+    assert set(ids) == {"t"}
+    (data / TOPIC_IDS_FILE).unlink()
+    b = start_test_broker(data, **FAST)
+    try:
+        assert all_committed(b, "g") == {("t", 0): 5}
+        assert (data / TOPIC_IDS_FILE).exists()
+    finally:
+        b.stop()
