@@ -22,6 +22,7 @@ import itertools
 import json
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -462,3 +463,135 @@ def test_existing_topic_keeps_offsets_without_a_topic_id_record(tmp_path):
         assert (data / TOPIC_IDS_FILE).exists()
     finally:
         b.stop()
+
+
+# -- 3. member, then generation, then state --------------------------------------------------
+
+
+def _join(b: BrokerThread, group: str, member_id: str = "", ptype: str = "consumer") -> Any:
+    return call(
+        b,
+        11,
+        5,
+        {
+            "group_id": group,
+            "session_timeout": 6000,
+            "rebalance_timeout": 6000,
+            "member_id": member_id,
+            "group_instance_id": None,
+            "protocol_type": ptype,
+            "protocols": [{"name": "range", "metadata": b""}],
+        },
+    )
+
+
+def _member(b: BrokerThread, group: str, ptype: str = "consumer") -> str:
+    r = _join(b, group, ptype=ptype)
+    assert r.error_code == MEMBER_ID_REQUIRED
+    return r.member_id
+
+
+def _commit_code(
+    b: BrokerThread, group: str, generation: int, member: str, topic: str, version: int = 8
+) -> int:
+    r = call(
+        b,
+        8,
+        version,
+        {
+            "group_id": group,
+            "generation_id_or_member_epoch": generation,
+            "member_id": member,
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": 1,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": "",
+                        }
+                    ],
+                }
+            ],
+        },
+    )
+    return r.topics[0].partitions[0].error_code
+
+
+def _heartbeat(b: BrokerThread, group: str, generation: int, member: str) -> int:
+    body = {
+        "group_id": group,
+        "generation_id": generation,
+        "member_id": member,
+        "group_instance_id": None,
+    }
+    return call(b, 12, 4, body).error_code
+
+
+def _sync(
+    b: BrokerThread,
+    group: str,
+    generation: int,
+    member: str,
+    ptype: str | None = "consumer",
+    pname: str | None = "range",
+) -> int:
+    body = {
+        "group_id": group,
+        "generation_id": generation,
+        "member_id": member,
+        "group_instance_id": None,
+        "protocol_type": ptype,
+        "protocol_name": pname,
+        "assignments": [{"member_id": member, "assignment": b""}],
+    }
+    return call(b, 14, 5, body).error_code
+
+
+def test_commit_heartbeat_sync_check_member_then_generation_then_state(lbroker):
+    """Kafka's order (``ClassicGroup.validateOffsetCommit``, ``validateClassicGroupHeartbeat``,
+    ``validateSyncGroup``): unknown member, then ILLEGAL_GENERATION, and only with the
+    right generation does the state answer (REBALANCE_IN_PROGRESS for an OffsetCommit in
+    CompletingRebalance, as librdkafka's test 0113 ``v_commit_during_rebalance``
+    expects; for a Heartbeat in PreparingRebalance). A commit to a group that does not
+    exist with a generation is ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND from v9,
+    ``OffsetMetadataManager.validateOffsetCommit``)."""
+    b, topic, group = lbroker, unique("order"), unique("g")
+    create(b, topic, 1)
+    m1 = _member(b, group)
+    r = _join(b, group, m1)
+    assert (r.error_code, r.generation_id, r.leader) == (NONE, 1, m1)
+    assert describe(b, group).group_state == "CompletingRebalance"
+    assert _commit_code(b, group, 0, m1, topic) == ILLEGAL_GENERATION
+    assert _commit_code(b, group, 1, "nobody", topic) == UNKNOWN_MEMBER_ID
+    assert _commit_code(b, group, -1, "", topic) == UNKNOWN_MEMBER_ID  # group not Empty
+    assert _commit_code(b, group, 1, m1, topic) == REBALANCE_IN_PROGRESS
+    assert _heartbeat(b, group, 0, m1) == ILLEGAL_GENERATION
+    assert _heartbeat(b, group, 1, m1) == NONE  # heartbeats in CompletingRebalance are fine
+    assert _sync(b, group, 0, m1) == ILLEGAL_GENERATION
+    assert _sync(b, group, 1, m1, ptype="connect") == INCONSISTENT_GROUP_PROTOCOL
+    assert _sync(b, group, 1, m1, pname="roundrobin") == INCONSISTENT_GROUP_PROTOCOL
+    assert _sync(b, group, 1, m1, ptype=None, pname=None) == NONE  # v0-4 send neither
+    assert describe(b, group).group_state == "Stable"
+    assert _commit_code(b, group, 1, m1, topic) == NONE
+
+    # a second member joins: PreparingRebalance while m1 has not rejoined
+    m2 = _member(b, group)
+    second: list[Any] = []
+    t = threading.Thread(target=lambda: second.append(_join(b, group, m2)))
+    t.start()
+    wait_for(lambda: describe(b, group).group_state == "PreparingRebalance")
+    assert _heartbeat(b, group, 0, m1) == ILLEGAL_GENERATION
+    assert _heartbeat(b, group, 1, m1) == REBALANCE_IN_PROGRESS
+    assert _commit_code(b, group, 1, m1, topic) == NONE  # Kafka commits in PreparingRebalance
+    r = _join(b, group, m1)
+    t.join(TIMEOUT)
+    assert r.generation_id == 2 and second[0].generation_id == 2
+
+    ghost = unique("ghost")
+    assert _commit_code(b, ghost, 5, "m", topic) == ILLEGAL_GENERATION
+    assert _commit_code(b, ghost, 5, "m", topic, version=9) == GROUP_ID_NOT_FOUND
+    assert ghost not in listed(b)

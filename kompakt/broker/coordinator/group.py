@@ -764,7 +764,11 @@ class GroupCoordinator:
         member_id: str,
         assignments: dict[str, bytes],
         instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
     ) -> dict[str, Any]:
+        """SyncGroup, checked in Kafka's order (``validateSyncGroup``): member, generation,
+        then protocol type and name (v5+, INCONSISTENT_GROUP_PROTOCOL), then the state."""
         if self._closed:
             return {"error_code": NOT_COORDINATOR}
         g = self.group(group_id)
@@ -774,6 +778,10 @@ class GroupCoordinator:
             return {"error_code": UNKNOWN_MEMBER_ID}
         if generation != g.generation:
             return {"error_code": ILLEGAL_GENERATION}
+        if _inconsistent(protocol_type, g.protocol_type) or _inconsistent(
+            protocol_name, g.protocol
+        ):
+            return {"error_code": INCONSISTENT_GROUP_PROTOCOL}
         m = g.members[member_id]
         ok = {"error_code": NONE, "protocol_type": g.protocol_type, "protocol_name": g.protocol}
         if g.state == PREPARING:
@@ -809,15 +817,15 @@ class GroupCoordinator:
             return FENCED_INSTANCE_ID
         if g is None or member_id not in g.members:
             return UNKNOWN_MEMBER_ID
+        # Kafka's validateClassicGroupHeartbeat: member, then generation, then the state
+        if generation != g.generation:
+            return ILLEGAL_GENERATION
         m = g.members[member_id]
         if g.state == EMPTY:
             return UNKNOWN_MEMBER_ID
-        if g.state == PREPARING:
-            self._arm_session(g, m)
-            return REBALANCE_IN_PROGRESS
-        if generation != g.generation:
-            return ILLEGAL_GENERATION
         self._arm_session(g, m)
+        if g.state == PREPARING:
+            return REBALANCE_IN_PROGRESS
         return NONE
 
     def leave(self, group_id: str, member_id: str, instance_id: str | None = None) -> int:
@@ -847,20 +855,42 @@ class GroupCoordinator:
 
     # -- offsets ---------------------------------------------------------------------------
     def commit_check(
-        self, group_id: str, generation: int, member_id: str, instance_id: str | None = None
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None = None,
+        api_version: int = 8,
     ) -> int:
+        """The group-level answer to an OffsetCommit, in Kafka's order
+        (``OffsetMetadataManager.validateOffsetCommit`` and
+        ``ClassicGroup.validateOffsetCommit``): an unknown group takes only simple commits
+        (generation < 0), else ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND from v9); an Empty
+        group takes simple commits; otherwise the member must be known (fenced static
+        members first), then the generation must match, and only then does
+        CompletingRebalance answer REBALANCE_IN_PROGRESS (librdkafka's test 0113
+        ``v_commit_during_rebalance`` relies on this order)."""
         g = self.group(group_id)
-        if generation < 0 and (g is None or g.state == EMPTY):
+        if g is None:
+            if generation < 0:
+                return NONE
+            return GROUP_ID_NOT_FOUND if api_version >= 9 else ILLEGAL_GENERATION
+        if generation < 0 and g.state == EMPTY:
             return NONE
-        if _fenced(g, member_id, instance_id):
-            return FENCED_INSTANCE_ID
-        if g is None or member_id not in g.members:
+        if generation >= 0 or member_id or instance_id is not None:
+            if _fenced(g, member_id, instance_id):
+                return FENCED_INSTANCE_ID
+            if member_id not in g.members:
+                return UNKNOWN_MEMBER_ID
+            if generation != g.generation:
+                return ILLEGAL_GENERATION
+        elif g.state != EMPTY:
             return UNKNOWN_MEMBER_ID
         if g.state == COMPLETING:
             return REBALANCE_IN_PROGRESS
-        if generation != g.generation:
-            return ILLEGAL_GENERATION
-        self._arm_session(g, g.members[member_id])
+        m = g.members.get(member_id)
+        if m is not None:
+            self._arm_session(g, m)
         return NONE
 
     async def commit(
@@ -1068,6 +1098,11 @@ class GroupCoordinator:
             chunk = items[i : i + 1000]
             if chunk:
                 await asyncio.to_thread(self._append_partition, partition, chunk)
+
+
+def _inconsistent(asked: str | None, actual: str | None) -> bool:
+    """Kafka's ``isProtocolInconsistent``: both known and different."""
+    return asked is not None and actual is not None and asked != actual
 
 
 def _fenced(g: Group | None, member_id: str, instance_id: str | None) -> bool:

@@ -144,6 +144,8 @@ async def handle_sync_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
         req.member_id,
         {a.member_id: bytes(a.assignment) for a in req.assignments},
         getattr(req, "group_instance_id", None),
+        getattr(req, "protocol_type", None),
+        getattr(req, "protocol_name", None),
     )
     resp.setdefault("assignment", b"")
     resp["throttle_time"] = 0
@@ -202,6 +204,7 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
             req.generation_id_or_member_epoch,
             req.member_id,
             getattr(req, "group_instance_id", None),
+            ctx.api_version,
         )
     )
     now = gc.now()
