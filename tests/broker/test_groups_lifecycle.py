@@ -595,3 +595,88 @@ def test_commit_heartbeat_sync_check_member_then_generation_then_state(lbroker):
     assert _commit_code(b, ghost, 5, "m", topic) == ILLEGAL_GENERATION
     assert _commit_code(b, ghost, 5, "m", topic, version=9) == GROUP_ID_NOT_FOUND
     assert ghost not in listed(b)
+
+
+# -- 4. OffsetDelete (KIP-496) ---------------------------------------------------------------
+
+
+def test_offset_delete_kip496(tmp_path):
+    """OffsetDelete as Kafka's ``OffsetMetadataManager.deleteOffsets`` and
+    ``KafkaApis.handleOffsetDeleteRequest``, driven by kafka-python's admin
+    (``delete_group_offsets``): per-partition results, unknown topics and partitions
+    answer UNKNOWN_TOPIC_OR_PARTITION, a Stable group keeps the offsets of topics it
+    subscribes to (GROUP_SUBSCRIBED_TO_TOPIC), an unknown group is GROUP_ID_NOT_FOUND, a
+    non-consumer group with members is NON_EMPTY_GROUP; tombstones are written (the
+    deletion survives a restart) and a group left with no offsets goes Dead. Another
+    group's offsets of the same partitions are untouched."""
+    from kafka import TopicPartition as KTP
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import GroupIdNotFoundError, NonEmptyGroupError
+
+    b = start_test_broker(tmp_path / "d", **FAST)
+    ka = None
+    live = None
+    try:
+        versions = call(b, 18, 3, {"client_software_name": "t", "client_software_version": "1"})
+        assert {(k.api_key, k.min_version, k.max_version) for k in versions.api_keys} >= {
+            (47, 0, 0)
+        }
+        create(b, "t0", 2)
+        create(b, "t1", 1)
+        commit(b, "od", {("t0", 0): 1, ("t0", 1): 2, ("t1", 0): 3})
+        commit(b, "bystander", {("t0", 0): 4, ("t1", 0): 5})
+        ka = KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=10000)
+        res = ka.delete_group_offsets(
+            "od", [KTP("t0", 0), KTP("t1", 0), KTP("nosuch", 0), KTP("t0", 9)]
+        )
+        codes = {(tp.topic, tp.partition): err.errno for tp, err in res.items()}
+        assert codes == {
+            ("t0", 0): NONE,
+            ("t1", 0): NONE,
+            ("nosuch", 0): UNKNOWN_TOPIC_OR_PARTITION,
+            ("t0", 9): UNKNOWN_TOPIC_OR_PARTITION,
+        }
+        assert all_committed(b, "od") == {("t0", 1): 2}
+        assert all_committed(b, "bystander") == {("t0", 0): 4, ("t1", 0): 5}
+        with pytest.raises(GroupIdNotFoundError):
+            ka.delete_group_offsets(unique("nosuch"), [KTP("t0", 0)])
+
+        # a Stable consumer group subscribed to t0 that also committed t1
+        live = consumer(b, "live")
+        live.subscribe(["t0"])
+        wait_for(lambda: live.poll(0.05) is None and len(live.assignment()) == 2)
+        live.commit(
+            offsets=[TopicPartition("t0", 0, 6), TopicPartition("t1", 0, 7)], asynchronous=False
+        )
+        res = ka.delete_group_offsets("live", [KTP("t0", 0), KTP("t1", 0)])
+        codes = {(tp.topic, tp.partition): err.errno for tp, err in res.items()}
+        assert codes == {("t0", 0): GROUP_SUBSCRIBED_TO_TOPIC, ("t1", 0): NONE}
+        assert all_committed(b, "live") == {("t0", 0): 6}
+
+        # a group of another protocol with members: NON_EMPTY_GROUP
+        connect = unique("connect")
+        m = _member(b, connect, ptype="connect")
+        assert _join(b, connect, m, ptype="connect").error_code == NONE
+        with pytest.raises(NonEmptyGroupError):
+            ka.delete_group_offsets(connect, [KTP("t0", 0)])
+
+        ka.close()
+        ka = None
+        live.close()
+        live = None
+        b = restart(b)
+        assert all_committed(b, "od") == {("t0", 1): 2}
+        assert all_committed(b, "bystander") == {("t0", 0): 4, ("t1", 0): 5}
+        # the last offset of an Empty group: the group goes Dead (cleanupGroupMetadata)
+        ka = KafkaAdminClient(bootstrap_servers=b.bootstrap, request_timeout_ms=10000)
+        ka.delete_group_offsets("od", [KTP("t0", 1)])
+        assert "od" not in listed(b)
+        b = restart(b)
+        assert "od" not in listed(b)
+        assert "bystander" in listed(b)
+    finally:
+        if ka is not None:
+            ka.close()
+        if live is not None:
+            live.close()
+        b.stop()

@@ -58,6 +58,7 @@ NON_EMPTY_GROUP = 68
 MEMBER_ID_REQUIRED = 79
 GROUP_MAX_SIZE_REACHED = 81
 FENCED_INSTANCE_ID = 82
+GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 EMPTY = "Empty"
 PREPARING = "PreparingRebalance"
@@ -121,6 +122,13 @@ class Group:
 
     def is_empty(self) -> bool:
         return not self.members
+
+    def is_subscribed(self, topic: str) -> bool:
+        """Kafka's ``ClassicGroup.isSubscribedToTopic``: from the members' subscriptions
+        when known, else assume a consumer-protocol group reads every topic."""
+        if self.subscribed is not None:
+            return topic in self.subscribed
+        return self.protocol_type == "consumer"
 
     def all_joined(self) -> bool:
         return not self.pending and all(
@@ -964,6 +972,29 @@ class GroupCoordinator:
                     h.cancel()
             log.info("group %s deleted with %d committed offsets", group_id, len(items) - 1)
             return NONE
+
+    async def delete_offsets(
+        self, group_id: str, wanted: list[tuple[str, int]]
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (KIP-496), as Kafka's ``OffsetMetadataManager.deleteOffsets``: the
+        group must exist (GROUP_ID_NOT_FOUND) and be Empty or use the consumer protocol
+        (NON_EMPTY_GROUP); offsets of topics its members subscribe to are kept
+        (GROUP_SUBSCRIBED_TO_TOPIC per partition); the others get tombstones, and the
+        group goes Dead if it is Empty with no offsets left (``cleanupGroupMetadata``).
+        Returns the group error and each partition's error."""
+        g = self.group(group_id)
+        if g is None or g.state == DEAD:
+            return GROUP_ID_NOT_FOUND, {}
+        if g.state != EMPTY and g.protocol_type != "consumer":
+            return NON_EMPTY_GROUP, {}
+        errors = {
+            tp: GROUP_SUBSCRIBED_TO_TOPIC if g.is_subscribed(tp[0]) else NONE for tp in wanted
+        }
+        targets = {tp for tp, code in errors.items() if code == NONE}
+        await self._cleanup(
+            lambda x: {tp: om for tp, om in x.offsets.items() if tp in targets}, groups=[g]
+        )
+        return NONE, errors
 
     async def on_topics_deleted(self, topics: set[str]) -> int:
         """Kafka's ``GroupCoordinator.onPartitionsDeleted``: a deleted topic's committed

@@ -1,7 +1,7 @@
 """Group API handlers: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup
 (13), SyncGroup (14), DescribeGroups (15), ListGroups (16), OffsetCommit (8),
-OffsetFetch (9), DeleteGroups (42). One :class:`GroupCoordinator` per broker, created
-on first use and kept in ``state.extra``."""
+OffsetFetch (9), DeleteGroups (42), OffsetDelete (47). One :class:`GroupCoordinator` per
+broker, created on first use and kept in ``state.extra``."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ SYNC_GROUP = 14
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 DELETE_GROUPS = 42
+OFFSET_DELETE = 47
 ADD_PARTITIONS_TO_TXN = 24
 
 _KEY = "group_coordinator"
@@ -394,6 +395,40 @@ async def handle_delete_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "results": results}
 
 
+async def handle_offset_delete(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """OffsetDelete (KIP-496), as Kafka's ``KafkaApis.handleOffsetDeleteRequest``: unknown
+    topics and partitions answer UNKNOWN_TOPIC_OR_PARTITION and are not passed on; a
+    group error (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) is the whole answer."""
+    gc = await coordinator(ctx)
+    errors: dict[tuple[str, int], int] = {}
+    wanted: list[tuple[str, int]] = []
+    for t in req.topics:
+        nparts = ctx.logs.partition_count(t.name) if ctx.logs.has_topic(t.name) else 0
+        for p in t.partitions:
+            if 0 <= p.partition_index < nparts:
+                wanted.append((t.name, p.partition_index))
+            else:
+                errors[(t.name, p.partition_index)] = UNKNOWN_TOPIC_OR_PARTITION
+    if not req.group_id:
+        group_error, found = INVALID_GROUP_ID, {}
+    else:
+        group_error, found = await gc.delete_offsets(req.group_id, wanted)
+    if group_error != NONE:
+        return {"throttle_time": 0, "error_code": group_error, "topics": []}
+    errors.update(found)
+    topics: dict[str, list[dict[str, int]]] = {}
+    for t in req.topics:
+        parts = topics.setdefault(t.name, [])
+        for p in t.partitions:
+            code = errors.get((t.name, p.partition_index), NONE)
+            parts.append({"partition_index": p.partition_index, "error_code": code})
+    return {
+        "throttle_time": 0,
+        "error_code": NONE,
+        "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()],
+    }
+
+
 async def topics_deleted(state: Any, topics: set[str]) -> None:
     """Called by DeleteTopics once ``topics`` are gone: their committed offsets leave
     every group (Kafka's ``GroupCoordinator.onPartitionsDeleted``). Loads the coordinator
@@ -418,3 +453,4 @@ def register(registry: ApiRegistry) -> None:
     registry.register(LIST_GROUPS, 0, 5, handle_list_groups)
     registry.register(DESCRIBE_GROUPS, 0, 6, handle_describe_groups)
     registry.register(DELETE_GROUPS, 0, 2, handle_delete_groups)
+    registry.register(OFFSET_DELETE, 0, 0, handle_offset_delete)
