@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -680,3 +680,25 @@ def test_offset_delete_kip496(tmp_path):
         if live is not None:
             live.close()
         b.stop()
+
+
+# -- 5. transactions fail at once ------------------------------------------------------------
+
+
+def test_transactional_producer_fails_at_once_with_a_readable_fatal_error(lbroker):
+    """Until transactions exist, FindCoordinator for a transactional id answers
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED with a message: librdkafka treats it as fatal
+    (``rd_kafka_txn_handle_FindCoordinator``), so ``init_transactions()`` raises a fatal
+    error naming the reason instead of retrying until its timeout."""
+    p = Producer({"bootstrap.servers": lbroker.bootstrap, "transactional.id": unique("tx")})
+    with pytest.raises(KafkaException) as info:
+        p.init_transactions(10)
+    err = info.value.args[0]
+    assert err.fatal() and not err.retriable()
+    assert "transactions are not supported" in err.str()
+    r = call(lbroker, 10, 6, {"key_type": 1, "coordinator_keys": ["tx"]})
+    c = r.coordinators[0]
+    assert (c.error_code, c.node_id) == (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+    assert "not supported" in c.error_message
+    r = call(lbroker, 10, 6, {"key_type": 0, "coordinator_keys": ["g"]})
+    assert r.coordinators[0].error_code == NONE  # groups are unaffected

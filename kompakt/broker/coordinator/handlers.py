@@ -72,10 +72,25 @@ def _host(ctx: RequestContext) -> str:
 # -- FindCoordinator ---------------------------------------------------------------------
 
 
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+NO_TRANSACTIONS = (
+    "transactions are not supported by this kompakt broker yet "
+    "(use an idempotent producer without transactional.id)"
+)
+
+
 async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """FindCoordinator. Until the broker has a transaction coordinator, a transaction key
+    (key_type 1) answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED with a message saying
+    why: librdkafka (``rd_kafka_txn_handle_FindCoordinator``), the Java client and
+    KafkaJS treat it as fatal, so ``init_transactions()`` fails at once; the retriable
+    COORDINATOR_NOT_AVAILABLE would keep them retrying until their timeout."""
     key_type = int(getattr(req, "key_type", 0))
     ok = key_type == 0 or (key_type == 1 and ADD_PARTITIONS_TO_TXN in ctx.state.registry)
+    error_code = COORDINATOR_NOT_AVAILABLE
     error_message = "no coordinator for this key type"
+    if key_type == 1 and not ok:
+        error_code, error_message = TRANSACTIONAL_ID_AUTHORIZATION_FAILED, NO_TRANSACTIONS
     if key_type == 0:
         try:
             await coordinator(ctx)  # creates __consumer_offsets, loads offsets
@@ -87,7 +102,7 @@ async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, An
         if not ok:
             return {
                 "key": key,
-                "error_code": COORDINATOR_NOT_AVAILABLE,
+                "error_code": error_code,
                 "error_message": error_message,
                 "node_id": -1,
                 "host": "",
