@@ -702,3 +702,129 @@ def test_transactional_producer_fails_at_once_with_a_readable_fatal_error(lbroke
     assert "not supported" in c.error_message
     r = call(lbroker, 10, 6, {"key_type": 0, "coordinator_keys": ["g"]})
     assert r.coordinators[0].error_code == NONE  # groups are unaffected
+
+
+# -- what each group API does to data it was not aimed at --------------------------------------
+
+
+def test_requests_about_an_unknown_group_create_nothing(lbroker):
+    """OffsetFetch, DescribeGroups, Heartbeat, SyncGroup, LeaveGroup, OffsetDelete,
+    DeleteGroups and a commit with a generation for a group that does not exist answer
+    an error (or nothing) and leave no group behind (Kafka looks such groups up without
+    creating them)."""
+    b, topic, ghost = lbroker, unique("ghost-t"), unique("ghost")
+    create(b, topic, 1)
+    assert all_committed(b, ghost) == {}
+    assert describe(b, ghost).error_code == GROUP_ID_NOT_FOUND
+    assert _heartbeat(b, ghost, 1, "m") == UNKNOWN_MEMBER_ID
+    assert _sync(b, ghost, 1, "m") == UNKNOWN_MEMBER_ID
+    assert call(b, 13, 0, {"group_id": ghost, "member_id": "m"}).error_code == UNKNOWN_MEMBER_ID
+    leave = {"group_id": ghost, "members": [{"member_id": "m", "group_instance_id": None}]}
+    assert call(b, 13, 4, leave).error_code == UNKNOWN_MEMBER_ID
+    od = {"group_id": ghost, "topics": [{"name": topic, "partitions": [{"partition_index": 0}]}]}
+    assert call(b, 47, 0, od).error_code == GROUP_ID_NOT_FOUND
+    assert call(b, 42, 2, {"groups_names": [ghost]}).results[0].error_code == GROUP_ID_NOT_FOUND
+    assert _commit_code(b, ghost, 3, "m", topic) == ILLEGAL_GENERATION
+    assert _join(b, ghost, "not-a-member").error_code == UNKNOWN_MEMBER_ID
+    assert ghost not in listed(b)
+    assert ghost not in b.broker.state.extra["group_coordinator"].groups
+
+
+def test_delete_groups_touches_only_the_named_empty_group(lbroker):
+    """DeleteGroups removes the named group's offsets and metadata only: groups whose
+    names share a prefix, and groups committing to the same partitions in the same
+    ``__consumer_offsets`` partition, keep theirs; a group with members answers
+    NON_EMPTY_GROUP and loses nothing (``ClassicGroup.validateDeleteGroup``)."""
+    b, topic = lbroker, unique("dg")
+    create(b, topic, 2)
+    zed = unique("zed")
+    names = [zed, zed + "2", zed[:-1], zed + "-x"]
+    for i, name in enumerate(names):
+        commit(b, name, {(topic, 0): 10 + i, (topic, 1): 20 + i})
+    busy = unique("busy")
+    c = consumer(b, busy)
+    c.subscribe([topic])
+    try:
+        wait_for(lambda: c.poll(0.05) is None and len(c.assignment()) == 2)
+        c.commit(offsets=[TopicPartition(topic, 0, 99)], asynchronous=False)
+        r = call(b, 42, 2, {"groups_names": [zed, busy]})
+        assert [x.error_code for x in r.results] == [NONE, NON_EMPTY_GROUP]
+        assert all_committed(b, busy) == {(topic, 0): 99}
+        assert describe(b, busy).group_state == "Stable"
+    finally:
+        c.close()
+    assert all_committed(b, zed) == {}
+    for i, name in enumerate(names[1:], start=1):
+        assert all_committed(b, name) == {(topic, 0): 10 + i, (topic, 1): 20 + i}
+    assert zed not in listed(b)
+    assert set(names[1:]) | {busy} <= listed(b)
+
+
+def test_commit_and_leave_touch_only_their_own_group(lbroker):
+    """An OffsetCommit writes the named group's named partitions only; a member leaving
+    rebalances its own group only: another group on the same topic keeps its members,
+    generation and offsets."""
+    b, topic = lbroker, unique("cl")
+    create(b, topic, 2)
+    ga, gb = unique("ga"), unique("gb")
+    commit(b, ga, {(topic, 0): 1, (topic, 1): 2})
+    commit(b, gb, {(topic, 0): 3, (topic, 1): 4})
+    commit(b, ga, {(topic, 1): 5})
+    assert all_committed(b, ga) == {(topic, 0): 1, (topic, 1): 5}
+    assert all_committed(b, gb) == {(topic, 0): 3, (topic, 1): 4}
+    ca, cb = consumer(b, ga), consumer(b, gb)
+    try:
+        for c in (ca, cb):
+            c.subscribe([topic])
+        wait_for(
+            lambda: (
+                ca.poll(0.05) is None
+                and cb.poll(0.05) is None
+                and len(ca.assignment()) == 2
+                and len(cb.assignment()) == 2
+            )
+        )
+        gc = b.broker.state.extra["group_coordinator"]
+        wait_for(lambda: gc.groups[ga].state == gc.groups[gb].state == "Stable")
+        generation_b = gc.groups[gb].generation
+        ca.close()  # LeaveGroup for ga
+        wait_for(lambda: describe(b, ga).group_state == "Empty")
+        cb.poll(0.5)
+        assert describe(b, gb).group_state == "Stable"
+        assert gc.groups[gb].generation == generation_b
+        assert len(gc.groups[gb].members) == 1
+    finally:
+        cb.close()
+    assert all_committed(b, ga) == {(topic, 0): 1, (topic, 1): 5}
+    assert all_committed(b, gb) == {(topic, 0): 3, (topic, 1): 4}
+
+
+def test_offset_expiry_touches_only_expired_offsets(tmp_path):
+    """KIP-211 expiry of one simple consumer's offsets (``offsets.retention.minutes``
+    after its commit) leaves another group's offsets of the same partition, committed
+    later, in memory and after a restart."""
+    from manual_clock import ManualClock
+
+    b = start_test_broker(
+        tmp_path / "d",
+        **FAST,
+        **{"offsets.retention.minutes": 1, "offsets.retention.check.interval.ms": 100},
+    )
+    try:
+        create(b, "t", 1)
+        listed(b)
+        gc = b.broker.state.extra["group_coordinator"]
+        clock = ManualClock()
+        gc.clock = clock
+        commit(b, "old", {("t", 0): 1})
+        clock.advance(59_000)
+        commit(b, "recent", {("t", 0): 2})
+        clock.advance(1_000)
+        wait_for(lambda: "old" not in gc.groups)
+        time.sleep(0.3)  # a few more passes
+        assert all_committed(b, "recent") == {("t", 0): 2}
+        b = restart(b, **{"offsets.retention.minutes": 1})
+        assert all_committed(b, "old") == {}
+        assert all_committed(b, "recent") == {("t", 0): 2}
+    finally:
+        b.stop()
