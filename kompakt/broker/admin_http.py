@@ -50,7 +50,14 @@ class AdminServer:
     def __init__(self, api: AdminApi, host: str = "127.0.0.1", port: int = 9644):
         self.api = api
         handler = _make_handler(api)
-        self.httpd = ThreadingHTTPServer((host, port), handler)
+        try:
+            self.httpd = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:  # name the address, as asyncio does for the Kafka port
+            raise OSError(
+                exc.errno,
+                f"error while attempting to bind the admin listener (kompakt.admin.listener) "
+                f"on address ('{host}', {port}): {exc.strerror or exc}",
+            ) from exc
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(
             target=self.httpd.serve_forever, name="kompakt-admin", daemon=True

@@ -289,24 +289,40 @@ class TombstoneCounter:
 
 
 def run(config: BrokerConfig, cleaner_factory: Callable[[], Any] | None = None) -> int:
-    """Run a broker until SIGTERM/SIGINT; 0 after a clean stop, 1 if it cannot start or
-    could not stop cleanly (then the next start recovers the logs)."""
+    """Run a broker until SIGTERM/SIGINT; 0 after a clean stop (130 when SIGINT asked
+    for it, as a JVM running Kafka exits), 1 if it cannot start or could not stop
+    cleanly (then the next start recovers the logs)."""
 
     async def main() -> int:
         broker = Broker(config, cleaner_factory)
+        loop = asyncio.get_running_loop()
+        signals: list[int] = []
+        started = False
+
+        def on_signal(sig: int) -> None:
+            signals.append(sig)
+            if started:
+                asyncio.ensure_future(broker.stop())
+
+        # Installed before start: a signal during start is kept and the broker stops
+        # cleanly once started, instead of dying without its clean-shutdown marker.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, on_signal, sig)
+            except (NotImplementedError, RuntimeError):
+                pass
         try:
             await broker.start()
         except (KompaktError, OSError) as exc:
             log.error("kompakt broker cannot start: %s", exc)
             return 1
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, lambda: asyncio.ensure_future(broker.stop()))
-            except (NotImplementedError, RuntimeError):
-                pass
+        started = True
+        if signals:
+            asyncio.ensure_future(broker.stop())
         await broker.serve_forever()
-        return 1 if broker.stop_error is not None else 0
+        if broker.stop_error is not None:
+            return 1
+        return 130 if signals[:1] == [signal.SIGINT] else 0
 
     return asyncio.run(main())
 

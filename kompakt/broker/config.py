@@ -255,13 +255,18 @@ class BrokerConfig:
     def load(
         cls, path: str | Path | None = None, overrides: Iterable[str] | Mapping[str, str] = ()
     ) -> BrokerConfig:
-        """Read ``path`` (Java properties) then apply ``key=value`` overrides."""
+        """Read ``path`` (Java properties) then apply ``key=value`` overrides.
+
+        The file is read as Kafka reads it, with ``java.util.Properties.load(InputStream)``:
+        bytes are ISO-8859-1 (every byte is a character; other characters are written
+        as ``\\uXXXX``), so a file from a Kafka install never fails to decode.
+        """
         props: dict[str, str] = {}
         if path is not None:
             try:
-                props.update(from_properties(Path(path).read_text()))
+                props.update(from_properties(Path(path).read_bytes().decode("iso-8859-1")))
             except OSError as exc:
-                raise InvalidConfigError(f"cannot read {path}: {exc.strerror}") from exc
+                raise InvalidConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
         if isinstance(overrides, Mapping):
             props.update({str(k): str(v) for k, v in overrides.items()})
         else:

@@ -3,7 +3,10 @@
 Each verb lives in its own module and is registered below (see "Commands"). Errors a
 user can cause (``KompaktError`` and subclasses, ``OSError``) are turned into one red
 line on stderr, ``error: <message>``, and exit code 1, in :class:`ErrorHandlingGroup`,
-so every command, present and future, gets it without doing anything.
+so every command, present and future, gets it without doing anything. Ctrl-C
+(``KeyboardInterrupt``) is one ``interrupted`` line and exit code 130 (128 + SIGINT, as
+shells report it); the ``with`` blocks of the verb have closed what they held by then
+(an offline data dir is flushed and unlocked), so what was written stays written.
 """
 
 from __future__ import annotations
@@ -17,6 +20,17 @@ from typer.core import TyperGroup
 from kompakt.errors import KompaktError
 
 from .common import describe_exception, print_error
+
+INTERRUPTED = 130  # 128 + SIGINT
+
+
+def _interrupted() -> None:
+    """The one line for Ctrl-C."""
+    try:
+        sys.stderr.write("interrupted\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 class ErrorHandlingGroup(TyperGroup):
@@ -37,6 +51,9 @@ class ErrorHandlingGroup(TyperGroup):
             except (OSError, ValueError):
                 pass
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            _interrupted()
+            raise typer.Exit(INTERRUPTED) from None
         except (KompaktError, OSError) as exc:
             print_error(describe_exception(exc))
             raise typer.Exit(1) from None
@@ -69,8 +86,16 @@ app.command("serve")(serve.serve)
 
 
 def main() -> None:
-    """Console-script entry point (``kompakt = kompakt.cli.main:main``)."""
-    app(prog_name="kompakt")
+    """Console-script entry point (``kompakt = kompakt.cli.main:main``).
+
+    Ctrl-C outside a command (while arguments are parsed, modules imported, or the
+    output is flushed at exit) is handled like inside one.
+    """
+    try:
+        app(prog_name="kompakt")
+    except KeyboardInterrupt:
+        _interrupted()
+        sys.exit(INTERRUPTED)
 
 
 if __name__ == "__main__":

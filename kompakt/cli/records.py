@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import signal
 import sys
 from collections.abc import Iterator
 from enum import StrEnum
@@ -42,23 +43,44 @@ class Interruptible:
 
     ``kafka-console-producer`` closes its producer on Ctrl-C, and close sends what was
     already read; likewise the lines read before the interrupt are still written, then
-    the command reports it was interrupted (``interrupted`` is set).
+    the command reports it was interrupted (``interrupted`` is set). While iterating,
+    SIGINT only raises inside the blocking read; arriving while a record is being
+    routed or written it just ends the input at the next line, so records already read
+    are never dropped half-way. A second Ctrl-C once the input has ended interrupts
+    the writing of the rest as usual.
     """
 
     def __init__(self, stream: BinaryIO):
         self._stream = stream
+        self._reading = False
         self.interrupted = False
 
+    def _on_sigint(self, _signum: int, _frame: object) -> None:
+        self.interrupted = True
+        if self._reading:
+            raise KeyboardInterrupt
+
     def __iter__(self) -> Iterator[bytes]:
-        while True:
-            try:
-                raw = self._stream.readline()
-            except KeyboardInterrupt:
-                self.interrupted = True
-                return
-            if not raw:
-                return
-            yield raw
+        try:
+            previous = signal.signal(signal.SIGINT, self._on_sigint)
+        except ValueError:  # not the main thread: Ctrl-C cannot be caught here anyway
+            previous = None
+        try:
+            while not self.interrupted:
+                self._reading = True
+                try:
+                    raw = self._stream.readline()
+                except KeyboardInterrupt:
+                    self.interrupted = True
+                    return
+                finally:
+                    self._reading = False
+                if not raw:
+                    return
+                yield raw
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
 
 
 def parse_lines(
