@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .backend import CliError
+from .backend import CliError, require_data_dir
 from .common import emit, emit_json, table
 
 ENGINES = ("spark", "local")
@@ -54,8 +54,7 @@ def compact_offline(
     from kompakt.cleaner import Cleaner
     from kompakt.log.manager import LogManager
 
-    if not data_dir.is_dir():
-        raise CliError(f"data dir '{data_dir}' does not exist")
+    require_data_dir(data_dir)  # never turn a folder that is not a data dir into one
     with LogManager(data_dir) as logs:
         cleaner = Cleaner(logs, engine=_engine(engine, logs.broker_config))
         if topic is not None:
