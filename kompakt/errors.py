@@ -26,9 +26,25 @@ class CorruptRecordError(KompaktError):
 
 
 class InvalidRecordError(KompaktError):
-    """A record breaks a topic rule, e.g. a null key on a compacted topic (INVALID_RECORD)."""
+    """A record breaks a topic rule, e.g. a null key on a compacted topic (INVALID_RECORD).
+
+    ``record_errors`` lists ``(index, message)`` for each offending record, the index being
+    the record's position in the produced record set (Kafka's ``RecordError``, KIP-467), so
+    a client fails only those records. Empty when the whole batch is at fault.
+    """
 
     error_code = 87
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]] | None = None):
+        super().__init__(message)
+        self.record_errors: list[tuple[int, str]] = list(record_errors or [])
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """A CreateTime outside ``message.timestamp.before/after.max.ms`` or a producer-set
+    LogAppendTime (INVALID_TIMESTAMP, Kafka's ``LogValidator.validateTimestamp``)."""
+
+    error_code = 32
 
 
 class RecordTooLargeError(KompaktError):

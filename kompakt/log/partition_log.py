@@ -18,16 +18,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from kompakt.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     SegmentsChangedError,
 )
 from kompakt.log.checkpoint import fsync_dir
-from kompakt.log.config import TopicConfig
+from kompakt.log.config import LONG_MAX, LONG_MIN, TopicConfig
 from kompakt.log.index import IndexCorruptError
 from kompakt.log.segment import (
     CLEANED_SUFFIX,
@@ -41,13 +44,17 @@ from kompakt.log.segment import (
 )
 from kompakt.record import codecs
 from kompakt.record.batch import (
+    CREATE_TIME,
     MAGIC,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_BIT,
     Header,
     RecordBatch,
     build_batch_like,
     iter_batches,
     set_base_offset,
     set_log_append_time,
+    set_max_timestamp,
     set_partition_leader_epoch,
 )
 from kompakt.record.scan import scan_records
@@ -264,8 +271,16 @@ class PartitionLog:
         return sum(s.size for s in self.segments)
 
     # -- append --------------------------------------------------------------------------
-    def validate(self, records: bytes | bytearray | memoryview) -> list[RecordBatch]:
+    def validate(
+        self, records: bytes | bytearray | memoryview, now_ms: int | None = None
+    ) -> list[RecordBatch]:
         """Kafka's ``LogValidator`` checks; nothing is written when any batch fails."""
+        return self._validated(records, self.clock() if now_ms is None else now_ms)[0]
+
+    def _validated(
+        self, records: bytes | bytearray | memoryview, now: int
+    ) -> tuple[list[RecordBatch], list[int | None]]:
+        """The batches and each one's largest record timestamp, or the first error."""
         batches = list(iter_batches(records))
         consumed = batches[-1].position + batches[-1].header.size if batches else 0
         if not batches or consumed != len(records):
@@ -287,22 +302,94 @@ class PartitionLog:
                     f"inconsistent batch offset range: {h.record_count} records, "
                     f"lastOffsetDelta {h.last_offset_delta}"
                 )
-        if self.config.compact:
-            scan = scan_records(records, verify_crc=False)
-            if scan.key_null.any():
-                raise InvalidRecordError(
-                    f"Compacted topic cannot accept message without key in topic partition "
-                    f"{self.name}."
+        return batches, self._validate_records(records, batches, now)
+
+    def _validate_records(
+        self, records: bytes | bytearray | memoryview, batches: list[RecordBatch], now: int
+    ) -> list[int | None]:
+        """Kafka's ``LogValidator.validateRecord`` over every record: a key on a compacted
+        topic, then the timestamp (``validateTimestamp``, KIP-937 bounds). Every offending
+        record is listed by its position in the record set (KIP-467's ``RecordError``).
+
+        Returns each batch's largest record timestamp (None for batches without data
+        records), which CreateTime batches then carry as their maxTimestamp.
+        """
+        cfg = self.config
+        create_time = cfg.message_timestamp_type != "LogAppendTime"
+        lo = now - cfg.message_timestamp_before_max_ms
+        hi = now + cfg.message_timestamp_after_max_ms
+        maxes: list[int | None] = [None] * len(batches)
+        data = [b for b in batches if not b.header.is_control and b.header.record_count]
+        if not cfg.compact and not create_time and not any(_log_append(b) for b in data):
+            return maxes  # LogAppendTime, no keys to check: nothing to read per record
+        scan = scan_records(records, verify_crc=False)
+        ts = scan.timestamp
+        key_bad = scan.key_null if cfg.compact else np.zeros(len(scan), np.bool_)
+        stamped = ts != NO_TIMESTAMP if create_time else np.zeros(len(scan), np.bool_)
+        out_of_range = stamped & ((ts < max(lo, LONG_MIN)) | (ts > min(hi, LONG_MAX)))
+        batch_log_append = np.array([_log_append(b) for b in batches], np.bool_)
+        claims_log_append = ~stamped & batch_log_append[scan.batch_index]
+        errors: list[tuple[int, str]] = []
+        bad_timestamp = False
+        for i in np.flatnonzero(key_bad | out_of_range | claims_log_append).tolist():
+            offset = int(scan.offset[i])
+            if key_bad[i]:
+                errors.append(
+                    (
+                        i,
+                        "Compacted topic cannot accept message without key in topic "
+                        f"partition {self.name}.",
+                    )
                 )
-        return batches
+            elif out_of_range[i]:
+                bad_timestamp = True
+                errors.append(
+                    (
+                        i,
+                        f"Timestamp {int(ts[i])} of message with offset {offset} is out of "
+                        f"range. The timestamp should be within [{lo}, {hi}]",
+                    )
+                )
+            else:
+                bad_timestamp = True
+                errors.append(
+                    (
+                        i,
+                        f"Invalid timestamp type in message at offset {offset}. "
+                        "Producer should not set timestamp type to LogAppendTime.",
+                    )
+                )
+        if bad_timestamp:
+            raise InvalidTimestampError(
+                "One or more records have been rejected due to invalid timestamp", errors
+            )
+        if errors:
+            shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+            raise InvalidRecordError(
+                f"One or more records have been rejected due to {len(errors)} record errors "
+                f"in total, and only showing the first three errors at most: [{shown}]",
+                errors,
+            )
+        if len(scan):
+            per_batch = np.full(len(batches), LONG_MIN, np.int64)
+            np.maximum.at(per_batch, scan.batch_index, ts)
+            present = np.zeros(len(batches), np.bool_)
+            present[scan.batch_index] = True
+            maxes = [int(m) if p else None for m, p in zip(per_batch, present, strict=True)]
+        return maxes
 
     def append(
         self, records: bytes | bytearray | memoryview, now_ms: int | None = None
     ) -> AppendInfo:
-        """Validate, assign offsets and append a produce request's record set."""
+        """Validate, assign offsets and append a produce request's record set.
+
+        Like Kafka's ``LogValidator``, the broker owns each batch's maxTimestamp: with
+        LogAppendTime it is the append time (type bit set), with CreateTime the largest
+        record timestamp (type bit clear); the CRC is recomputed when either changes.
+        """
         now = self.clock() if now_ms is None else now_ms
         buf = bytearray(records)
-        batches = self.validate(buf)
+        batches, maxes = self._validated(buf, now)
         target = _codec_for(self.config)
         if target is not None and any(b.header.compression != target for b in batches):
             buf = bytearray(b"".join(_recompress(b, target) for b in batches))
@@ -313,14 +400,18 @@ class PartitionLog:
             first = next_offset
             headers: list[tuple[int, Header]] = []
             max_ts = -1
-            for b in batches:
+            for b, batch_max in zip(batches, maxes, strict=True):
                 set_base_offset(buf, b.position, next_offset)
                 set_partition_leader_epoch(buf, b.position, LEADER_EPOCH)
-                if log_append:
-                    set_log_append_time(buf, b.position, now)
                 h = b.header._replace(base_offset=next_offset, partition_leader_epoch=LEADER_EPOCH)
                 if log_append:
-                    h = h._replace(max_timestamp=now, attributes=h.attributes | 0x08)
+                    set_log_append_time(buf, b.position, now)
+                    h = h._replace(max_timestamp=now, attributes=h.attributes | TIMESTAMP_TYPE_BIT)
+                elif batch_max is not None:
+                    set_max_timestamp(buf, b.position, batch_max, CREATE_TIME)
+                    h = h._replace(
+                        max_timestamp=batch_max, attributes=h.attributes & ~TIMESTAMP_TYPE_BIT
+                    )
                 headers.append((b.position, h))
                 max_ts = max(max_ts, h.max_timestamp)
                 next_offset = h.next_offset
@@ -621,6 +712,10 @@ class PartitionLog:
             f"PartitionLog({self.name}, start={self.log_start_offset}, "
             f"end={self.log_end_offset}, segments={len(self.segments)})"
         )
+
+
+def _log_append(batch: RecordBatch) -> bool:
+    return bool(batch.header.attributes & TIMESTAMP_TYPE_BIT)
 
 
 def _recompress(batch: RecordBatch, codec: int) -> bytes:

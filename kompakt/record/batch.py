@@ -30,6 +30,7 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength precede what batchLength counts
 MAGIC = 2
 CRC_POS = 17
 ATTRIBUTES_POS = 21
+MAX_TIMESTAMP_POS = 35
 PARTITION_LEADER_EPOCH_POS = 12
 
 COMPRESSION_MASK = 0x07
@@ -538,10 +539,23 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, position: int, epoch
 
 def set_log_append_time(buf: bytearray, position: int, timestamp: int) -> None:
     """Rewrite a batch for LogAppendTime: type bit, maxTimestamp, and a fresh CRC."""
+    set_max_timestamp(buf, position, timestamp, LOG_APPEND_TIME)
+
+
+def set_max_timestamp(buf: bytearray, position: int, timestamp: int, timestamp_type: int) -> None:
+    """Kafka's ``DefaultRecordBatch.setMaxTimestamp``: timestamp type bit and maxTimestamp,
+    with the CRC recomputed; a no-op when both already hold."""
     view = memoryview(buf)
     (attributes,) = struct.unpack_from(">h", view, position + ATTRIBUTES_POS)
+    (current,) = struct.unpack_from(">q", view, position + MAX_TIMESTAMP_POS)
+    if timestamp_type == LOG_APPEND_TIME:
+        new_attributes = attributes | TIMESTAMP_TYPE_BIT
+    else:
+        new_attributes = attributes & ~TIMESTAMP_TYPE_BIT
+    if new_attributes == attributes and current == timestamp:
+        return
     (length,) = struct.unpack_from(">i", view, position + 8)
-    struct.pack_into(">h", view, position + ATTRIBUTES_POS, attributes | TIMESTAMP_TYPE_BIT)
-    struct.pack_into(">q", view, position + 35, timestamp)
+    struct.pack_into(">h", view, position + ATTRIBUTES_POS, new_attributes)
+    struct.pack_into(">q", view, position + MAX_TIMESTAMP_POS, timestamp)
     end = position + LOG_OVERHEAD + length
     struct.pack_into(">I", view, position + CRC_POS, crc32c(view[position + ATTRIBUTES_POS : end]))

@@ -155,3 +155,225 @@ def test_create_partitions_leaves_existing_partitions_and_configs_alone(broker, 
     for p in range(2, 4):
         plog = broker.logs.get_log(topic_name, p)
         assert plog.log_end_offset == 0 and plog.config.compact
+
+
+# -- raw protocol helpers (the record_errors of a Produce answer are not exposed by clients)
+
+
+def _call(broker, api_key: int, version: int, body: dict):
+    import io
+    import socket
+    import struct
+
+    from kio.index import load_request_schema, load_response_schema
+    from kio.serial import entity_reader, entity_writer
+
+    from kompakt.broker.protocol import build
+
+    req_cls = load_request_schema(api_key, version)
+    hdr_cls = req_cls.__header_schema__
+    buf = io.BytesIO()
+    head = {
+        "request_api_key": api_key,
+        "request_api_version": version,
+        "correlation_id": 7,
+        "client_id": "rules",
+    }
+    entity_writer(hdr_cls)(buf, build(hdr_cls, head))
+    entity_writer(req_cls)(buf, build(req_cls, body))
+    data = buf.getvalue()
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
+        s.sendall(struct.pack(">i", len(data)) + data)
+        f = s.makefile("rb")
+        (n,) = struct.unpack(">i", f.read(4))
+        frame = f.read(n)
+    resp_cls = load_response_schema(api_key, version)
+    _hdr, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
+    return entity_reader(resp_cls)(frame, used)[0]
+
+
+def raw_produce(broker, topic_data: dict[str, dict[int, bytes]], version: int = 9):
+    """Produce {topic: {partition: record set}}; answers {(topic, partition): response}."""
+    body = {
+        "acks": -1,
+        "timeout": 5000,
+        "topic_data": [
+            {
+                "name": t,
+                "partition_data": [{"index": p, "records": r} for p, r in parts.items()],
+            }
+            for t, parts in topic_data.items()
+        ],
+    }
+    r = _call(broker, 0, version, body)
+    return {(t.name, p.index): p for t in r.responses for p in t.partition_responses}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def batch(items, timestamps=None, **kw) -> bytes:
+    from kompakt.record.batch import Record, build_batch
+
+    ts = timestamps or [now_ms()] * len(items)
+    return build_batch(
+        [Record(i, t, k, v, []) for i, ((k, v), t) in enumerate(zip(items, ts, strict=True))],
+        **kw,
+    )
+
+
+YEAR_2100 = 4_102_444_800_000
+
+
+# -- 2. message.timestamp.* (KIP-937) and LogAppendTime end to end --------------------------
+
+
+def test_produce_stamped_in_2100_is_invalid_timestamp_with_record_errors(broker, topic_name):
+    """Kafka LogValidator.validateTimestamp: CreateTime beyond now + after.max.ms (1 h by
+    default since KIP-1030) is INVALID_TIMESTAMP (32); each bad record listed."""
+    create(broker, topic_name)
+    now = now_ms()
+    items = [(b"k%d" % i, b"v") for i in range(4)]
+    got = raw_produce(broker, {topic_name: {0: batch(items, [now, YEAR_2100, now, YEAR_2100])}})
+    p = got[(topic_name, 0)]
+    assert p.error_code == 32
+    assert [e.batch_index for e in p.record_errors] == [1, 3]
+    assert "out of range" in p.record_errors[0].batch_index_error_message
+    assert p.error_message == "One or more records have been rejected due to invalid timestamp"
+    assert broker.logs.get_log(topic_name, 0).log_end_offset == 0
+
+
+def test_confluent_producer_sees_invalid_timestamp_and_nothing_is_stored(broker, topic_name):
+    """librdkafka surfaces INVALID_TIMESTAMP on delivery; the topic stays empty."""
+    create(broker, topic_name)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    errors = []
+    p.produce(
+        topic_name, b"v", b"k", timestamp=YEAR_2100, on_delivery=lambda e, m: errors.append(e)
+    )
+    p.flush(TIMEOUT)
+    assert [e.code() for e in errors] == [KafkaError.INVALID_TIMESTAMP]
+    assert broker.logs.get_log(topic_name, 0).log_end_offset == 0
+
+
+def test_topic_timestamp_bounds_are_honoured_per_topic(broker, topic_name):
+    """message.timestamp.before.max.ms rejects old records on the topic that sets it only."""
+    create(broker, topic_name, message_timestamp_before_max_ms="60000")
+    old = [(b"k", b"v")]
+    got = raw_produce(
+        broker,
+        {topic_name: {0: batch(old, [now_ms() - 3_600_000])}},
+    )
+    assert got[(topic_name, 0)].error_code == 32
+    other = topic_name + "-default"
+    create(broker, other)
+    got = raw_produce(broker, {other: {0: batch(old, [now_ms() - 3_600_000])}})
+    assert got[(other, 0)].error_code == 0
+
+
+def test_log_append_time_end_to_end_with_confluent_and_kafka_python(broker, topic_name):
+    """message.timestamp.type=LogAppendTime: the Produce answer carries log_append_time_ms,
+    the stored batch has the type bit, the broker's time and a valid CRC, consumers see
+    TIMESTAMP_LOG_APPEND_TIME with that time, and ListOffsets by time finds it."""
+    create(broker, topic_name, message_timestamp_type="LogAppendTime")
+    before = now_ms()
+    got = raw_produce(broker, {topic_name: {0: batch([(b"a", b"1"), (b"b", b"2")], [5, 6])}})
+    after = now_ms()
+    p = got[(topic_name, 0)]
+    assert p.error_code == 0
+    append_ms = round(p.log_append_time.timestamp() * 1000)
+    assert before <= append_ms <= after
+    [b] = list(broker.logs.get_log(topic_name, 0).iter_batches())
+    b.ensure_valid()
+    assert b.header.max_timestamp == append_ms and b.header.timestamp_type == 1
+
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+
+    seen = consume_all(broker, topic_name)
+    assert [t for *_r, t in seen] == [(TIMESTAMP_LOG_APPEND_TIME, append_ms)] * 2
+
+    delivered = []
+    prod = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    prod.produce(topic_name, b"3", b"c", timestamp=7, on_delivery=lambda e, m: delivered.append(m))
+    prod.flush(TIMEOUT)
+    kind, ts = delivered[0].timestamp()
+    assert kind == TIMESTAMP_LOG_APPEND_TIME and ts >= append_ms
+
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    kc = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=3000)
+    kc.assign([KTP(topic_name, 0)])
+    kc.seek_to_beginning()
+    recs = list(kc)
+    assert [(r.timestamp_type, r.timestamp) for r in recs[:2]] == [(1, append_ms)] * 2
+    found = kc.offsets_for_times({KTP(topic_name, 0): append_ms})
+    assert found[KTP(topic_name, 0)].offset == 0
+    kc.close()
+
+
+# -- 3. record_errors name each record (KIP-467) ---------------------------------------------
+
+
+def test_null_key_in_record_3_of_5_on_compacted_topic_names_index_3(broker, topic_name):
+    """Kafka LogValidator.validateKey + processRecordErrors: INVALID_RECORD (87) with
+    record_errors=[{batch_index: 3}] and error_message set (librdkafka test 0011)."""
+    create(broker, topic_name, cleanup_policy="compact")
+    items = [(b"a", b"1"), (b"b", b"2"), (b"c", b"3"), (None, b"4"), (b"e", b"5")]
+    got = raw_produce(broker, {topic_name: {0: batch(items)}})
+    p = got[(topic_name, 0)]
+    assert p.error_code == 87
+    assert [e.batch_index for e in p.record_errors] == [3]
+    assert "without key" in p.record_errors[0].batch_index_error_message
+    assert p.error_message.startswith("One or more records have been rejected due to 1 record")
+    assert broker.logs.get_log(topic_name, 0).log_end_offset == 0
+
+
+def test_confluent_producer_fails_the_keyless_message_on_a_compacted_topic(broker, topic_name):
+    create(broker, topic_name, cleanup_policy="compact")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 50})
+    results = []
+    for k in (b"a", b"b", None):
+        p.produce(topic_name, b"v", k, on_delivery=lambda e, m: results.append((m.key(), e)))
+    p.flush(TIMEOUT)
+    failed = {k for k, e in results if e is not None}
+    assert None in failed
+    assert all(e.code() == KafkaError.INVALID_RECORD for _k, e in results if e is not None)
+
+
+def test_a_bad_partition_in_a_request_does_not_block_or_touch_the_others(broker, topic_name):
+    """Kafka validates and appends each partition on its own: the bad one fails, the
+    partitions and topics beside it in the same request are written."""
+    create(broker, topic_name, partitions=2, cleanup_policy="compact")
+    other = topic_name + "-other"
+    create(broker, other)
+    good = batch([(b"k", b"v")])
+    got = raw_produce(
+        broker,
+        {
+            topic_name: {0: batch([(None, b"x")]), 1: good},
+            other: {0: batch([(b"k", b"v")], [YEAR_2100])},
+        },
+    )
+    assert got[(topic_name, 0)].error_code == 87
+    assert got[(topic_name, 1)].error_code == 0
+    assert got[(other, 0)].error_code == 32
+    ends = [broker.logs.get_log(topic_name, p).log_end_offset for p in (0, 1)]
+    assert ends == [0, 1] and broker.logs.get_log(other, 0).log_end_offset == 0
+    got = raw_produce(broker, {other: {0: good}})
+    assert got[(other, 0)].error_code == 0
+
+
+def test_retried_duplicate_on_log_append_time_topic_answers_the_original_time(broker, topic_name):
+    """Kafka UnifiedLog.append for a duplicate batch: the original's offset and its
+    append time (not -1), so a retrying idempotent producer learns the stored time."""
+    create(broker, topic_name, message_timestamp_type="LogAppendTime")
+    init = _call(broker, 22, 4, {"transactional_id": None, "transaction_timeout": 60000})
+    data = batch([(b"k", b"v")], producer_id=init.producer_id, producer_epoch=0, base_sequence=0)
+    first = raw_produce(broker, {topic_name: {0: data}})[(topic_name, 0)]
+    time.sleep(0.01)
+    again = raw_produce(broker, {topic_name: {0: data}})[(topic_name, 0)]
+    assert (again.error_code, again.base_offset) == (0, 0)
+    assert again.log_append_time == first.log_append_time is not None
+    assert broker.logs.get_log(topic_name, 0).log_end_offset == 1

@@ -44,6 +44,7 @@ def _append(
 ) -> dict[str, Any]:
     headers = [b.header for b in iter_batches(records)]
     idempotent = any(h.producer_id >= 0 for h in headers)
+    log_append = plog.config.message_timestamp_type == "LogAppendTime"
     with plog.lock:
         state = producers.for_log(plog) if idempotent else None
         if state is not None:
@@ -55,13 +56,16 @@ def _append(
                     return {
                         "error_code": NONE,
                         "base_offset": dup.first_offset,
-                        "log_append_time": -1,
+                        # Kafka answers a retried duplicate with the original's time
+                        "log_append_time": dup.timestamp if log_append else -1,
                         "log_start_offset": plog.log_start_offset,
                     }
         info = plog.append(records)
         if state is not None:
             first = info.first_offset
             for h in headers:
+                if log_append:
+                    h = h._replace(max_timestamp=info.log_append_time)
                 state.update(h, first)
                 first += h.last_offset_delta + 1
         if flush:
@@ -71,6 +75,17 @@ def _append(
         "base_offset": info.first_offset,
         "log_append_time": info.log_append_time,
         "log_start_offset": info.log_start_offset,
+    }
+
+
+def _record_errors(exc: BaseException) -> dict[str, Any]:
+    """KIP-467: each offending record by its own index (Kafka's ``RecordError``), so the
+    client fails only those records and retries or reports the rest."""
+    errors = getattr(exc, "record_errors", None)
+    if not errors:
+        return {}
+    return {
+        "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in errors]
     }
 
 
@@ -96,10 +111,7 @@ def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]],
                     code, msg = error_of(exc)
                     resp["error_code"] = code
                     resp["error_message"] = msg
-                    if code == 87:  # INVALID_RECORD: tell which batch (KIP-467)
-                        resp["record_errors"] = [
-                            {"batch_index": 0, "batch_index_error_message": msg}
-                        ]
+                    resp.update(_record_errors(exc))
             parts.append(resp)
         out.append({**key, "partition_responses": parts})
     return out
