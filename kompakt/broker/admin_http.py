@@ -2,8 +2,12 @@
 
 ``GET /metrics`` is Prometheus text; ``GET /v1/partitions`` lists per-partition log and
 compaction state as JSON; ``POST /v1/compact`` with ``{"topic": T, "partition": P,
-"dry_run": bool}`` cleans on demand (or reports what a clean would do). Bad JSON or a
-bad field is a 400 with a JSON error, an unknown topic a 404. It runs on a daemon
+"dry_run": bool, "engine": "spark"|"local"}`` cleans on demand (or reports what a clean
+would do) through :meth:`~kompakt.cleaner.cleaner.Cleaner.compact_now`, the code
+``kompakt compact --data-dir`` runs, and answers its document
+(:mod:`kompakt.cleaner.report`). Bad JSON or a bad field (an unknown engine too) is a
+400 with a JSON error, an unknown topic a 404, a clean aborted by a shutdown a 503.
+It runs on a daemon
 thread with the standard library's HTTP server: the endpoint is low-traffic and must
 not share the protocol event loop's latency.
 """
@@ -18,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
 
-from kompakt.errors import InvalidTopicError, KompaktError, UnknownTopicError
+from kompakt.errors import InvalidConfigError, InvalidTopicError, KompaktError, UnknownTopicError
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +36,7 @@ class AdminApi:
         self,
         metrics: Callable[[], bytes],
         partitions: Callable[[], list[dict[str, Any]]],
-        compact: Callable[[str, int | None, bool], Any],
+        compact: Callable[[str, int | None, bool, str | None], Any],
     ):
         self.metrics = metrics
         self.partitions = partitions
@@ -129,8 +133,19 @@ def _make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
                     400, {"error": 'expected {"topic": str, "partition": int?, "dry_run": bool?}'}
                 )
                 return
+            # imported here: the cleaner (numba, numpy) loads on the first compaction
+            from kompakt.cleaner.cleaner import check_engine
+            from kompakt.cleaner.manager import CleaningAbortedError
+
             part = req.get("partition")
             dry = req.get("dry_run", False)
+            engine = req.get("engine")
+            try:
+                if engine is not None:
+                    check_engine(engine if isinstance(engine, str) else repr(engine))
+            except InvalidConfigError as exc:
+                self._json(400, {"error": str(exc)})
+                return
             if (
                 part is not None
                 and (not isinstance(part, int) or isinstance(part, bool) or part < 0)
@@ -140,9 +155,11 @@ def _make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
                 )
                 return
             try:
-                self._json(200, {"results": api.compact(req["topic"], part, dry)})
+                self._json(200, api.compact(req["topic"], part, dry, engine))
             except (UnknownTopicError, InvalidTopicError) as exc:
                 self._json(404, {"error": str(exc)})
+            except CleaningAbortedError as exc:
+                self._json(503, {"error": str(exc)})
             except KompaktError as exc:
                 self._json(409, {"error": str(exc)})
             except Exception as exc:

@@ -243,16 +243,20 @@ class Broker:
             "tombstones_pending": self._tombstones.pending(plog),
         }
 
-    def _compact(self, topic: str, partition: int | None, dry_run: bool) -> Any:
+    def _compact(
+        self, topic: str, partition: int | None, dry_run: bool, engine: str | None = None
+    ) -> Any:
+        """``POST /v1/compact``: the cleaner's one "compact now" (``Cleaner.compact_now``),
+        sharing its in-progress partitions with the background cleaner."""
         assert self.logs is not None
         self.logs.topic_meta(topic)  # UnknownTopicError -> 404
         if self.background is None or self.cleaner_factory is None:
             raise CleanerUnavailableError("cleaner not available")
         cleaner = self.background.cleaner()
-        compact = getattr(cleaner, "compact", None)
-        if compact is None:
+        compact_now = getattr(cleaner, "compact_now", None)
+        if compact_now is None:
             raise CleanerUnavailableError("cleaner not available")
-        return compact(topic, partition, dry_run)
+        return compact_now(topic, partition, dry_run=dry_run, engine=engine).to_json()
 
 
 class TombstoneCounter:

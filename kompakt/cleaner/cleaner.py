@@ -15,15 +15,16 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from kompakt.cleaner import cleanable
+from kompakt.cleaner import cleanable, report
 from kompakt.cleaner.cleanable import LogToClean
+from kompakt.cleaner.manager import CleaningAbortedError, CleaningStates
 from kompakt.cleaner.offset_map import OffsetMap, hash_keys
 from kompakt.cleaner.rewrite import GroupStats, RoundContext, clean_group
 from kompakt.cleaner.transactions import (
@@ -32,7 +33,12 @@ from kompakt.cleaner.transactions import (
     TxnTracker,
     control_type_of,
 )
-from kompakt.errors import KompaktError, SegmentsChangedError
+from kompakt.errors import (
+    CorruptRecordError,
+    InvalidConfigError,
+    KompaktError,
+    SegmentsChangedError,
+)
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import (
     CLEANED_SUFFIX,
@@ -118,8 +124,20 @@ class DirtyRange:
     extra: dict = field(default_factory=dict)
 
 
+def _never_aborted(tp: tuple[str, int]) -> None:
+    return None
+
+
 class Engine(Protocol):
+    """The mechanism: finds the latest offset per key and rewrites segment groups.
+
+    ``check_done(tp)`` is set by the :class:`Cleaner` before each run (Kafka passes
+    ``checkDone`` to its ``Cleaner``): the engine calls it between segments and it raises
+    :class:`~kompakt.cleaner.manager.CleaningAbortedError` once the clean is aborted.
+    """
+
     name: str
+    check_done: Callable[[tuple[str, int]], None]
 
     def dedup(self, ltc: LogToClean, producers: ProducerSummary) -> DirtyRange: ...
 
@@ -182,18 +200,23 @@ def write_cleaned_group(
     seg_kwargs: dict,
     dry_run: bool,
     group_end: int,
+    check_done: Callable[[], None] | None = None,
 ) -> tuple[GroupStats, LogSegment | None]:
     """Clean ``sources`` ((base, path, size), in order) into ``<first base>.log.cleaned``.
 
     Flushed and with the last source's mtime, as Kafka leaves it before the swap. The
-    half-written file is removed if anything fails.
+    half-written file is removed if anything fails (an abort raised by ``check_done``
+    too).
     """
     bufs = (segment_buffer(path, size) for _base, path, size in sources)
+    first = sources[0][0]
     if dry_run:
-        return clean_group(list(bufs), lookup, ctx, None, sources[0][0], group_end), None
-    dest = new_cleaned_segment(directory, sources[0][0], **seg_kwargs)
+        hold_for_tests(first, check_done)
+        return clean_group(list(bufs), lookup, ctx, None, first, group_end, check_done), None
+    dest = new_cleaned_segment(directory, first, **seg_kwargs)
     try:
-        stats = clean_group(list(bufs), lookup, ctx, dest, sources[0][0], group_end)
+        hold_for_tests(first, check_done)
+        stats = clean_group(list(bufs), lookup, ctx, dest, first, group_end, check_done)
         dest.on_become_inactive()
         dest.flush()
         mtime = int(os.stat(sources[-1][1]).st_mtime * 1000)
@@ -202,6 +225,29 @@ def write_cleaned_group(
         dest.delete_files()
         raise
     return stats, dest
+
+
+HOLD_ENV = "KOMPAKT_TEST_HOLD_CLEAN"
+
+
+def hold_for_tests(base: int, check_done: Callable[[], None] | None) -> None:
+    """Test hook, off unless ``KOMPAKT_TEST_HOLD_CLEAN=DIR`` is set: the rewrite of the
+    group starting at ``base``, once begun (its ``.cleaned`` file exists), touches
+    ``DIR/held-<base>`` and waits, polling ``check_done``, until ``DIR/release`` or
+    ``DIR/release-<base>`` exists (at most 120 s). Tests use it to stop or race a clean
+    at a known point in a real engine, including inside Spark tasks."""
+    where = os.environ.get(HOLD_ENV)
+    if not where:
+        return
+    d = Path(where)
+    (d / f"held-{base}").touch()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (d / "release").exists() or (d / f"release-{base}").exists():
+            return
+        if check_done is not None:
+            check_done()
+        time.sleep(0.02)
 
 
 IO_ERROR_MARKERS = ("[Errno 28]", "[Errno 27]", "[Errno 122]", "No space left on device")
@@ -241,6 +287,7 @@ class LocalEngine:
 
     def __init__(self, dedupe_buffer_size: int = 128 << 20, load_factor: float = 0.9):
         self.map = OffsetMap(dedupe_buffer_size, load_factor)
+        self.check_done: Callable[[tuple[str, int]], None] = _never_aborted
 
     def dedup(self, ltc: LogToClean, producers: ProducerSummary) -> DirtyRange:
         """Kafka ``buildOffsetMap``: stop when the map is full (partial clean)."""
@@ -257,6 +304,7 @@ class LocalEngine:
         out = DirtyRange(end_offset=start, lookup=None)
         full = False
         for i, seg in enumerate(segments):
+            self.check_done(ltc.topic_partition)
             next_base = segments[i + 1].base_offset if i + 1 < len(segments) else end
             buf = segment_buffer(seg.log_path, seg.size)
             scan = scan_records(buf, 0, len(buf), verify_crc=True)
@@ -312,24 +360,36 @@ class LocalEngine:
         results = []
         total = sum(s.size for g in groups for s in g) or 1
         done = 0
-        for group in groups:
-            sources = [(s.base_offset, s.log_path, s.size) for s in group]
-            end = group[-1].next_offset
-            results.append(
-                write_cleaned_group(
-                    plog.dir,
-                    sources,
-                    dirty.lookup,
-                    ctx,
-                    plog._segment_kwargs(),
-                    dry_run,
-                    end,
+        tp = (plog.topic, plog.partition)
+
+        def check() -> None:
+            self.check_done(tp)
+
+        try:
+            for group in groups:
+                sources = [(s.base_offset, s.log_path, s.size) for s in group]
+                end = group[-1].next_offset
+                results.append(
+                    write_cleaned_group(
+                        plog.dir,
+                        sources,
+                        dirty.lookup,
+                        ctx,
+                        plog._segment_kwargs(),
+                        dry_run,
+                        end,
+                        check,
+                    )
+                    + (group,)
                 )
-                + (group,)
-            )
-            done += sum(s.size for s in group)
-            if progress:
-                progress(done, total)
+                done += sum(s.size for s in group)
+                if progress:
+                    progress(done, total)
+        except BaseException:
+            for _stats, dest, _group in results:  # groups finished before the failure
+                if dest is not None:
+                    dest.delete_files()
+            raise
         return results
 
 
@@ -337,20 +397,46 @@ class LocalEngine:
 
 
 class Cleaner:
-    """Cleans the compacted logs of a :class:`~kompakt.log.manager.LogManager`."""
+    """Cleans the compacted logs of a :class:`~kompakt.log.manager.LogManager`.
 
-    def __init__(self, logs: Any, engine: Engine | None = None, clock: Clock | None = None):
+    Policy in the manner of Kafka's ``LogCleanerManager``: :attr:`states` holds the
+    partitions being cleaned, so the background pass (:meth:`clean_once`) and "compact
+    now" (:meth:`compact_now`, called by the CLI offline and by ``POST /v1/compact``)
+    never clean one partition twice at once; a partition is taken *before* its clean is
+    planned. The engine (mechanism) runs one clean at a time, under :attr:`lock`.
+    """
+
+    def __init__(
+        self,
+        logs: Any,
+        engine: Engine | None = None,
+        clock: Clock | None = None,
+        config: Mapping[str, str] | None = None,
+    ):
         self.logs = logs
+        self.config = dict(logs.broker_config if config is None else config)
         self.engine = engine or LocalEngine(
-            int(logs.broker_config.get("log.cleaner.dedupe.buffer.size", 128 << 20))
+            int(self.config.get("log.cleaner.dedupe.buffer.size", 128 << 20))
         )
+        self._engines: dict[str, Engine] = {}
         self.clock = clock or logs.clock
-        self.lock = threading.Lock()  # one clean at a time, like one cleaner thread
+        self.lock = threading.Lock()  # one engine run at a time, like one cleaner thread
+        self.states = CleaningStates()
         self._checkpoint_lock = threading.Lock()
+        self._corrupt_at: dict[tuple[str, int], tuple[str, int]] = {}
         self.last_stats: dict[tuple[str, int], CleanStats] = {}
         self.compactions_total = 0
         self.cleaned_bytes_total = 0
         self.last_run_ms: int | None = None
+
+    def engine_named(self, name: str | None) -> Engine:
+        """This cleaner's engine, or another one by name (built once, then kept)."""
+        if name is None or name == self.engine.name:
+            return self.engine
+        check_engine(name)
+        if name not in self._engines:
+            self._engines[name] = build_engine(name, self.config)
+        return self._engines[name]
 
     # -- checkpoints ----------------------------------------------------------------------
     def checkpoints(self) -> dict[tuple[str, int], int]:
@@ -385,15 +471,37 @@ class Cleaner:
         ``log.cleaner.backoff.ms`` instead of retrying a failing log in a tight loop.
         """
         self.last_run_ms = self.clock()
-        ltc = cleanable.grab_filthiest(
-            self.logs.logs(), self.checkpoints(), self.clock(), on_reset=self._update_checkpoint
-        )
+
+        def choose(skip: set[tuple[str, int]]) -> LogToClean | None:
+            return cleanable.grab_filthiest(
+                self.logs.logs(),
+                self.checkpoints(),
+                self.clock(),
+                skip=skip,
+                on_reset=self._update_checkpoint,
+            )
+
+        ltc = self.states.grab(choose, lambda t: t.topic_partition)
         if ltc is None:
             return False
-        return self._clean_guarded(ltc) is not None
+        try:
+            result = self._plan_and_clean(ltc.log, force=False)
+        except CleaningAbortedError as exc:
+            log.info("%s", exc)
+            return False
+        except Exception as exc:  # I/O: logged, retried after the backoff
+            log.error(
+                "I/O error while cleaning %s; its segments are unchanged: %s", ltc.log.name, exc
+            )
+            return False
+        finally:
+            self.states.done(ltc.topic_partition)
+        return result.status == report.CLEANED
 
-    def due(self, force: bool = False) -> list[LogToClean]:
-        """Every compacted log that a pass would clean (``force``: ignore the ratio)."""
+    def due(self, force: bool = False, update_resets: bool = True) -> list[LogToClean]:
+        """Every compacted log that a pass would clean (``force``: ignore the ratio);
+        checkpoints that had to be reset are rewritten unless ``update_resets`` is off
+        (a dry run writes nothing)."""
         cps = self.checkpoints()
         now = self.clock()
         out = []
@@ -401,7 +509,7 @@ class Cleaner:
             if not plog.config.compact or plog.uncleanable_reason:
                 continue
             ltc = cleanable.log_to_clean(plog, cps.get((plog.topic, plog.partition)), now)
-            if ltc.checkpoint_reset:
+            if ltc.checkpoint_reset and update_resets:
                 self._update_checkpoint((plog.topic, plog.partition), ltc.first_dirty_offset)
             if cleanable.is_eligible(ltc, force=force):
                 out.append(ltc)
@@ -415,45 +523,189 @@ class Cleaner:
         force: bool = True,
         progress: Progress | None = None,
     ) -> CleanStats | None:
-        """Clean one log now (``force``: whatever its dirty ratio); None if nothing to do."""
-        ltc = self.log_to_clean(plog)
-        if not cleanable.is_eligible(ltc, force=force):
-            return None
-        return self.clean(ltc, dry_run=dry_run, progress=progress)
-
-    def _clean_guarded(self, ltc: LogToClean) -> CleanStats | None:
-        plog = ltc.log
+        """Clean one log now (``force``: whatever its dirty ratio); None if nothing to do.
+        Errors are raised, not turned into an uncleanable mark (the embedded API)."""
+        tp = (plog.topic, plog.partition)
+        self.states.begin(tp)
         try:
-            return self.clean(ltc)
-        except SegmentsChangedError as exc:
-            log.info("%s", exc)
-        except Exception as exc:
-            if is_io_error(exc):  # a full disk: retried after the backoff, not uncleanable
-                log.error(
-                    "I/O error while cleaning %s; its segments are unchanged: %s", plog.name, exc
-                )
-                return None
-            reason = f"{type(exc).__name__}: {exc}"
-            plog.uncleanable_reason = reason
-            log.error("marking %s uncleanable: %s", plog.name, reason)
-        return None
+            with self.lock:
+                ltc = self.log_to_clean(plog)
+                if not cleanable.is_eligible(ltc, force=force):
+                    return None
+                return self._clean(ltc, dry_run, progress, self.engine)
+        finally:
+            self.states.done(tp)
 
     def clean(
         self, ltc: LogToClean, *, dry_run: bool = False, progress: Progress | None = None
     ) -> CleanStats:
-        """Kafka ``doClean`` for one log: dedup, rewrite each group, swap, checkpoint."""
-        with self.lock:
-            return self._clean(ltc, dry_run, progress)
+        """Kafka ``doClean`` for an already planned log: dedup, rewrite, swap, checkpoint."""
+        self.states.begin(ltc.topic_partition)
+        try:
+            with self.lock:
+                return self._clean(ltc, dry_run, progress, self.engine)
+        finally:
+            self.states.done(ltc.topic_partition)
 
-    def _clean(self, ltc: LogToClean, dry_run: bool, progress: Progress | None) -> CleanStats:
+    def compact_now(
+        self,
+        topic: str | None = None,
+        partition: int | None = None,
+        *,
+        dry_run: bool = False,
+        engine: str | None = None,
+        progress: Callable[[PartitionLog], Progress | None] | None = None,
+    ) -> report.CompactReport:
+        """Clean now: the one implementation behind ``kompakt compact`` (offline) and
+        ``POST /v1/compact`` (the broker, and ``kompakt compact`` through it).
+
+        A named topic (or one partition of it) is cleaned whatever its dirty ratio;
+        without a topic it is one background pass over every partition Kafka's rules say
+        is due, filthiest first. A partition with a corrupt batch is marked uncleanable
+        (Kafka's ``markPartitionUncleanable``), reported with the file and byte position,
+        and the others are still cleaned. A partition that another clean is working on is
+        waited for, then planned afresh, so the figures reported are this request's own.
+        An I/O error or an abort (:class:`CleaningAbortedError`) ends the request.
+        """
+        eng = self.engine_named(engine)
+        out = report.CompactReport(engine=eng.name, dry_run=dry_run)
+        if topic is not None:
+            plogs = self._named(topic, partition)
+        else:
+            due = [ltc.log for ltc in self.due(update_resets=not dry_run)]
+            known = [p for p in self.logs.logs() if p.config.compact and p.uncleanable_reason]
+            plogs = known + due
+        for plog in plogs:
+            pprogress = progress(plog) if progress is not None else None
+            try:
+                result = self._compact_one(plog, topic is not None, dry_run, eng, pprogress)
+            except CleaningAbortedError as exc:
+                exc.report = out.results  # what was done before the abort
+                raise
+            out.results.append(result)
+        return out
+
+    def _named(self, topic: str, partition: int | None) -> list[PartitionLog]:
+        count = self.logs.partition_count(topic)  # UnknownTopicError
+        config = self.logs.topic_config(topic)
+        if not config.compact:
+            policy = ",".join(config.cleanup_policy)
+            raise NotCompactedError(
+                f"topic '{topic}' has cleanup.policy={policy}: nothing to compact"
+            )
+        parts = [partition] if partition is not None else range(count)
+        return [self.logs.get_log(topic, p) for p in parts]  # UnknownTopicError
+
+    def _compact_one(
+        self,
+        plog: PartitionLog,
+        force: bool,
+        dry_run: bool,
+        engine: Engine,
+        progress: Progress | None,
+    ) -> report.PartitionResult:
+        tp = (plog.topic, plog.partition)
+        if plog.uncleanable_reason:
+            return self._uncleanable_result(plog)
+        self.states.begin(tp)
+        try:
+            return self._plan_and_clean(
+                plog, force=force, dry_run=dry_run, engine=engine, progress=progress
+            )
+        finally:
+            self.states.done(tp)
+
+    def _plan_and_clean(
+        self,
+        plog: PartitionLog,
+        *,
+        force: bool,
+        dry_run: bool = False,
+        engine: Engine | None = None,
+        progress: Progress | None = None,
+    ) -> report.PartitionResult:
+        """Plan and clean a partition this thread owns in :attr:`states`.
+
+        Like Kafka's ``CleanerThread.cleanLog``: an aborted clean and an I/O error are
+        raised (the partition stays cleanable); anything else marks it uncleanable.
+        """
+        tp = (plog.topic, plog.partition)
+        with self.lock:
+            ltc = self.log_to_clean(plog)
+            if ltc.checkpoint_reset and not dry_run:
+                self._update_checkpoint(tp, ltc.first_dirty_offset)
+            result = report.PartitionResult(
+                plog.topic,
+                plog.partition,
+                report.SKIPPED,
+                first_dirty_offset=ltc.first_dirty_offset,
+                first_uncleanable_offset=ltc.first_uncleanable_offset,
+            )
+            if not cleanable.is_eligible(ltc, force=force):
+                result.reason = "nothing to clean"
+                return result
+            try:
+                result.stats = self._clean(ltc, dry_run, progress, engine or self.engine)
+            except SegmentsChangedError as exc:
+                log.info("%s", exc)
+                result.reason = str(exc)
+                return result
+            except CleaningAbortedError:
+                raise
+            except Exception as exc:
+                if is_io_error(exc):
+                    raise
+                self._mark_uncleanable(plog, exc)
+                return self._uncleanable_result(plog)
+        result.status = report.DRY_RUN if dry_run else report.CLEANED
+        return result
+
+    def _mark_uncleanable(self, plog: PartitionLog, exc: BaseException) -> None:
+        """Kafka ``markPartitionUncleanable``, with the corrupt batch's file and position
+        when there is one (found again by a scan when the engine lost them)."""
+        found = None
+        if isinstance(exc, CorruptRecordError) and exc.file and exc.position is not None:
+            found = (exc.file, exc.position, str(exc))
+        if found is None:
+            found = locate_corruption(plog.segments_snapshot())
+        if found is not None:
+            file, position, message = found
+            self._corrupt_at[(plog.topic, plog.partition)] = (file, position)
+            reason = f"corrupt batch in {file} at byte position {position}: {message}"
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
+        plog.uncleanable_reason = reason
+        log.error("marking %s uncleanable: %s", plog.name, reason)
+
+    def _uncleanable_result(self, plog: PartitionLog) -> report.PartitionResult:
+        file, position = self._corrupt_at.get((plog.topic, plog.partition), (None, None))
+        return report.PartitionResult(
+            plog.topic,
+            plog.partition,
+            report.UNCLEANABLE,
+            reason=plog.uncleanable_reason,
+            file=file,
+            position=position,
+        )
+
+    def abort_all(self, why: str) -> None:
+        """Abort every running clean and refuse new ones (shutdown, Ctrl-C); the engines
+        stop at their next check and leave each partition as it was."""
+        self.states.close(why)
+
+    def _clean(
+        self, ltc: LogToClean, dry_run: bool, progress: Progress | None, engine: Engine
+    ) -> CleanStats:
         plog = ltc.log
         t0 = time.monotonic()
         now = self.clock()
         tp = (plog.topic, plog.partition)
+        engine.check_done = self.states.check_done
+        self.states.check_done(tp)
         stats = CleanStats(
             plog.topic,
             plog.partition,
-            self.engine.name,
+            engine.name,
             dry_run=dry_run,
             first_dirty_offset=ltc.first_dirty_offset,
             first_uncleanable_offset=ltc.first_uncleanable_offset,
@@ -463,7 +715,7 @@ class Cleaner:
         segments = plog.segments_snapshot()
         stats.segments_before = len(segments)
         producers = summarize_producers(segments, now)
-        dirty = self.engine.dedup(ltc, producers)
+        dirty = engine.dedup(ltc, producers)
         stats.end_offset = dirty.end_offset
         stats.partial = dirty.partial
         stats.map_utilization = dirty.map_utilization
@@ -485,7 +737,8 @@ class Cleaner:
             producers=producers,
         )
         try:
-            results = self.engine.rewrite(plog, groups, dirty, ctx, dry_run, progress)
+            results = engine.rewrite(plog, groups, dirty, ctx, dry_run, progress)
+            self.states.check_done(tp)  # the last point to stop: swapping is not undone
         except BaseException:
             if not dry_run:
                 remove_cleaned_files(plog.dir, groups)
@@ -524,40 +777,6 @@ class Cleaner:
         log.info("%s", stats.log_line())
         return stats
 
-    def compact(self, topic: str, partition: int | None, dry_run: bool) -> list[dict[str, Any]]:
-        """Clean ``topic`` (one or all partitions) now, whatever the dirty ratio; JSON-able
-        results per partition (the admin endpoint's ``POST /v1/compact``)."""
-        if not self.logs.topic_config(topic).compact:
-            policy = ",".join(self.logs.topic_config(topic).cleanup_policy)
-            raise NotCompactedError(f"topic '{topic}' has cleanup.policy={policy}")
-        parts = [partition] if partition is not None else range(self.logs.partition_count(topic))
-        out = []
-        for p in parts:
-            plog = self.logs.get_log(topic, p)
-            if plog.uncleanable_reason:
-                out.append(
-                    {
-                        "topic": topic,
-                        "partition": p,
-                        "status": "skipped",
-                        "reason": f"uncleanable: {plog.uncleanable_reason}",
-                    }
-                )
-                continue
-            stats = self.clean_partition(plog, dry_run=dry_run)
-            if stats is None:
-                out.append(
-                    {
-                        "topic": topic,
-                        "partition": p,
-                        "status": "skipped",
-                        "reason": "nothing to clean",
-                    }
-                )
-            else:
-                out.append({"status": "dry-run" if dry_run else "cleaned", **stats.to_json()})
-        return out
-
     def partition_status(self, plog: PartitionLog) -> dict[str, Any]:
         """Dirty ratio, cleanable bytes, last clean and uncleanable reason of one log."""
         out: dict[str, Any] = {"uncleanable_reason": plog.uncleanable_reason}
@@ -575,8 +794,12 @@ class Cleaner:
         )
         return out
 
-    def close(self) -> None:
-        pass
+    def close(self, timeout: float = 30.0) -> None:
+        """Abort what still runs and wait for it to stop (Kafka's shutdown of the cleaner
+        threads aborts their cleans)."""
+        self.abort_all("shutting down")
+        if not self.states.wait_idle(timeout):
+            log.warning("a clean did not stop within %.0f s", timeout)
 
 
 class NotCompactedError(KompaktError):
@@ -585,14 +808,45 @@ class NotCompactedError(KompaktError):
     error_code = 40
 
 
+ENGINES = ("spark", "local")
+
+
+def check_engine(name: str) -> str:
+    """``name`` if it is an engine kompakt has; else the one-line error users see."""
+    if name not in ENGINES:
+        raise InvalidConfigError(f"unknown engine {name!r}: expected one of {', '.join(ENGINES)}")
+    return name
+
+
+def build_engine(name: str, config: Mapping[str, str] | None = None) -> Engine:
+    """An engine by name, configured from broker-style settings."""
+    config = dict(config or {})
+    if check_engine(name) == "local":
+        return LocalEngine(int(config.get("log.cleaner.dedupe.buffer.size", 128 << 20)))
+    from kompakt.pipeline.engine import SparkEngine
+
+    return SparkEngine(config)
+
+
 def build_cleaner(logs: Any, config: dict[str, str] | None = None, clock: Clock | None = None):
     """The cleaner a broker runs: engine from ``kompakt.cleaner.engine`` (spark|local)."""
     config = dict(config or {})
-    engine_name = config.get("kompakt.cleaner.engine", "spark")
-    if engine_name == "local":
-        engine: Engine = LocalEngine(int(config.get("log.cleaner.dedupe.buffer.size", 128 << 20)))
-    else:
-        from kompakt.pipeline.engine import SparkEngine
+    engine = build_engine(config.get("kompakt.cleaner.engine", "spark"), config)
+    return Cleaner(logs, engine=engine, clock=clock, config=config)
 
-        engine = SparkEngine(config)
-    return Cleaner(logs, engine=engine, clock=clock)
+
+def locate_corruption(segments: Sequence[LogSegment]) -> tuple[str, int, str] | None:
+    """(file, byte position, message) of the first batch that fails its CRC or framing:
+    names the damage for an uncleanable mark when the engine's error lost it (a Spark
+    task's error is text)."""
+    for seg in segments:
+        if not seg.size:
+            continue
+        try:
+            buf = segment_buffer(seg.log_path, seg.size)
+            scan_records(buf, 0, len(buf), verify_crc=True)
+        except CorruptRecordError as exc:
+            return str(seg.log_path), int(exc.position or 0), str(exc)
+        except (OSError, ValueError):
+            continue
+    return None

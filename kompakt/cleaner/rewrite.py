@@ -298,11 +298,17 @@ def clean_group(
     sink: Sink | None,
     group_start: int,
     group_end: int,
+    check_done: Callable[[], None] | None = None,
 ) -> GroupStats:
-    """Clean a group's source segments (in offset order) into one sink."""
+    """Clean a group's source segments (in offset order) into one sink.
+
+    ``check_done`` is polled before each segment and raises to stop the clean (Kafka's
+    ``Cleaner.checkDone``)."""
     stats = GroupStats()
     txn = TxnTracker(ctx.producers.aborted_between(group_start, group_end))
     for data in sources:
+        if check_done is not None:
+            check_done()
         clean_segment(data, lookup, ctx, txn, sink, stats)
     return stats
 

@@ -1,26 +1,41 @@
 """``kompakt compact``: clean now, offline on a data dir or through a running broker.
 
-Offline (``--data-dir``) it takes the dir lock, so a dir in use by a broker is refused.
-A named topic (or ``TOPIC:PARTITION``) is cleaned whatever its dirty ratio; the other
-rules (active segment, compaction lags, tombstone horizons) still hold. Without a topic
-it does one background pass: every partition Kafka's rules say is due.
+Both ways run one implementation, :meth:`kompakt.cleaner.cleaner.Cleaner.compact_now`
+(offline here, online inside the broker behind ``POST /v1/compact``), and print one
+document shape (:mod:`kompakt.cleaner.report`). Offline (``--data-dir``) it takes the
+dir lock, so a dir in use by a broker is refused. A named topic (or
+``TOPIC:PARTITION``) is cleaned whatever its dirty ratio; the other rules (active
+segment, compaction lags, tombstone horizons) still hold. Without a topic it does one
+background pass: every partition Kafka's rules say is due.
+
+A partition with a corrupt batch is reported (one ``error:`` line naming the file and
+byte position) after every other partition is cleaned, and the exit code is 1. Ctrl-C
+or SIGTERM aborts the running clean at its next check (Spark: its job group is
+cancelled), removes its ``.cleaned`` files, prints one line and exits 130; partitions
+cleaned before it stay cleaned.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import signal
 import sys
+import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from .backend import CliError, require_data_dir
-from .common import emit, emit_json, table
+from .common import emit, emit_json, print_error, table
 
-ENGINES = ("spark", "local")
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 
 def _target(target: str | None) -> tuple[str | None, int | None]:
@@ -34,88 +49,71 @@ def _target(target: str | None) -> tuple[str | None, int | None]:
     return target, None
 
 
-def _engine(name: str, config: dict[str, str]):
-    from kompakt.cleaner import LocalEngine
+@contextmanager
+def _signals_abort(cleaner: Any) -> Iterator[None]:
+    """SIGINT/SIGTERM abort the running clean instead of raising mid-swap; a second
+    signal exits at once (the next open finishes or rolls back a half-done swap)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
 
-    if name == "local":
-        return LocalEngine(int(config.get("log.cleaner.dedupe.buffer.size", 128 << 20)))
-    if name == "spark":
-        from kompakt.pipeline.engine import SparkEngine
+    def handler(signum: int, frame: Any) -> None:
+        if cleaner.states.closed is not None:
+            print_error("interrupted again: stopping now; the next open of the data dir recovers")
+            os._exit(INTERRUPTED_EXIT)
+        cleaner.abort_all("interrupted")
 
-        return SparkEngine(config)
-    raise CliError(f"unknown engine {name!r}: expected one of {', '.join(ENGINES)}")
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def compact_offline(
     data_dir: Path, topic: str | None, partition: int | None, dry_run: bool, engine: str
-) -> list[dict[str, Any]]:
+) -> dict[str, Any]:
     from rich.progress import Progress
 
-    from kompakt.cleaner import Cleaner
+    from kompakt.cleaner.cleaner import Cleaner, build_engine
     from kompakt.log.manager import LogManager
 
     require_data_dir(data_dir)  # never turn a folder that is not a data dir into one
     with LogManager(data_dir) as logs:
-        cleaner = Cleaner(logs, engine=_engine(engine, logs.broker_config))
-        if topic is not None:
-            if not logs.has_topic(topic):
-                logs.get_log(topic, 0)  # raises the unknown-topic error
-            if not logs.topic_config(topic).compact:
-                raise CliError(
-                    f"topic '{topic}' has cleanup.policy="
-                    f"{','.join(logs.topic_config(topic).cleanup_policy)}: nothing to compact"
+        # the CLI draws its own bar; Spark's console bar would write over it
+        config = {"spark.ui.showConsoleProgress": "false", **logs.broker_config}
+        cleaner = Cleaner(logs, engine=build_engine(engine, config), config=config)
+        with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
+
+            def progress_for(plog: Any):
+                task = bar.add_task(plog.name, total=None)
+                return lambda done, total: bar.update(task, completed=done, total=total)
+
+            with _signals_abort(cleaner):
+                result = cleaner.compact_now(
+                    topic, partition, dry_run=dry_run, progress=progress_for
                 )
-            parts = [partition] if partition is not None else range(logs.partition_count(topic))
-            plogs = [logs.get_log(topic, p) for p in parts]
-            todo = [(pl, cleaner.log_to_clean(pl)) for pl in plogs]
-        else:
-            todo = [(ltc.log, ltc) for ltc in cleaner.due(force=False)]
-        results = []
-        show = sys.stderr.isatty()
-        with Progress(transient=True, disable=not show) as bar:
-            for plog, ltc in todo:
-                task = bar.add_task(f"{plog.name}", total=None)
-
-                def progress(done: int, total: int, task=task) -> None:
-                    bar.update(task, completed=done, total=total)
-
-                if plog.uncleanable_reason:
-                    results.append(_skipped(plog, f"uncleanable: {plog.uncleanable_reason}"))
-                    continue
-                from kompakt.cleaner.cleanable import is_eligible
-
-                if not is_eligible(ltc, force=True):
-                    results.append(_skipped(plog, "nothing to clean", ltc))
-                    continue
-                stats = cleaner.clean(ltc, dry_run=dry_run, progress=progress)
-                results.append({"status": "dry-run" if dry_run else "cleaned", **stats.to_json()})
-        return results
-
-
-def _skipped(plog, reason: str, ltc=None) -> dict[str, Any]:
-    out = {"topic": plog.topic, "partition": plog.partition, "status": "skipped"}
-    out["reason"] = reason
-    if ltc is not None:
-        out["first_dirty_offset"] = ltc.first_dirty_offset
-        out["first_uncleanable_offset"] = ltc.first_uncleanable_offset
-    return out
+        return result.to_json()
 
 
 def compact_remote(
-    admin_url: str, topic: str | None, partition: int | None, dry_run: bool
-) -> list[dict[str, Any]]:
+    admin_url: str, topic: str | None, partition: int | None, dry_run: bool, engine: str | None
+) -> dict[str, Any]:
     if topic is None:
         raise CliError("compact through a broker needs a TOPIC (or use --data-dir offline)")
-    body = json.dumps({"topic": topic, "partition": partition, "dry_run": dry_run}).encode()
+    req_body: dict[str, Any] = {"topic": topic, "partition": partition, "dry_run": dry_run}
+    if engine is not None:
+        req_body["engine"] = engine
     req = urllib.request.Request(
         admin_url.rstrip("/") + "/v1/compact",
-        data=body,
+        data=json.dumps(req_body).encode(),
         headers={"Content-Type": "application/json"},
         method="POST",
     )
     try:
         with urllib.request.urlopen(req, timeout=3600) as resp:
-            return json.loads(resp.read())["results"]
+            return json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         try:
             msg = json.loads(exc.read()).get("error", str(exc))
@@ -124,6 +122,55 @@ def compact_remote(
         raise CliError(msg) from None
     except urllib.error.URLError as exc:
         raise CliError(f"broker admin endpoint {admin_url} not reachable: {exc.reason}") from None
+
+
+def _render(doc: dict[str, Any]) -> None:
+    rows = [
+        [
+            "PARTITION",
+            "STATUS",
+            "READ",
+            "WRITTEN",
+            "RECORDS",
+            "TOMBSTONES-",
+            "SEGMENTS",
+            "DIRTY-FROM",
+        ]
+    ]
+    results = doc.get("results", [])
+    for r in results:
+        name = f"{r['topic']}-{r['partition']}"
+        s = r.get("stats")
+        if r["status"] == "uncleanable":
+            continue  # an error line on stderr
+        if s is None:
+            rows.append([name, f"{r['status']} ({r['reason']})", "", "", "", "", "", ""])
+            continue
+        rows.append(
+            [
+                name,
+                r["status"],
+                f"{s['bytes_read']} B",
+                f"{s['bytes_written']} B",
+                f"{s['records_read']} -> {s['records_written']}",
+                s["tombstones_removed"],
+                f"{s['segments_before']} -> {s['segments_after']}",
+                s["end_offset"],
+            ]
+        )
+    if not results:
+        emit("nothing to compact")
+    elif len(rows) > 1:
+        for line in table(rows):
+            emit(line)
+
+
+def _quiet_logs() -> None:
+    """The cleaner logs for a broker's log file; here its report and ``error:`` lines
+    say it all (without a handler Python would print every warning to stderr)."""
+    root = logging.getLogger("kompakt")
+    if not root.handlers:
+        root.addHandler(logging.NullHandler())
 
 
 def compact(
@@ -138,53 +185,50 @@ def compact(
         bool, typer.Option("--dry-run", help="Report what a clean would do; touch nothing.")
     ] = False,
     engine: Annotated[
-        str, typer.Option("--engine", help="spark (default) or local (in-process map).")
-    ] = "spark",
+        str | None,
+        typer.Option(
+            "--engine",
+            help="spark or local (in-process map). Offline the default is spark; through "
+            "a broker, the broker's kompakt.cleaner.engine.",
+            show_default=False,
+        ),
+    ] = None,
     admin: Annotated[
         str, typer.Option("--admin", "--admin-url", help="The broker's admin endpoint.")
     ] = "http://127.0.0.1:9644",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Compact now: records/bytes read and written, tombstones removed, per partition."""
+    from kompakt.cleaner.cleaner import check_engine
+    from kompakt.cleaner.manager import CleaningAbortedError
+    from kompakt.cleaner.report import uncleanable_lines
+
+    if engine is not None:
+        check_engine(engine)  # before anything is opened or asked
+    _quiet_logs()
     topic, partition = _target(target)
-    if data_dir is not None:
-        results = compact_offline(data_dir, topic, partition, dry_run, engine)
-    else:
-        results = compact_remote(admin, topic, partition, dry_run)
-    if as_json:
-        emit_json(results)
-        return
-    if not results:
-        emit("nothing to compact")
-        return
-    rows = [
-        [
-            "PARTITION",
-            "STATUS",
-            "READ",
-            "WRITTEN",
-            "RECORDS",
-            "TOMBSTONES-",
-            "SEGMENTS",
-            "DIRTY-FROM",
+    try:
+        if data_dir is not None:
+            doc = compact_offline(data_dir, topic, partition, dry_run, engine or "spark")
+        else:
+            doc = compact_remote(admin, topic, partition, dry_run, engine)
+    except CleaningAbortedError as exc:
+        done = [
+            f"{r.topic}-{r.partition}"
+            for r in getattr(exc, "report", None) or []
+            if r.status == "cleaned"
         ]
-    ]
-    for r in results:
-        name = f"{r['topic']}-{r['partition']}"
-        if r["status"] == "skipped":
-            rows.append([name, f"skipped ({r['reason']})", "", "", "", "", "", ""])
-            continue
-        rows.append(
-            [
-                name,
-                r["status"],
-                f"{r['bytes_read']} B",
-                f"{r['bytes_written']} B",
-                f"{r['records_read']} -> {r['records_written']}",
-                r["tombstones_removed"],
-                f"{r['segments_before']} -> {r['segments_after']}",
-                r["end_offset"],
-            ]
-        )
-    for line in table(rows):
-        emit(line)
+        print_error(str(exc) + (f" (cleaned before: {', '.join(done)})" if done else ""))
+        raise typer.Exit(INTERRUPTED_EXIT) from None
+    except KeyboardInterrupt:  # waiting for a broker: it finishes the clean on its own
+        print_error("interrupted: the broker carries on with the compaction")
+        raise typer.Exit(INTERRUPTED_EXIT) from None
+    if as_json:
+        emit_json(doc)
+    else:
+        _render(doc)
+    errors = uncleanable_lines(doc)
+    for line in errors:
+        print_error(line)
+    if errors:
+        raise typer.Exit(1)
