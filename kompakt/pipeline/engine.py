@@ -7,11 +7,15 @@ with its key's latest offset and each segment group goes to one task, which runs
 cleaner's own group rewrite (:func:`kompakt.cleaner.cleaner.write_cleaned_group`, so the
 survive/discard rule is the same code) and leaves a ``.cleaned`` segment next to the
 originals. The driver then does the crash-safe swap and the checkpoint, as for the
-in-process engine. Data dirs must be on a path every executor sees.
+in-process engine. Data dirs must be on a path every executor sees. An abort
+(``check_done`` raising) cancels the job group and waits for its tasks to end, so the
+cleaner's removal of ``.cleaned`` files is not raced by a task still writing one.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -56,6 +60,21 @@ class SparkEngine:
 
     def __init__(self, config: Mapping[str, str] | None = None):
         self.config = dict(config or {})
+        self.check_done: Callable[[tuple[str, int]], None] = lambda tp: None
+
+    def _session(self) -> Any:
+        """The session, keeping the caller's SIGINT handler: creating a SparkContext in
+        the main thread installs PySpark's own (cancel every job, raise
+        KeyboardInterrupt anywhere), which would bypass the CLI's abort of the clean."""
+        from kompakt.pipeline import session
+
+        main = threading.current_thread() is threading.main_thread()
+        before = signal.getsignal(signal.SIGINT) if main else None
+        spark = session(self.config)
+        custom = before not in (None, signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler)
+        if main and custom and signal.getsignal(signal.SIGINT) is not before:
+            signal.signal(signal.SIGINT, before)
+        return spark
 
     def dedup(self, ltc: LogToClean, producers: ProducerSummary) -> DirtyRange:
         # the shuffle runs inside rewrite(); one pass always covers the whole dirty range
@@ -74,14 +93,15 @@ class SparkEngine:
         dry_run: bool,
         progress: Callable[[int, int], None] | None,
     ) -> list[tuple[GroupStats, LogSegment | None, list[LogSegment]]]:
-        from kompakt.pipeline import session
         from kompakt.pipeline.dedup import latest_offsets, records_with_latest
         from kompakt.pipeline.groups import GroupTask, run_groups
-        from kompakt.pipeline.progress import spark_progress
+        from kompakt.pipeline.progress import spark_job
 
         if not groups:
             return []
-        spark = session(self.config)
+        tp = (plog.topic, plog.partition)
+        self.check_done(tp)
+        spark = self._session()
         data_dir = str(plog.dir.parent)
         part = plog.partition
         tasks = [
@@ -90,7 +110,7 @@ class SparkEngine:
         ]
         ends = {i: g[-1].next_offset for i, g in enumerate(groups)}
         clean = _group_cleaner(ctx, plog._segment_kwargs(), dry_run, ends)
-        with spark_progress(spark, progress, f"kompakt clean {plog.name}"):
+        with spark_job(spark, f"kompakt clean {plog.name}", progress, lambda: self.check_done(tp)):
             latest = latest_offsets(
                 spark, data_dir, plog.topic, {part: (dirty.extra["first_dirty"], dirty.end_offset)}
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -45,27 +46,94 @@ def spark_progress(
     if progress is None:
         yield
         return
+    with spark_job(spark, description, progress, interval_s=interval_s):
+        yield
+
+
+@contextmanager
+def spark_job(
+    spark: SparkSession,
+    description: str,
+    progress: Progress | None = None,
+    check_done: Callable[[], None] | None = None,
+    interval_s: float = 0.25,
+) -> Iterator[None]:
+    """Run the block's Spark jobs in a job group of their own; report their progress and
+    cancel them once ``check_done`` raises.
+
+    A Spark job cannot poll Kafka's ``checkDone`` itself, so a thread polls it and
+    cancels the group (tasks interrupted). The block's error then becomes the one
+    ``check_done`` raised, but only after every task of the group has ended, so a task
+    still writing cannot leave a file behind the caller's clean-up. Spark's log4j is
+    turned off at the cancel and stays off: killed tasks and the JVM's shutdown are
+    expected then, not worth Java stack traces (a clean is aborted only when its
+    process stops: Ctrl-C, SIGTERM, a broker shutdown).
+    """
     sc = spark.sparkContext
     group = f"kompakt-{next(_ids)}"
-    sc.setJobGroup(group, description)
+    sc.setJobGroup(group, description, interruptOnCancel=True)
     stop = threading.Event()
+    aborted: list[BaseException] = []
 
     def poll() -> None:
         while not stop.wait(interval_s):
-            done, total = task_counts(spark, group)
-            if total:
-                progress(done, total)
+            if check_done is not None and not aborted:
+                try:
+                    check_done()
+                except BaseException as exc:  # noqa: BLE001 (re-raised by the block)
+                    aborted.append(exc)
+                    _silence_log(sc)
+                    sc.cancelJobGroup(group)
+            if progress is not None:
+                done, total = task_counts(spark, group)
+                if total:
+                    progress(done, total)
 
-    poller = threading.Thread(target=poll, name="kompakt-spark-progress", daemon=True)
+    poller = threading.Thread(target=poll, name="kompakt-spark-job", daemon=True)
     poller.start()
+    failed = False
     try:
         yield
+    except BaseException:
+        if not aborted:
+            raise
+        failed = True  # cancelled: raised below as the abort, once the tasks ended
     finally:
         stop.set()
         poller.join()
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
+        sc.setLocalProperty("spark.job.interruptOnCancel", None)
+        if aborted:
+            wait_for_tasks(spark, group)
+    if failed:  # the block failed because it was cancelled
+        raise aborted[0] from None
     # stages Spark skipped (shuffle reuse) never complete their tasks: finished is total
-    _done, total = task_counts(spark, group)
-    if total:
-        progress(total, total)
+    if progress is not None:
+        _done, total = task_counts(spark, group)
+        if total:
+            progress(total, total)
+
+
+def wait_for_tasks(spark: SparkSession, group: str, timeout_s: float = 60.0) -> bool:
+    """Wait until no task of ``group`` runs any more (a killed Python worker is gone)."""
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        active = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job is not None else ():
+                stage = tracker.getStageInfo(stage_id)
+                active += stage.numActiveTasks if stage is not None else 0
+        if not active:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _silence_log(sc) -> None:
+    try:
+        sc.setLogLevel("OFF")
+    except Exception:  # noqa: BLE001 (a stopped context: nothing to silence)
+        pass

@@ -1,0 +1,91 @@
+"""Ctrl-C or SIGTERM during ``kompakt compact``: the clean is aborted at its next check
+(Kafka's ``LogCleaningAbortedException`` via ``checkDone``; Spark: the job group is
+cancelled), nothing is left behind, one line is printed and the exit code is 130.
+
+The engines' test hook (``KOMPAKT_TEST_HOLD_CLEAN``) holds a group rewrite after its
+``.cleaned`` file was created, so the signal lands mid-clean in a real engine (for
+Spark: inside a running task).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from compact_kit import fold, leftovers, make_data_dir, snapshot
+
+from kompakt.cleaner.cleaner import HOLD_ENV
+
+
+def kompakt_cmd() -> list[str]:
+    script = Path(sys.executable).with_name("kompakt")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "kompakt.cli.main"]
+
+
+def interrupt_mid_clean(
+    data: Path, hold: Path, engine: str, sig: int, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, HOLD_ENV: str(hold)}
+    proc = subprocess.Popen(
+        [*kompakt_cmd(), "compact", "users:1", "--data-dir", str(data), "--engine", engine],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while not any(hold.glob("held-*")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the clean never started"
+            time.sleep(0.05)
+        assert any(p.name.endswith(".cleaned") for p in (data / "users-1").iterdir())
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_during_local_clean_cancels_it_and_changes_nothing(tmp_path: Path, sig: int):
+    data = make_data_dir(tmp_path / "data", corrupt=False)
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    state = fold(data, "users", 1)
+    before = snapshot(data)
+    r = interrupt_mid_clean(data, hold, "local", sig)
+    assert r.returncode == 130, (r.stdout, r.stderr)
+    assert r.stderr.splitlines() == [
+        "error: interrupted: compaction of users-1 cancelled, nothing changed"
+    ]
+    assert r.stdout == ""
+    assert not leftovers(data)
+    assert snapshot(data) == before
+    assert fold(data, "users", 1) == state
+
+
+def test_sigint_during_spark_clean_cancels_the_job_and_changes_nothing(tmp_path: Path):
+    """Was: 77 lines of Python and Java tracebacks. Spark's own start-up banner may
+    precede it; from the signal on, stderr is the one line."""
+    data = make_data_dir(tmp_path / "data", corrupt=False)
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    state = fold(data, "users", 1)
+    before = snapshot(data)
+    r = interrupt_mid_clean(data, hold, "spark", signal.SIGINT)
+    assert r.returncode == 130, (r.stdout, r.stderr)
+    lines = r.stderr.splitlines()
+    assert lines[-1] == "error: interrupted: compaction of users-1 cancelled, nothing changed"
+    assert [ln for ln in lines if ln.startswith("error:")] == lines[-1:]
+    for marker in ("Traceback", "Exception", "\tat ", "py4j", "ERROR"):
+        assert not any(marker in ln for ln in lines), (marker, r.stderr)
+    assert not leftovers(data)
+    assert snapshot(data) == before
+    assert fold(data, "users", 1) == state
