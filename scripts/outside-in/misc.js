@@ -1,0 +1,27 @@
+// Small checks: gzip batch with a null key on a compacted topic, offset commit metadata (and > offset.metadata.max.bytes),
+// topic names that collide in metrics (a.b vs a_b), deleting a 249-character topic.
+const { kafka, run, uniq, j, err, sleep, CompressionTypes } = require('./common')
+run(async () => {
+  const admin = kafka.admin(); await admin.connect()
+  const step = async (name, f) => { try { console.log(name, '->', j(await f()).slice(0, 300)) } catch (e) { console.log(name, '=> ERROR', err(e), e.errors ? j(e.errors.map(x => x.type)) : '') } }
+  const c = uniq('mc'), g = uniq('mg')
+  await admin.createTopics({ waitForLeaders: true, topics: [{ topic: c, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }] })
+  const p = kafka.producer(); await p.connect()
+  await step('gzip batch with a null key on compacted', () => p.send({ topic: c, compression: CompressionTypes.GZIP, messages: [{ key: 'a', value: '1' }, { key: null, value: '2' }] }))
+  await step('gzip batch all keyed', () => p.send({ topic: c, compression: CompressionTypes.GZIP, messages: [{ key: 'a', value: '1' }, { key: 'b', value: null }] }))
+  await step('offsets', () => admin.fetchTopicOffsets(c))
+  const cons = kafka.consumer({ groupId: g }); await cons.connect(); await cons.subscribe({ topic: c, fromBeginning: true })
+  await cons.run({ autoCommit: false, eachMessage: async () => {} }); await sleep(3000)
+  await step('commit with metadata', () => cons.commitOffsets([{ topic: c, partition: 0, offset: '1', metadata: 'hello-meta' }]))
+  await step('commit with 5000-byte metadata (Kafka: OFFSET_METADATA_TOO_LARGE)', () => cons.commitOffsets([{ topic: c, partition: 0, offset: '2', metadata: 'm'.repeat(5000) }]))
+  await cons.disconnect()
+  await step('fetchOffsets metadata', async () => (await admin.fetchOffsets({ groupId: g, topics: [c] }))[0].partitions)
+  const base = uniq('coll')
+  await step('create ' + base + '.x then ' + base + '_x (Kafka: INVALID_TOPIC_EXCEPTION collides)', async () => [await admin.createTopics({ topics: [{ topic: base + '.x' }] }), await admin.createTopics({ topics: [{ topic: base + '_x' }] })])
+  const long = 'L' + uniq('').replace(/-/g, '').padEnd(248, 'l')
+  await step('create 249-char topic', () => admin.createTopics({ waitForLeaders: true, topics: [{ topic: long }] }))
+  await step('produce to it', () => p.send({ topic: long, messages: [{ key: 'k', value: 'v' }] }))
+  await step('delete 249-char topic', () => admin.deleteTopics({ topics: [long] }))
+  await step('still listed?', async () => (await admin.listTopics()).includes(long))
+  await p.disconnect(); await admin.disconnect()
+})
