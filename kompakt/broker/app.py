@@ -23,7 +23,7 @@ from typing import Any
 
 from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
 from kompakt.broker.background import BackgroundTasks
-from kompakt.broker.config import BrokerConfig
+from kompakt.broker.config import CLEANER_DYNAMIC_KEYS, BrokerConfig
 from kompakt.broker.coordinator.group import OFFSETS_TOPIC
 from kompakt.broker.coordinator.handlers import coordinator_if_started, load_coordinator
 from kompakt.broker.handlers import register_all
@@ -33,6 +33,7 @@ from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.server import KafkaServer
 from kompakt.broker.state import AppendNotifier, BrokerState
 from kompakt.errors import KompaktError
+from kompakt.log.config import to_string
 from kompakt.log.manager import LogManager
 
 log = logging.getLogger("kompakt.broker")
@@ -72,6 +73,7 @@ class Broker:
     async def start(self) -> None:
         self._stopped = asyncio.Event()
         cfg = self.config
+        await asyncio.to_thread(cfg.load_dynamic)  # dynamic broker configs, before the logs
         self.logs = await asyncio.to_thread(LogManager, cfg.data_dir, cfg.log_config)
         try:
             self.state = BrokerState(cfg, self.logs, self.registry)
@@ -106,6 +108,7 @@ class Broker:
                 checkpoint_interval_ms=int(cfg.get("log.flush.offset.checkpoint.interval.ms")),
             )
             self.background.start()
+            cfg.listeners_on_change.append(self._reconfigure)
             if self.logs.has_topic(OFFSETS_TOPIC):
                 self._coordinator_load = asyncio.create_task(self._load_coordinator())
         except BaseException:
@@ -169,6 +172,8 @@ class Broker:
                 self._stopped.set()
 
     async def _close_all(self) -> None:
+        if self._reconfigure in self.config.listeners_on_change:
+            self.config.listeners_on_change.remove(self._reconfigure)
         if self.state is not None:
             self.state.closing = True
         if self._coordinator_load is not None and not self._coordinator_load.done():
@@ -186,6 +191,20 @@ class Broker:
         finally:
             if self.logs is not None:
                 await asyncio.to_thread(self.logs.close)
+
+    def _reconfigure(self, changed: set[str]) -> None:
+        """A dynamic broker config changed (Kafka's ``BrokerReconfigurable``): the cleaner
+        thread's backoff at once; the cleaner itself, if it offers ``reconfigure``, gets
+        its new settings (else they apply when it is next built)."""
+        cfg = self.config
+        thread = self.background.cleaner_thread if self.background is not None else None
+        if thread is not None and "log.cleaner.backoff.ms" in changed:
+            thread.interval_ms = int(cfg.get("log.cleaner.backoff.ms"))
+            thread.wake()
+        cleaner_keys = {k for k in changed & CLEANER_DYNAMIC_KEYS if k in cfg.values}
+        reconfigure = getattr(self._cleaner_if_started(), "reconfigure", None)
+        if reconfigure is not None and cleaner_keys:
+            reconfigure({k: to_string(cfg.values[k]) for k in cleaner_keys})
 
     # -- the cleaner (built on first use: Spark starts only when there is work) -----------
     def _default_cleaner(self) -> Any:

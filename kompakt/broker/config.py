@@ -11,24 +11,36 @@ ignored. Any other key, or a bad value, is an :class:`InvalidConfigError` naming
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kompakt.errors import InvalidConfigError
+from kompakt.log.checkpoint import fsync_dir
 from kompakt.log.config import (
     BROKER_LOG_KEYS,
     CONFIG_DEFS,
+    DEFAULT_CONFIG,
+    DYNAMIC_BROKER_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
     INT_MAX,
     LONG_MAX,
+    STATIC_BROKER_CONFIG,
+    BrokerDefaults,
+    ConfigSynonym,
     TopicConfig,
     _parse_type,
     at_least,
     from_properties,
     to_string,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -168,6 +180,64 @@ for _name in (
 
 BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in _KEYS}
 
+# Kafka's DynamicBrokerConfig.AllDynamicConfigs, as far as kompakt has the keys:
+# LogCleaner.ReconfigurableConfigs and DynamicLogConfig.ReconfigurableConfigs (the main
+# broker synonym of every topic config; log.retention.hours, log.roll.hours, ... stay
+# read-only as in Kafka). All of them can be set cluster-wide ("") or per broker.
+CLEANER_DYNAMIC_KEYS: frozenset[str] = frozenset(
+    {
+        "log.cleaner.threads",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.io.buffer.load.factor",
+        "log.cleaner.io.buffer.size",
+        "message.max.bytes",
+        "log.cleaner.io.max.bytes.per.second",
+        "log.cleaner.backoff.ms",
+    }
+)
+DYNAMIC_KEYS: frozenset[str] = CLEANER_DYNAMIC_KEYS | frozenset(
+    d.broker_synonym for d in CONFIG_DEFS.values() if d.broker_synonym
+)
+# Dynamic broker configs live in the data dir beside kompakt-topics.json (Kafka keeps
+# them in its metadata log): {"cluster_default": {...}, "brokers": {"<node id>": {...}}}.
+DYNAMIC_CONFIGS_FILE = "kompakt-broker-configs.json"
+
+
+class BrokerConfigEntry(NamedTuple):
+    """One row of a DescribeConfigs answer for a BROKER resource."""
+
+    name: str
+    value: str | None
+    source: str
+    read_only: bool
+    synonyms: list[ConfigSynonym]
+    type: str
+    doc: str
+
+
+def _log_key_info(name: str) -> tuple[str | None, str, str]:
+    """(Kafka default as text, type, doc) of a broker-level topic-default key."""
+    for cd in CONFIG_DEFS.values():
+        for syn in cd.broker_synonyms:
+            if syn.name == name:
+                return syn.default, syn.type, cd.doc
+    return None, "string", ""
+
+
+def check_dynamic_keys(keys: Iterable[str]) -> None:
+    """Kafka's ``DynamicBrokerConfig.validateConfigs`` name checks: unknown keys and keys
+    that need a restart are refused, naming them all."""
+    keys = list(keys)
+    unknown = [k for k in keys if k not in BROKER_KEYS and k not in BROKER_LOG_KEYS]
+    if unknown:
+        raise InvalidConfigError(f"Unknown broker config key: {unknown[0]}")
+    static = sorted(k for k in keys if k not in DYNAMIC_KEYS)
+    if static:
+        raise InvalidConfigError(
+            f"Cannot update these configs dynamically: Set({', '.join(static)})"
+        )
+
+
 _LISTENER = re.compile(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:/]*):(\d+)$")
 
 
@@ -197,13 +267,24 @@ def parse_listeners(key: str, text: str) -> list[Listener]:
 
 @dataclass
 class BrokerConfig:
-    """Validated broker settings; ``raw`` holds every key as given."""
+    """Validated broker settings; ``raw`` holds every static key as given.
+
+    ``values`` and ``log_config`` are effective: dynamic per-broker values over dynamic
+    cluster-default values over ``raw`` over Kafka's defaults (``DynamicBrokerConfig``).
+    ``log_config`` keeps those layers for DescribeConfigs.
+    """
 
     raw: dict[str, str] = field(default_factory=dict)
     values: dict[str, Any] = field(default_factory=dict)
     log_config: dict[str, str] = field(default_factory=dict)
     spark: dict[str, str] = field(default_factory=dict)
     source_file: str | None = None
+    dynamic_default: dict[str, str] = field(default_factory=dict)
+    dynamic_broker: dict[str, str] = field(default_factory=dict)
+    # called with the set of changed keys after a dynamic change was applied
+    listeners_on_change: list[Callable[[set[str]], None]] = field(
+        default_factory=list, repr=False, compare=False
+    )
 
     @classmethod
     def from_mapping(cls, props: Mapping[str, str], source_file: str | None = None) -> BrokerConfig:
@@ -237,7 +318,7 @@ class BrokerConfig:
                 f"Invalid value {values['log.dirs']} for configuration log.dirs: "
                 "kompakt uses one data directory"
             )
-        self = cls(raw, values, log_config, spark, source_file)
+        self = cls(raw, values, BrokerDefaults.of(log_config), spark, source_file)
         self.listeners  # noqa: B018 (validate)
         self.advertised_listener  # noqa: B018
         from kompakt.broker.admin_http import parse_listener
@@ -321,28 +402,170 @@ class BrokerConfig:
         return self.values["kompakt.admin.listener"]
 
     def describe(self) -> list[tuple[str, str | None, bool, str]]:
-        """(name, value, is_default, doc) for every known broker key, for DescribeConfigs."""
-        rows: list[tuple[str, str | None, bool, str]] = []
+        """(name, value, is_default, doc) for every known broker key."""
+        return [
+            (e.name, e.value, e.source == DEFAULT_CONFIG, e.doc)
+            for e in self.describe_entries(per_broker=True)
+        ]
+
+    def describe_entries(self, per_broker: bool = True) -> list[BrokerConfigEntry]:
+        """DescribeConfigs rows for the BROKER resource: per broker, every key with its
+        source and synonyms (dynamic per-broker, dynamic default, static, default); for the
+        cluster default resource ("") only the dynamic default values, as Kafka's
+        ``ConfigHelper.createBrokerConfigEntry``."""
+        rows: list[BrokerConfigEntry] = []
         for d in _KEYS:
             if d.ignored and d.name not in self.raw:
                 continue
-            v = self.values.get(d.name)
-            rows.append((d.name, to_string(v), d.name not in self.raw, d.doc))
+            default = to_string(d.default)
+            rows.append(self._entry(d.name, to_string(self.values.get(d.name)), default, d))
         for name in sorted(BROKER_LOG_KEYS):
-            default = None
-            doc = ""
-            for cd in CONFIG_DEFS.values():
-                for s in cd.broker_synonyms:
-                    if s.name == name:
-                        default = s.default
-                        doc = cd.doc
-            if name in self.log_config:
-                rows.append((name, self.log_config[name], False, doc))
-            elif default is not None:
-                rows.append((name, default, True, doc))
+            default, type_, doc = _log_key_info(name)
+            value = self.log_config.get(name, default)  # None: unset, no default (Kafka too)
+            rows.append(self._entry(name, value, default, BrokerKey(name, type_, None, doc)))
         for k, v in sorted(self.spark.items()):
-            rows.append((k, v, False, "Passed to the SparkSession."))
-        return rows
+            rows.append(
+                BrokerConfigEntry(
+                    k,
+                    v,
+                    STATIC_BROKER_CONFIG,
+                    True,
+                    [ConfigSynonym(k, v, STATIC_BROKER_CONFIG)],
+                    "string",
+                    "Passed to the SparkSession.",
+                )
+            )
+        if per_broker:
+            return rows
+        out = []
+        for e in rows:
+            if e.name in self.dynamic_default:
+                syn = [s for s in e.synonyms if s.source == DYNAMIC_DEFAULT_BROKER_CONFIG]
+                out.append(e._replace(value=syn[0].value, source=syn[0].source, synonyms=syn))
+        return out
+
+    def _entry(
+        self, name: str, value: str | None, default: str | None, d: BrokerKey
+    ) -> BrokerConfigEntry:
+        synonyms = []
+        for source, layer in (
+            (DYNAMIC_BROKER_CONFIG, self.dynamic_broker),
+            (DYNAMIC_DEFAULT_BROKER_CONFIG, self.dynamic_default),
+            (STATIC_BROKER_CONFIG, self.raw),
+        ):
+            if name in layer:
+                synonyms.append(ConfigSynonym(name, layer[name], source))
+        if default is not None:
+            synonyms.append(ConfigSynonym(name, default, DEFAULT_CONFIG))
+        source = synonyms[0].source if synonyms else DEFAULT_CONFIG
+        return BrokerConfigEntry(
+            name, value, source, name not in DYNAMIC_KEYS, synonyms, d.type, d.doc
+        )
+
+    # -- dynamic broker configs (Kafka's DynamicBrokerConfig) ------------------------------
+    def with_dynamic(
+        self, default: Mapping[str, str], per_broker: Mapping[str, str]
+    ) -> BrokerConfig:
+        """A new config with these dynamic layers, validated by the static rules (every
+        value, and the log defaults as a whole); ``self`` is not changed."""
+        check_dynamic_keys([*default, *per_broker])
+        merged = {**self.raw, **default, **per_broker}
+        fresh = BrokerConfig.from_mapping(merged, self.source_file)
+        fresh.raw = dict(self.raw)
+        fresh.dynamic_default = dict(default)
+        fresh.dynamic_broker = dict(per_broker)
+        fresh.log_config = BrokerDefaults(
+            [
+                (DYNAMIC_BROKER_CONFIG, _log_keys(per_broker)),
+                (DYNAMIC_DEFAULT_BROKER_CONFIG, _log_keys(default)),
+                (STATIC_BROKER_CONFIG, _log_keys(self.raw)),
+            ]
+        )
+        return fresh
+
+    def adopt(self, other: BrokerConfig) -> set[str]:
+        """Take ``other``'s dynamic layers and effective values in place (everyone holding
+        this object sees them) and tell the listeners; returns the keys whose value moved."""
+        before = {**self.values, **self.log_config}
+        self.values = dict(other.values)
+        self.log_config = other.log_config
+        self.dynamic_default = dict(other.dynamic_default)
+        self.dynamic_broker = dict(other.dynamic_broker)
+        after = {**self.values, **self.log_config}
+        changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+        if changed:
+            for listener in list(self.listeners_on_change):
+                try:
+                    listener(changed)
+                except Exception:  # one failing reconfiguration must not undo the change
+                    log.exception("applying dynamic broker configs %s failed", sorted(changed))
+        return changed
+
+    def save_dynamic(self) -> None:
+        """Persist the dynamic layers beside the topics file (write, fsync, rename)."""
+        path = self.data_dir / DYNAMIC_CONFIGS_FILE
+        stored = _read_dynamic_file(path)
+        brokers = dict(stored.get("brokers") or {})
+        if self.dynamic_broker:
+            brokers[str(self.node_id)] = dict(self.dynamic_broker)
+        else:
+            brokers.pop(str(self.node_id), None)
+        body = {"cluster_default": dict(self.dynamic_default), "brokers": brokers}
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(body, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(self.data_dir)
+
+    def load_dynamic(self) -> None:
+        """Apply the dynamic configs stored in the data dir (at start, before the logs
+        open).
+
+        Kafka's ``DynamicBrokerConfig.initialize`` logs and skips stored values it cannot
+        apply; kompakt refuses to start instead, naming the file and the key: silently
+        falling back to a static ``log.retention.ms`` could delete data the dynamic value
+        kept. The file is only written after validation, so this needs a hand edit.
+        """
+        path = self.data_dir / DYNAMIC_CONFIGS_FILE
+        stored = _read_dynamic_file(path)
+        default = stored.get("cluster_default") or {}
+        per_broker = (stored.get("brokers") or {}).get(str(self.node_id)) or {}
+        try:
+            if not isinstance(default, dict) or not isinstance(per_broker, dict):
+                raise InvalidConfigError("expected JSON objects of config values")
+            fresh = self.with_dynamic(
+                {str(k): str(v) for k, v in default.items()},
+                {str(k): str(v) for k, v in per_broker.items()},
+            )
+        except InvalidConfigError as exc:
+            raise InvalidConfigError(f"dynamic broker configs in {path}: {exc}") from exc
+        self.adopt(fresh)
 
 
-__all__ = ["BrokerConfig", "Listener", "BROKER_KEYS", "parse_listeners", "LONG_MAX"]
+def _log_keys(values: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in values.items() if k in BROKER_LOG_KEYS}
+
+
+def _read_dynamic_file(path: Path) -> dict[str, Any]:
+    try:
+        body = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise InvalidConfigError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidConfigError(f"cannot read {path}: not a JSON object")
+    return body
+
+
+__all__ = [
+    "BrokerConfig",
+    "Listener",
+    "BROKER_KEYS",
+    "DYNAMIC_KEYS",
+    "parse_listeners",
+    "LONG_MAX",
+]

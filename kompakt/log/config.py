@@ -4,8 +4,8 @@ Follows Kafka 4.x ``TopicConfig`` / ``LogConfig`` / ``ServerTopicConfigSynonyms`
 clients, ``kafka-configs``-style tools and users' habits carry over: the same keys, the
 same defaults, the same ranges and the same error text ("Invalid value 5 for configuration
 segment.bytes: Value must be at least 14"). A topic's effective value comes from its own
-override, else from the broker's ``log.*`` synonym (``server.properties``), else from the
-built-in default; ``TopicConfig.describe()`` reports that chain like DescribeConfigs.
+override, else from the broker's ``log.*`` synonym (a dynamic broker config, else
+``server.properties``; see :class:`BrokerDefaults`), else from the built-in default; ``TopicConfig.describe()`` reports that chain like DescribeConfigs.
 
 Deliberate differences from Kafka 4.x, each kept small:
 
@@ -34,6 +34,8 @@ INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
 DYNAMIC_TOPIC_CONFIG = "DYNAMIC_TOPIC_CONFIG"
+DYNAMIC_BROKER_CONFIG = "DYNAMIC_BROKER_CONFIG"
+DYNAMIC_DEFAULT_BROKER_CONFIG = "DYNAMIC_DEFAULT_BROKER_CONFIG"
 STATIC_BROKER_CONFIG = "STATIC_BROKER_CONFIG"
 DEFAULT_CONFIG = "DEFAULT_CONFIG"
 
@@ -389,6 +391,55 @@ def _clean_overrides(overrides: Mapping[str, Any] | None) -> dict[str, str]:
     return raw
 
 
+class BrokerDefaults(dict):
+    """The broker's effective values (a plain ``dict`` to readers) and the layers they
+    come from, highest priority first: per-broker dynamic, cluster-default dynamic,
+    ``server.properties`` (Kafka's ``DynamicBrokerConfig`` precedence). A value in a
+    higher layer wins key by key; the layers let DescribeConfigs name every synonym.
+    """
+
+    def __init__(self, layers: Iterable[tuple[str, Mapping[str, str]]] = ()):
+        self.layers: tuple[tuple[str, dict[str, str]], ...] = tuple(
+            (source, dict(values)) for source, values in layers
+        )
+        merged: dict[str, str] = {}
+        for _source, values in reversed(self.layers):
+            merged.update(values)
+        super().__init__(merged)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any] | None) -> BrokerDefaults:
+        """``values`` as is when already layered, else as ``server.properties`` values."""
+        if isinstance(values, BrokerDefaults):
+            return values
+        return cls([(STATIC_BROKER_CONFIG, {k: v for k, v in (values or {}).items()})])
+
+    def only(self, keys: Iterable[str]) -> BrokerDefaults:
+        """The same layers restricted to ``keys`` (and to values that are not None)."""
+        wanted = set(keys)
+        return BrokerDefaults(
+            (source, {k: _to_raw(v) for k, v in values.items() if k in wanted and v is not None})
+            for source, values in self.layers
+        )
+
+    def source(self, key: str) -> str:
+        for source, values in self.layers:
+            if key in values:
+                return source
+        return DEFAULT_CONFIG
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BrokerDefaults, (self.layers,))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BrokerDefaults):
+            return self.layers == other.layers
+        return dict.__eq__(self, other)
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple((s, frozenset(v.items())) for s, v in self.layers))
+
+
 class ConfigSynonym(NamedTuple):
     name: str
     value: str | None
@@ -451,21 +502,19 @@ class TopicConfig:
         broker_defaults: Mapping[str, str] | None = None,
     ):
         raw = _clean_overrides(overrides)
-        broker = {
-            k: _to_raw(v)
-            for k, v in (broker_defaults or {}).items()
-            if k in BROKER_LOG_KEYS and v is not None
-        }
+        broker = BrokerDefaults.of(broker_defaults).only(BROKER_LOG_KEYS)
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
         for name, d in CONFIG_DEFS.items():
             from_broker = [
-                _parse_broker(d, s, broker[s.name]) for s in d.broker_synonyms if s.name in broker
+                (_parse_broker(d, s, broker[s.name]), broker.source(s.name))
+                for s in d.broker_synonyms
+                if s.name in broker
             ]  # every broker value is checked, the first (highest priority) one is used
             if name in raw:
                 values[name], sources[name] = parse_value(name, raw[name]), DYNAMIC_TOPIC_CONFIG
             elif from_broker:
-                values[name], sources[name] = from_broker[0], STATIC_BROKER_CONFIG
+                values[name], sources[name] = from_broker[0]
             else:
                 values[name], sources[name] = d.default, DEFAULT_CONFIG
         _check_combination(values)
@@ -505,7 +554,7 @@ class TopicConfig:
 
     @property
     def broker_defaults(self) -> dict[str, str]:
-        """The broker ``log.*`` values this config was built over."""
+        """The broker ``log.*`` values this config was built over (effective, flat)."""
         return dict(self._broker)
 
     def source(self, name: str) -> str:
@@ -539,8 +588,9 @@ class TopicConfig:
     def describe(self) -> list[ConfigEntry]:
         """Every topic config as DescribeConfigs reports it, sorted by name.
 
-        Synonyms run from highest priority down: the topic override, the broker's static
-        ``log.*`` values, then the built-in defaults (named by the broker key, as Kafka does).
+        Synonyms run from highest priority down: the topic override, the broker's dynamic
+        per-broker, dynamic default and static ``log.*`` values, then the built-in defaults
+        (named by the broker key, as Kafka's ``ConfigHelper.configSynonyms`` does).
         """
         entries = []
         for name in sorted(CONFIG_DEFS):
@@ -549,11 +599,10 @@ class TopicConfig:
             synonyms = []
             if name in self._overrides:
                 synonyms.append(ConfigSynonym(name, value, DYNAMIC_TOPIC_CONFIG))
-            for s in d.broker_synonyms:
-                if s.name in self._broker:
-                    synonyms.append(
-                        ConfigSynonym(s.name, self._broker[s.name], STATIC_BROKER_CONFIG)
-                    )
+            for source, layer in self._broker.layers:
+                for s in d.broker_synonyms:
+                    if s.name in layer:
+                        synonyms.append(ConfigSynonym(s.name, layer[s.name], source))
             for s in d.broker_synonyms:
                 if s.default is not None:
                     synonyms.append(ConfigSynonym(s.name, s.default, DEFAULT_CONFIG))
@@ -571,7 +620,7 @@ class TopicConfig:
         return self._overrides == other._overrides and self._broker == other._broker
 
     def __hash__(self) -> int:
-        return hash((frozenset(self._overrides.items()), frozenset(self._broker.items())))
+        return hash((frozenset(self._overrides.items()), hash(self._broker)))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (TopicConfig, (self._overrides, self._broker))

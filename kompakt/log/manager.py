@@ -33,7 +33,7 @@ from kompakt.errors import (
     UnknownTopicError,
 )
 from kompakt.log.checkpoint import OffsetCheckpointFile, fsync_dir
-from kompakt.log.config import TopicConfig
+from kompakt.log.config import BrokerDefaults, TopicConfig
 from kompakt.log.names import invalid_topic_reason, validate_topic_name
 from kompakt.log.partition_log import Clock, PartitionLog
 
@@ -207,7 +207,7 @@ class LogManager:
     ):
         self.dir = Path(data_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.broker_config = dict(broker_config or {})
+        self.broker_config = BrokerDefaults.of(broker_config)
         self.clock = clock or system_clock
         self._lock_fd = self._acquire_lock()
         self.lock = threading.RLock()
@@ -408,6 +408,18 @@ class LogManager:
                 self._logs[(name, part)].config = new
             self._save_topics()
         return new
+
+    def reconfigure_defaults(self, broker_config: Mapping[str, str]) -> None:
+        """New broker-level defaults (a dynamic broker config change): every topic without
+        its own override takes the new value at once, like Kafka's
+        ``DynamicLogConfig.updateLogsConfig``. Validated as a whole before anything changes."""
+        new = BrokerDefaults.of(broker_config)
+        with self.lock:
+            configs = {t: TopicConfig(m.overrides, new) for t, m in self._topics.items()}
+            self.broker_config = new
+            self.defaults = TopicConfig({}, new)
+            for (topic, _part), plog in self._logs.items():
+                plog.config = configs[topic]
 
     def create_partitions(self, name: str, total: int, validate_only: bool = False) -> None:
         with self.lock:

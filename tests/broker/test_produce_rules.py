@@ -12,6 +12,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from raw_kafka import call
 
 TIMEOUT = 20
 POLICY_VIOLATION = 44
@@ -161,35 +162,7 @@ def test_create_partitions_leaves_existing_partitions_and_configs_alone(broker, 
 
 
 def _call(broker, api_key: int, version: int, body: dict):
-    import io
-    import socket
-    import struct
-
-    from kio.index import load_request_schema, load_response_schema
-    from kio.serial import entity_reader, entity_writer
-
-    from kompakt.broker.protocol import build
-
-    req_cls = load_request_schema(api_key, version)
-    hdr_cls = req_cls.__header_schema__
-    buf = io.BytesIO()
-    head = {
-        "request_api_key": api_key,
-        "request_api_version": version,
-        "correlation_id": 7,
-        "client_id": "rules",
-    }
-    entity_writer(hdr_cls)(buf, build(hdr_cls, head))
-    entity_writer(req_cls)(buf, build(req_cls, body))
-    data = buf.getvalue()
-    with socket.create_connection(("127.0.0.1", broker.port), timeout=10) as s:
-        s.sendall(struct.pack(">i", len(data)) + data)
-        f = s.makefile("rb")
-        (n,) = struct.unpack(">i", f.read(4))
-        frame = f.read(n)
-    resp_cls = load_response_schema(api_key, version)
-    _hdr, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
-    return entity_reader(resp_cls)(frame, used)[0]
+    return call(broker.port, api_key, version, body)
 
 
 def raw_produce(broker, topic_data: dict[str, dict[int, bytes]], version: int = 9):

@@ -1,7 +1,12 @@
 """DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
 
-Topic configs are dynamic (stored with the topic); broker configs come from
-``server.properties`` and are read-only here, as kompakt has no dynamic broker config.
+Topic configs are dynamic (stored with the topic). Broker configs come from
+``server.properties``, and the keys Kafka marks dynamic (``DYNAMIC_KEYS``: the ``log.*``
+topic defaults and the cleaner's settings) can be changed at run time for the cluster
+default resource ("") or this broker ("<node.id>"), as Kafka's ``DynamicBrokerConfig``
+and ``ConfigAdminManager`` do: persisted in the data dir, effective at once (topics
+without their own value follow a changed default), validated like the static config,
+and refused as a whole (INVALID_REQUEST) when any key is read-only or any value bad.
 """
 
 from __future__ import annotations
@@ -10,8 +15,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from kompakt.broker.config import BROKER_KEYS, BrokerConfig
 from kompakt.broker.handlers.common import (
-    INVALID_CONFIG,
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     NONE,
@@ -22,11 +27,15 @@ from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import InvalidConfigError
 from kompakt.log.config import (
+    BROKER_LOG_KEYS,
     CONFIG_DEFS,
     DEFAULT_CONFIG,
+    DYNAMIC_BROKER_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
     DYNAMIC_TOPIC_CONFIG,
     STATIC_BROKER_CONFIG,
     TopicConfig,
+    _parse_type,
     to_string,
 )
 from kompakt.log.names import invalid_topic_reason
@@ -39,7 +48,13 @@ TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
 
-SOURCE_CODES = {DYNAMIC_TOPIC_CONFIG: 1, STATIC_BROKER_CONFIG: 4, DEFAULT_CONFIG: 5}
+SOURCE_CODES = {
+    DYNAMIC_TOPIC_CONFIG: 1,
+    DYNAMIC_BROKER_CONFIG: 2,
+    DYNAMIC_DEFAULT_BROKER_CONFIG: 3,
+    STATIC_BROKER_CONFIG: 4,
+    DEFAULT_CONFIG: 5,
+}
 TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -107,21 +122,25 @@ def _describe_broker(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) ->
     if r.resource_type == BROKER_LOGGER:
         return res
     keys = None if r.configuration_keys is None else set(r.configuration_keys)
-    for name, value, is_default, doc in ctx.config.describe():
-        if keys is not None and name not in keys:
+    for e in ctx.config.describe_entries(per_broker=r.resource_name != ""):
+        if keys is not None and e.name not in keys:
             continue
-        source = 5 if is_default else 4
         res["configs"].append(
             {
-                "name": name,
-                "value": value,
-                "read_only": True,
-                "config_source": source,
-                "is_default": is_default,
+                "name": e.name,
+                "value": e.value,
+                "read_only": e.read_only,
+                "config_source": SOURCE_CODES[e.source],
+                "is_default": e.source == DEFAULT_CONFIG,
                 "is_sensitive": False,
-                "synonyms": [{"name": name, "value": value, "source": source}] if synonyms else [],
-                "config_type": 0,
-                "documentation": doc if docs else None,
+                "synonyms": [
+                    {"name": s.name, "value": s.value, "source": SOURCE_CODES[s.source]}
+                    for s in e.synonyms
+                ]
+                if synonyms
+                else [],
+                "config_type": TYPE_CODES.get(e.type, 0),
+                "documentation": e.doc if docs else None,
             }
         )
     return res
@@ -163,12 +182,6 @@ def _result(r: Any, code: int = NONE, msg: str | None = None) -> dict[str, Any]:
 
 
 def _not_topic(ctx: RequestContext, r: Any) -> dict[str, Any] | None:
-    if r.resource_type in (BROKER, BROKER_LOGGER):
-        return _result(
-            r,
-            INVALID_CONFIG,
-            "kompakt broker configs are static: change server.properties and restart",
-        )
     if r.resource_type != TOPIC:
         return _result(r, INVALID_REQUEST, f"Unsupported resource type {r.resource_type}")
     # Kafka's ControllerConfigurationValidator.validateTopicName
@@ -192,14 +205,31 @@ def _apply(ctx: RequestContext, name: str, overrides: dict[str, str], validate_o
     ctx.logs.alter_topic_config(name, set=overrides, delete=delete)
 
 
-async def _alter_topics(
-    ctx: RequestContext, req: Any, overrides_for: Callable[[Any], dict[str, str]]
+async def _alter(
+    ctx: RequestContext,
+    req: Any,
+    overrides_for: Callable[[Any], dict[str, str]],
+    broker_layer_for: Callable[[dict[str, str], Any], dict[str, str]],
 ) -> dict[str, Any]:
-    """Both AlterConfigs flavours: per topic resource, new overrides -> validate -> apply."""
+    """Both AlterConfigs flavours: per resource, new values -> validate -> apply.
+
+    ``overrides_for(r)`` gives a topic's new overrides; ``broker_layer_for(layer, r)`` a
+    broker resource's new dynamic layer from its current one.
+    """
 
     def run() -> list:
         out = []
+        ids = [(r.resource_type, r.resource_name) for r in req.resources]
         for r in req.resources:
+            if ids.count((r.resource_type, r.resource_name)) > 1:  # ConfigAdminManager
+                out.append(_result(r, INVALID_REQUEST, "Each resource must appear at most once."))
+                continue
+            if r.resource_type == BROKER:
+                out.append(_alter_broker(ctx, r, broker_layer_for, bool(req.validate_only)))
+                continue
+            if r.resource_type == BROKER_LOGGER:
+                out.append(_result(r, INVALID_REQUEST, "kompakt has no dynamic broker loggers"))
+                continue
             bad = _not_topic(ctx, r)
             if bad is not None:
                 out.append(bad)
@@ -214,6 +244,51 @@ async def _alter_topics(
     return {"throttle_time": 0, "responses": await asyncio.to_thread(run)}
 
 
+def _alter_broker(
+    ctx: RequestContext,
+    r: Any,
+    layer_for: Callable[[dict[str, str], Any], dict[str, str]],
+    validate_only: bool,
+) -> dict[str, Any]:
+    """One BROKER resource: the cluster default ("") or this broker's own layer.
+
+    Kafka's ``ConfigAdminManager.validateBrokerConfigChange`` answers INVALID_REQUEST for
+    every validation failure (KAFKA-13609), and nothing changes unless all of it is valid.
+    """
+    cfg: BrokerConfig = ctx.config
+    name = r.resource_name or ""
+    per_broker = name != ""
+    try:
+        if per_broker:
+            try:
+                node = int(name)
+            except ValueError:
+                raise _InvalidRequest(f"Node id must be an integer, but it is: {name}") from None
+            if node != ctx.state.node_id:
+                raise _InvalidRequest(
+                    f"Unexpected broker id, expected {ctx.state.node_id}, but received {name}"
+                )
+        current = cfg.dynamic_broker if per_broker else cfg.dynamic_default
+        layer = layer_for(dict(current), r)
+        with ctx.logs.lock:
+            try:
+                fresh = cfg.with_dynamic(
+                    cfg.dynamic_default if per_broker else layer,
+                    layer if per_broker else cfg.dynamic_broker,
+                )
+                for topic in ctx.logs.topics():  # every topic still valid over the new defaults
+                    TopicConfig(ctx.logs.topic_meta(topic).overrides, fresh.log_config)
+            except InvalidConfigError as exc:
+                raise _InvalidRequest(str(exc)) from exc
+            if not validate_only:
+                fresh.save_dynamic()
+                cfg.adopt(fresh)
+                ctx.logs.reconfigure_defaults(cfg.log_config)
+        return _result(r)
+    except Exception as exc:
+        return _result(r, *error_of(exc))
+
+
 def _replacement(r: Any) -> dict[str, str]:
     """Legacy AlterConfigs: the request's configs replace all of the topic's overrides."""
     new = {}
@@ -224,8 +299,20 @@ def _replacement(r: Any) -> dict[str, str]:
     return new
 
 
+def _broker_replacement(_layer: dict[str, str], r: Any) -> dict[str, str]:
+    """Legacy AlterConfigs on a broker: the request's configs become the whole layer."""
+    new = {}
+    for c in r.configs:
+        if c.name in new:
+            raise _InvalidRequest("Error due to duplicate config keys")
+        if c.value is None:
+            raise _InvalidRequest(f"Null value not supported for : {c.name}")
+        new[c.name] = c.value
+    return new
+
+
 async def handle_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    return await _alter_topics(ctx, req, _replacement)
+    return await _alter(ctx, req, _replacement, _broker_replacement)
 
 
 def _incremental(ctx: RequestContext, name: str, ops: Any) -> dict[str, str]:
@@ -268,8 +355,58 @@ class _InvalidRequest(InvalidConfigError):
     error_code = INVALID_REQUEST
 
 
+def _broker_incremental(layer: dict[str, str], r: Any) -> dict[str, str]:
+    """IncrementalAlterConfigs on a broker layer (Kafka's ``prepareIncrementalConfigs``):
+    APPEND/SUBTRACT start from the layer's value, else the key's default."""
+    names = [c.name for c in r.configs]
+    if len(set(names)) != len(names):
+        raise _InvalidRequest("Error due to duplicate config keys")
+    nulls = [c.name for c in r.configs if c.config_operation != DELETE and c.value is None]
+    if nulls:
+        raise _InvalidRequest(f"Null value not supported for : {', '.join(nulls)}")
+    for c in r.configs:
+        op = c.config_operation
+        if op == SET:
+            layer[c.name] = c.value
+        elif op == DELETE:
+            layer.pop(c.name, None)
+        elif op in (APPEND, SUBTRACT):
+            type_, default = _broker_key_type(c.name)
+            if type_ != "list":
+                verb = "append" if op == APPEND else "subtract"
+                raise _InvalidRequest(
+                    f"Config value {verb} is not allowed for config key: {c.name}"
+                )
+            old = layer.get(c.name, default) or ""
+            current = list(_parse_type(c.name, old, "list"))
+            items = [x.strip() for x in c.value.split(",") if x.strip()]
+            if op == APPEND:
+                current += [x for x in items if x not in current]
+            else:
+                current = [x for x in current if x not in items]
+            layer[c.name] = to_string(current) or ""
+        else:
+            raise _InvalidRequest(f"Unknown operations type {op}")
+    return layer
+
+
+def _broker_key_type(name: str) -> tuple[str, str | None]:
+    """(type, default as text) of a broker key, for list operations."""
+    if name in BROKER_KEYS:
+        d = BROKER_KEYS[name]
+        return d.type, to_string(d.default)
+    if name in BROKER_LOG_KEYS:
+        for cd in CONFIG_DEFS.values():
+            for syn in cd.broker_synonyms:
+                if syn.name == name:
+                    return syn.type, syn.default
+    raise _InvalidRequest(f"Unknown config name: {name}")
+
+
 async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    return await _alter_topics(ctx, req, lambda r: _incremental(ctx, r.resource_name, r.configs))
+    return await _alter(
+        ctx, req, lambda r: _incremental(ctx, r.resource_name, r.configs), _broker_incremental
+    )
 
 
 def register(registry: ApiRegistry) -> None:
