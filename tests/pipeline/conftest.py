@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,16 @@ def spark():
 @pytest.fixture
 def data_dir(tmp_path):
     return tmp_path / "data"
+
+
+@pytest.fixture
+def clock():
+    """A controlled clock that starts at the wall time: the Spark writer stamps records
+    with the executors' wall time, and the log refuses records more than
+    message.timestamp.after.max.ms (1 h) ahead of its clock, as Kafka does."""
+    from manual_clock import ManualClock
+
+    return ManualClock(int(time.time() * 1000))
 
 
 @pytest.fixture
