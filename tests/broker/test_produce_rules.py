@@ -350,3 +350,46 @@ def test_retried_duplicate_on_log_append_time_topic_answers_the_original_time(br
     assert (again.error_code, again.base_offset) == (0, 0)
     assert again.log_append_time == first.log_append_time is not None
     assert broker.logs.get_log(topic_name, 0).log_end_offset == 1
+
+
+# -- AlterConfigs: a change reaches only the resource it names -------------------------------
+
+
+def test_alter_configs_touches_only_the_named_topic_and_a_bad_resource_only_itself(
+    broker, topic_name
+):
+    """Kafka applies each resource of an (Incremental)AlterConfigs request on its own: a
+    refused resource changes nothing, and the topics beside it keep their configs and data."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    a_name, b_name, c_name = (f"{topic_name}-{s}" for s in "abc")
+    create(broker, a_name, retention_ms="-1")
+    create(broker, b_name, retention_ms="-1")
+    create(broker, c_name, retention_ms="-1")
+    for t in (a_name, b_name, c_name):
+        produce(broker, t, [(b"k%d" % i, b"v") for i in range(3)])
+
+    def res(name, key, value):
+        op = AlterConfigOpType.SET
+        return ConfigResource(
+            ConfigResource.Type.TOPIC,
+            name,
+            incremental_configs=[ConfigEntry(key, value, incremental_operation=op)],
+        )
+
+    good = res(a_name, "segment.bytes", "2048")
+    bad = res(b_name, "retention.ms", "never")
+    a = admin(broker)
+    fs = a.incremental_alter_configs([good, bad])
+    fs[good].result(TIMEOUT)
+    with pytest.raises(KafkaException):
+        fs[bad].result(TIMEOUT)
+    assert broker.logs.topic_meta(a_name).overrides == {
+        "retention.ms": "-1",
+        "segment.bytes": "2048",
+    }
+    assert broker.logs.topic_meta(b_name).overrides == {"retention.ms": "-1"}
+    assert broker.logs.topic_meta(c_name).overrides == {"retention.ms": "-1"}
+    assert broker.logs.apply_retention() == 0
+    for t in (a_name, b_name, c_name):
+        assert len(consume_all(broker, t)) == 3
