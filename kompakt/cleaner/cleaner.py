@@ -660,6 +660,13 @@ class Cleaner:
         result.status = report.DRY_RUN if dry_run else report.CLEANED
         return result
 
+    def _is_live(self, plog: PartitionLog) -> bool:
+        """Still the log of its topic-partition (not deleted, not deleted and re-created)."""
+        try:
+            return self.logs.get_log(plog.topic, plog.partition) is plog
+        except KompaktError:
+            return False
+
     def _mark_uncleanable(self, plog: PartitionLog, exc: BaseException) -> None:
         """Kafka ``markPartitionUncleanable``, with the corrupt batch's file and position
         when there is one (found again by a scan when the engine lost them)."""
@@ -700,8 +707,16 @@ class Cleaner:
         t0 = time.monotonic()
         now = self.clock()
         tp = (plog.topic, plog.partition)
-        engine.check_done = self.states.check_done
-        self.states.check_done(tp)
+
+        def check_done(tp: tuple[str, int]) -> None:
+            self.states.check_done(tp)
+            if not self._is_live(plog):  # Kafka's deleteLog aborts the clean first
+                raise SegmentsChangedError(
+                    f"{plog.name} was deleted during the clean; the clean is abandoned"
+                )
+
+        engine.check_done = check_done
+        check_done(tp)
         stats = CleanStats(
             plog.topic,
             plog.partition,
@@ -738,7 +753,7 @@ class Cleaner:
         )
         try:
             results = engine.rewrite(plog, groups, dirty, ctx, dry_run, progress)
-            self.states.check_done(tp)  # the last point to stop: swapping is not undone
+            check_done(tp)  # the last point to stop: swapping is not undone
         except BaseException:
             if not dry_run:
                 remove_cleaned_files(plog.dir, groups)

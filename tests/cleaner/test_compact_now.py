@@ -276,3 +276,33 @@ def test_abort_between_groups_leaves_the_partition_as_it_was(tmp_path: Path, clo
     with pytest.raises(CleaningAbortedError):  # closed: no new clean starts
         c.compact_now("a", 0)
     m.close()
+
+
+def test_topic_deleted_and_recreated_during_a_clean_is_not_touched_by_it(
+    tmp_path: Path, clock, hold
+):
+    """Kafka's deleteLog aborts the partition's clean first (abortCleaning): a clean of a
+    deleted partition must not rename, replace or checkpoint the new one of that name."""
+    m = open_manager(tmp_path / "data", clock)
+    m.create_topic("a", 1, {**COMPACT, "segment.bytes": "300"})
+    fill(m, clock, "a", 0, n=80, keys=40)
+    c = Cleaner(m)
+    run = Run(c.compact_now, "a", 0)
+    run.start()
+    wait_for_file(hold / "held-0")
+    m.delete_topic("a")
+    m.create_topic("a", 1, {**COMPACT, "segment.bytes": "300"})
+    model = fill(m, clock, "a", 0, n=30, keys=30)
+    before = snapshot(m.dir / "a-0")
+    (hold / "release").touch()
+    run.join(60)
+    assert run.error is None, run.error
+    [r] = run.result.results
+    assert (r.status, r.reason) == (
+        "skipped",
+        "a-0 was deleted during the clean; the clean is abandoned",
+    )
+    assert snapshot(m.dir / "a-0") == before
+    assert fold(m.get_log("a", 0)) == model
+    assert ("a", 0) not in m.cleaner_checkpoint().read()
+    m.close()
