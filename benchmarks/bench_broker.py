@@ -324,7 +324,7 @@ def run(b, args: argparse.Namespace) -> None:
     probe.close()
 
     res = (result.get("body") or {}).get("results") or [{}]
-    r0 = res[0]
+    r0 = {**res[0], **(res[0].get("stats") or {})}  # figures sit under "stats"
     print()
     print(
         f"compacted topic: {nfill} x {vsize} B records, {args.compact_keys} keys "
