@@ -149,3 +149,23 @@ def test_shutdown_aborts_a_running_compact_and_leaves_the_partition(tmp_path: Pa
     assert after == before  # no .cleaned/.swap/.deleted, no segment replaced
     checkpoint = data / "cleaner-offset-checkpoint"
     assert not checkpoint.exists() or "stop 0" not in checkpoint.read_text()
+
+
+def test_shutdown_aborts_the_background_clean_and_leaves_the_partition(tmp_path: Path, hold):
+    """Kafka's LogCleaner.shutdown interrupts its cleaner threads mid-clean."""
+    data = tmp_path / "data"
+    b = start_test_broker(
+        str(data), **{"kompakt.cleaner.engine": "local", "log.cleaner.backoff.ms": "100"}
+    )
+    try:
+        make_topic(b, "bg", **{"min.cleanable.dirty.ratio": "0.01"})
+        seg_dir = data / "bg-0"
+        wait_for(lambda: held(hold), "the background clean to start")
+        before = sorted(p.name for p in seg_dir.iterdir() if not p.name.endswith(".cleaned"))
+        b.stop()
+        assert not b.broker.background.cleaner_thread.thread.is_alive()
+    finally:
+        b.stop()
+    assert sorted(p.name for p in seg_dir.iterdir()) == before
+    checkpoint = data / "cleaner-offset-checkpoint"
+    assert not checkpoint.exists() or "bg 0" not in checkpoint.read_text()
