@@ -293,7 +293,8 @@ def check_new_data_dir(data_dir: Path) -> None:
         return
     if not data_dir.is_dir():
         raise CliError(f"data dir '{data_dir}' is not a directory")
-    if next(data_dir.iterdir(), None) is None:
+    # a freshly formatted volume's root holds only lost+found (no '-': never a partition)
+    if not [p for p in data_dir.iterdir() if p.name != "lost+found"]:
         return
     from kompakt.log.manager import is_data_dir
 

@@ -169,9 +169,12 @@ def test_topic_create_refuses_a_non_empty_folder_that_is_not_a_data_dir(user_fol
 def test_topic_create_makes_a_data_dir_in_an_empty_or_missing_folder(tmp_path: Path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert run("topic", "create", "t", "-d", empty).exit_code == 0
-    assert run("topic", "create", "t", "-d", tmp_path / "new" / "dir").exit_code == 0
-    for d in (empty, tmp_path / "new" / "dir"):
+    volume = tmp_path / "volume"  # a new file system's root
+    (volume / "lost+found").mkdir(parents=True)
+    new = tmp_path / "new" / "dir"
+    for d in (empty, volume, new):
+        r = run("topic", "create", "t", "-d", d)
+        assert r.exit_code == 0, r.output
         assert run("topic", "list", "-d", d).stdout == "t\n"
 
 
@@ -189,3 +192,52 @@ def test_a_kafka_log_dir_without_kompakt_files_is_a_data_dir(tmp_path: Path):
     assert r.exit_code == 0, r.output
     assert '"topic_id": "AAAAAAAAAAAAAAAAAAAAAA"' in r.stdout
     assert snapshot(d) == before
+
+
+# -- writers touch only their topic --------------------------------------------------------
+
+
+@pytest.fixture
+def neighbours(tmp_path: Path) -> Path:
+    """Topics whose names and folders look alike: 'a' (partitions a-0, a-1), 'a-1'
+    (folder a-1-0), 'a-10' (a-10-0) and 'b'; each with records."""
+    d = tmp_path / "data"
+    for name, parts in [("a", 2), ("a-1", 1), ("a-10", 1), ("b", 1)]:
+        assert run("topic", "create", name, "-d", d, "-p", str(parts)).exit_code == 0
+        r = run("produce", name, "-d", d, input="".join(f"k{i}\t{name}{i}\n" for i in range(5)))
+        assert r.exit_code == 0, r.output
+    return d
+
+
+def _topic_files(snap: dict, topic: str) -> dict:
+    from kompakt.log.manager import parse_partition_dir
+
+    return {
+        p: v
+        for p, v in snap.items()
+        if (parsed := parse_partition_dir(p.split("/")[0])) and parsed[0] == topic
+    }
+
+
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ("topic", "delete", "a"),
+        ("topic", "alter", "a", "--config", "retention.ms=1000"),
+        ("produce", "a"),
+        ("topic", "create", "a-2"),
+    ],
+    ids=" ".join,
+)
+def test_an_offline_writer_leaves_other_topics_byte_identical(
+    verb: tuple[str, ...], neighbours: Path
+):
+    """Only the named topic's folders change; look-alike names ('a-1' is both partition
+    1 of 'a' and a topic) and the rest keep every byte."""
+    before = snapshot(neighbours, mtimes=False)
+    r = run(*verb, "-d", neighbours, input="k\tv\n")
+    assert r.exit_code == 0, r.output
+    after = snapshot(neighbours, mtimes=False)
+    for other in ("a-1", "a-10", "b"):
+        assert _topic_files(after, other) == _topic_files(before, other), other
+        assert run("consume", other, "-d", neighbours).stdout.count("\n") == 5
