@@ -30,11 +30,11 @@ run(async () => {
   await c.disconnect()
   // verify via a fresh consumer what is in the log
   const c2 = kafka.consumer({ groupId: uniq('rv') }); await c2.connect(); await c2.subscribe({ topic: t, fromBeginning: true })
-  const inlog = new Set(); const last = {}
-  await new Promise(async res => { const to = setTimeout(res, 15000); await c2.run({ eachMessage: async ({ partition, message }) => { inlog.add(message.value.toString()); last[partition] = Number(message.offset); if (ends.every(e => Number(e.high) === 0 || last[e.partition] >= Number(e.high) - 1)) { clearTimeout(to); res() } } }) })
+  const inlog = new Set(); const last = {}; let records = 0
+  await new Promise(async res => { const to = setTimeout(res, 15000); await c2.run({ eachMessage: async ({ partition, message }) => { records++; inlog.add(message.value.toString()); last[partition] = Number(message.offset); if (ends.every(e => Number(e.high) === 0 || last[e.partition] >= Number(e.high) - 1)) { clearTimeout(to); res() } } }) })
   await c2.disconnect()
   const lost = [...acked].filter(v => !inlog.has(v))
-  console.log('log holds', inlog.size, 'acked-but-lost', lost.length, lost.slice(0, 5), 'ends', j(ends.map(e => e.high)))
+  console.log('log holds', records, 'records,', inlog.size, 'distinct (duplicates:', records - inlog.size, '),', 'acked-but-lost', lost.length, lost.slice(0, 5), 'ends', j(ends.map(e => e.high)))
   console.log('group offsets', j((await admin.fetchOffsets({ groupId: g, topics: [t] }))[0].partitions.map(x => x.offset)), 'other group', j((await admin.fetchOffsets({ groupId: og, topics: [t] }))[0].partitions.map(x => x.offset)))
   await p.disconnect(); await admin.disconnect()
 })

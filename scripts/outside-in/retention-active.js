@@ -5,10 +5,12 @@
 const { kafka, run, uniq, j, sleep } = require('./common')
 run(async () => {
   const admin = kafka.admin(); await admin.connect()
-  const t = uniq('quiet')
-  await admin.createTopics({ waitForLeaders: true, topics: [{ topic: t, configEntries: [{ name: 'retention.ms', value: '5000' }] }] })
+  // control: retention.bytes=1 keeps the single segment in Kafka too (deleteRetentionSizeBreachedSegments deletes a
+  // segment only while size - retention.bytes >= the segment's size)
+  const t = uniq('quiet'), b = uniq('quietb')
+  await admin.createTopics({ waitForLeaders: true, topics: [{ topic: t, configEntries: [{ name: 'retention.ms', value: '5000' }] }, { topic: b, configEntries: [{ name: 'retention.bytes', value: '1' }] }] })
   const p = kafka.producer(); await p.connect()
-  await p.send({ topic: t, messages: [{ key: 'a', value: '1' }, { key: 'b', value: '2' }, { key: 'c', value: '3' }] })
-  for (const s of [0, 10, 20]) { if (s) await sleep(10000); console.log(`t=${s}s`, j(await admin.fetchTopicOffsets(t))) }
+  for (const x of [t, b]) await p.send({ topic: x, messages: [{ key: 'a', value: '1' }, { key: 'b', value: '2' }, { key: 'c', value: '3' }] })
+  for (const s of [0, 10, 20]) { if (s) await sleep(10000); console.log(`t=${s}s`, 'retention.ms=5000:', j(await admin.fetchTopicOffsets(t)), 'retention.bytes=1:', j(await admin.fetchTopicOffsets(b))) }
   await p.disconnect(); await admin.disconnect()
 })
