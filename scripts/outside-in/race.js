@@ -6,10 +6,13 @@ run(async () => {
   const t = uniq('race')
   const mode = process.argv[2] || 'recreate'
   const N = Number(process.env.N || 100000)
-  const cfg = [{ name: 'cleanup.policy', value: mode === 'deleterecords' ? 'compact,delete' : 'compact' }, { name: 'segment.bytes', value: String(256 << 10) }, { name: 'min.cleanable.dirty.ratio', value: '0.99' }]
+  // mode 'retention': records stamped so that they pass retention.ms=RET ms a few seconds into the clean
+  // (needs the broker's log.retention.check.interval.ms small, e.g. 1000)
+  const RET = Number(process.env.RET || 60000), stampAge = RET - Number(process.env.EXPIRE_IN || 8000)
+  const cfg = [{ name: 'cleanup.policy', value: mode === 'deleterecords' || mode === 'retention' ? 'compact,delete' : 'compact' }, ...(mode === 'retention' ? [{ name: 'retention.ms', value: String(RET) }] : []), { name: 'segment.bytes', value: String(256 << 10) }, { name: 'min.cleanable.dirty.ratio', value: '0.99' }]
   await admin.createTopics({ waitForLeaders: true, topics: [{ topic: t, configEntries: cfg }] })
   const p = kafka.producer(); await p.connect()
-  for (let i = 0; i < N; i += 5000) await p.send({ topic: t, compression: CompressionTypes.GZIP, messages: [...Array(5000).keys()].map(k => ({ key: 'old' + ((i + k) % 3000), value: 'OLD-' + (i + k) })) })
+  for (let i = 0; i < N; i += 5000) await p.send({ topic: t, compression: CompressionTypes.GZIP, messages: [...Array(5000).keys()].map(k => ({ key: 'old' + ((i + k) % 3000), value: 'OLD-' + (i + k), ...(mode === 'retention' && i + k < N - 5000 ? { timestamp: String(Date.now() - stampAge) } : {}) })) })
   console.log('old topic', j(await admin.fetchTopicOffsets(t)))
   const t0 = Date.now()
   const compaction = compact(t, 0).then(r => { console.log('compaction finished after', Date.now() - t0, 'ms', r[0], r[1].slice(0, 300).replace(/\s+/g, ' ')); return r })
