@@ -589,45 +589,97 @@ class PartitionLog:
         return out
 
     def apply_retention(self, now_ms: int | None = None) -> int:
-        """Delete whole segments past ``retention.ms``/``retention.bytes`` (never the
-        active one) and those below the log start offset; returns segments deleted."""
+        """Kafka's ``UnifiedLog.deleteOldSegments``: segments below the log start offset,
+        then (with ``delete`` in ``cleanup.policy``) those past ``retention.bytes`` and
+        those past ``retention.ms``; returns the number of segments deleted.
+
+        Each pass takes a prefix of the log (:meth:`_deletable_segments`), and that
+        includes the active segment when it breaches too and is not empty: Kafka then
+        rolls a new, empty active segment first, so an idle topic's records expire and
+        its log start offset becomes the log end offset.
+        """
         now = self.clock() if now_ms is None else now_ms
         with self.lock:
-            doomed = self._start_breached()
+            deleted = self._delete_old_segments(self._start_offset_breach)
             if self.config.delete:
-                sealed = self.segments[:-1]
-                retention_ms = self.config.retention_ms
-                if retention_ms >= 0:
-                    for seg in sealed:
-                        if now - seg.largest_timestamp > retention_ms:
-                            if seg not in doomed:
-                                doomed.append(seg)
-                        else:
-                            break
-                retention_bytes = self.config.retention_bytes
-                if retention_bytes >= 0:
-                    diff = self.size_bytes() - retention_bytes
-                    for seg in sealed:
-                        if diff - seg.size >= 0:
-                            diff -= seg.size
-                            if seg not in doomed:
-                                doomed.append(seg)
-                        else:
-                            break
-            doomed = [s for s in self.segments if s in doomed]  # keep log order
-            # deletion must be a prefix of the log
-            prefix = []
-            for seg, want in zip(self.segments, doomed, strict=False):
-                if seg is want:
-                    prefix.append(seg)
-                else:
-                    break
-            self._delete_segments(prefix)
-            return len(prefix)
+                deleted += self._delete_retention_size_breached()
+                deleted += self._delete_retention_ms_breached(now)
+            return deleted
 
-    def _delete_segments(self, doomed: list[LogSegment]) -> None:
+    def _start_offset_breach(self, seg: LogSegment, nxt: LogSegment | None) -> bool:
+        # never the last segment: the log start offset may equal the log end offset
+        return nxt is not None and nxt.base_offset <= self.log_start_offset
+
+    def _delete_retention_ms_breached(self, now: int) -> int:
+        """Kafka's ``deleteRetentionMsBreachedSegments``."""
+        retention_ms = self.config.retention_ms
+        if retention_ms < 0:
+            return 0
+        return self._delete_old_segments(
+            lambda seg, _nxt: now - seg.largest_timestamp > retention_ms, now
+        )
+
+    def _delete_retention_size_breached(self) -> int:
+        """Kafka's ``deleteRetentionSizeBreachedSegments``: the oldest segments while the
+        log stays at least ``retention.bytes`` without them (so the active segment goes
+        only with ``retention.bytes=0``)."""
+        retention_bytes = self.config.retention_bytes
+        size = self.size_bytes()
+        if retention_bytes < 0 or size < retention_bytes:
+            return 0
+        diff = size - retention_bytes
+
+        def breached(seg: LogSegment, _nxt: LogSegment | None) -> bool:
+            nonlocal diff
+            if diff - seg.size >= 0:
+                diff -= seg.size
+                return True
+            return False
+
+        return self._delete_old_segments(breached)
+
+    def _delete_old_segments(
+        self,
+        predicate: Callable[[LogSegment, LogSegment | None], bool],
+        now: int | None = None,
+    ) -> int:
+        doomed = self._deletable_segments(predicate)
+        if doomed:
+            self._delete_segments(doomed, now)
+        return len(doomed)
+
+    def _deletable_segments(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool]
+    ) -> list[LogSegment]:
+        """Kafka's ``UnifiedLog.deletableSegments``: from the oldest segment while
+        ``predicate`` holds. A segment qualifies only if all its offsets are below the
+        high watermark (the log start offset never passes it); a last segment that is
+        empty never does."""
+        out: list[LogSegment] = []
+        segs = self.segments
+        hw = self.high_watermark
+        for i, seg in enumerate(segs):
+            nxt = segs[i + 1] if i + 1 < len(segs) else None
+            last_and_empty = nxt is None and seg.size == 0
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            if hw >= upper and predicate(seg, nxt) and not last_and_empty:
+                out.append(seg)
+            else:
+                break
+        return out
+
+    def _delete_segments(self, doomed: list[LogSegment], now: int | None = None) -> None:
+        """Remove a prefix of the log (Kafka's ``UnifiedLog.deleteSegments``). There is
+        always at least one segment: deleting them all rolls a new active one first, at
+        the log end offset, which becomes the log start offset."""
         if not doomed:
             return
+        if len(doomed) == len(self.segments):
+            new = self.roll(now=now)
+            if doomed[-1] is new:  # an empty active segment stays as the new one
+                doomed = doomed[:-1]
+                if not doomed:
+                    return
         for seg in doomed:
             self._remove(seg)
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)

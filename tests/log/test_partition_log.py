@@ -186,7 +186,9 @@ def test_topic_compression_type_recompresses_batches(manager):
     assert b.records()[0].value == b"1" * 100
 
 
-def test_retention_ms_deletes_old_segments_but_never_the_active_one(manager, clock):
+def test_retention_ms_deletes_expired_segments_and_rolls_an_expired_active_one(manager, clock):
+    """UnifiedLog.deleteSegments: all segments expired, the active one too, so a new
+    empty active segment is rolled at the log end first (see test_retention_active)."""
     manager.create_topic(
         "t", 1, {"segment.bytes": "150", "retention.ms": "1000", "file.delete.delay.ms": "0"}
     )
@@ -197,9 +199,9 @@ def test_retention_ms_deletes_old_segments_but_never_the_active_one(manager, clo
     assert segs > 2
     clock.advance(5000)
     deleted = plog.apply_retention()
-    assert deleted == segs - 1
+    assert deleted == segs
     assert len(plog.segments) == 1
-    assert plog.log_start_offset == plog.active_segment.base_offset
+    assert plog.log_start_offset == plog.active_segment.base_offset == plog.log_end_offset == 6
     assert not list(plog.dir.glob("*.deleted"))
     with pytest.raises(OffsetOutOfRangeError):
         plog.read(0, 100)
