@@ -24,7 +24,8 @@ from kompakt.broker.handlers.common import (
 from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
-from kompakt.errors import KafkaStorageError
+from kompakt.errors import InvalidTopicError, KafkaStorageError
+from kompakt.log.names import is_internal
 from kompakt.log.partition_log import PartitionLog
 from kompakt.record.batch import iter_batches
 
@@ -106,6 +107,12 @@ def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]],
             else:
                 try:
                     plog = ctx.logs.get_log(name, p.index)
+                    if is_internal(name):
+                        # ReplicaManager.appendToLocalLog (internalTopicsAllowed=false for
+                        # clients): a forged offset record or tombstone would change another
+                        # group's offsets at the next load. The coordinator appends to the
+                        # log directly and never comes through here.
+                        raise InvalidTopicError(f"Cannot append to internal topic {name}")
                     resp.update(_append(plog, producers, bytes(p.records), acks == -1))
                 except Exception as exc:
                     code, msg = error_of(exc)
