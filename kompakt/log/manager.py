@@ -34,7 +34,7 @@ from kompakt.errors import (
 )
 from kompakt.log.checkpoint import OffsetCheckpointFile, fsync_dir
 from kompakt.log.config import BrokerDefaults, TopicConfig
-from kompakt.log.names import invalid_topic_reason, validate_topic_name
+from kompakt.log.names import invalid_topic_reason, validate_no_collision, validate_topic_name
 from kompakt.log.partition_log import Clock, PartitionLog
 
 log = logging.getLogger(__name__)
@@ -345,6 +345,10 @@ class LogManager:
         with self.lock:
             if name in self._topics:
                 raise TopicExistsError(f"Topic '{name}' already exists.")
+            # Kafka's ReplicationControlManager.validateNewTopicNames: 'a.b' and 'a_b'
+            # would share metric names; every creation path (CreateTopics, Metadata
+            # auto-create, the offline CLI, the coordinator) comes through here
+            validate_no_collision(name, self._topics)
             meta = TopicMeta(name, partitions, _new_topic_id(), dict(config.overrides))
             if validate_only:
                 return meta

@@ -84,3 +84,11 @@ def find_collision(name: str, existing: Iterable[str]) -> str | None:
         if other != name and unify_collision_chars(other) == unified:
             return other
     return None
+
+
+def validate_no_collision(name: str, existing: Iterable[str]) -> None:
+    """Raise ``InvalidTopicError`` if ``name`` collides with an existing topic, with
+    Kafka's message (``ReplicationControlManager.validateNewTopicNames``)."""
+    other = find_collision(name, existing)
+    if other is not None:
+        raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {other}")
