@@ -64,5 +64,7 @@ def export(
         from kompakt.pipeline import session
         from kompakt.pipeline.export import export_latest
 
-        rows = export_latest(session(), data_dir, topic, out, format=fmt, overwrite=overwrite)
+        rows = export_latest(
+            session(), data_dir, topic, out, format=fmt, overwrite=overwrite, quiet_interrupt=True
+        )
     emit(f"Exported {rows} key(s) of {topic} to {out} ({fmt}).")

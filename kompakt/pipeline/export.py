@@ -17,9 +17,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
+import threading
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kompakt.errors import KompaktError
 from kompakt.log.names import validate_topic_name
@@ -27,6 +31,8 @@ from kompakt.pipeline import register
 
 if TYPE_CHECKING:  # PySpark is imported on use: refusing an output needs no Spark
     from pyspark.sql import DataFrame, SparkSession
+
+T = TypeVar("T")
 
 COLUMNS = ("key", "value", "partition", "offset", "timestamp", "headers")
 
@@ -114,13 +120,17 @@ def export_latest(
     out_path: str | os.PathLike,
     format: str = "parquet",
     overwrite: bool = False,
+    *,
+    quiet_interrupt: bool = False,
 ) -> int:
     """Write the latest state of ``topic`` to ``out_path``; returns the rows written.
 
     ``out_path`` must be missing or empty, or with ``overwrite`` an earlier export
     (:func:`check_export_target`). The rows go to a hidden sibling folder first and
     replace ``out_path`` in two renames once complete; on any error or interrupt the
-    sibling is removed and ``out_path`` is as it was.
+    sibling is removed and ``out_path`` is as it was. Ctrl-C cancels the export's own
+    Spark jobs (not others of the session) and raises ``KeyboardInterrupt`` once they
+    stopped; ``quiet_interrupt`` silences Spark's log of the cancelled jobs.
 
     CSV has no binary or nested types: there ``key``/``value`` are base64 (lossless, as
     Spark's JSON writer already does) and ``headers`` a JSON string.
@@ -141,15 +151,99 @@ def export_latest(
             F.to_json("headers").alias("headers"),
         )
     table = table.cache()
-    try:
+
+    def write() -> int:
         rows = table.count()
         table.write.format(format).mode("errorifexists").save(str(tmp))
+        return rows
+
+    try:
+        rows = _cancellable(spark, write, quiet=quiet_interrupt)
         check_export_target(out_path, data_dir, overwrite)  # it may have changed meanwhile
         _move_into_place(tmp, out)
+    except KeyboardInterrupt:
+        _remove_settled(tmp)
+        raise
     finally:
         table.unpersist()
         shutil.rmtree(tmp, ignore_errors=True)
     return rows
+
+
+def _remove_settled(path: Path, quiet_s: float = 0.5, timeout_s: float = 10.0) -> None:
+    """Remove ``path`` until it stays gone for ``quiet_s``: the JVM side of an
+    interrupted write (Spark 4 runs it on a thread of its own) can still set up the
+    job's folders a moment after the Python call returned."""
+    deadline = time.monotonic() + timeout_s
+    gone_since: float | None = None
+    while time.monotonic() < deadline:
+        if os.path.lexists(path):
+            shutil.rmtree(path, ignore_errors=True)
+            gone_since = None
+        elif gone_since is None:
+            gone_since = time.monotonic()
+        elif time.monotonic() - gone_since >= quiet_s:
+            return
+        time.sleep(0.05)
+
+
+def _cancellable(spark: SparkSession, action: Callable[[], T], *, quiet: bool = False) -> T:
+    """Run Spark ``action`` on a worker thread in a job group of its own, so Ctrl-C
+    cancels exactly its jobs and is then raised here.
+
+    A ``KeyboardInterrupt`` is delivered to the main thread; waiting in a ``join``
+    rather than inside a py4j call, that thread can still talk to the JVM (PySpark's
+    own SIGINT handler calls back into the JVM from inside the blocked call and fails
+    with a reentrant-call traceback, leaving the jobs running). After cancelling, it
+    waits for the worker, so no task writes on once the caller cleans up. ``quiet``
+    turns Spark's logging off first: the ERROR lines (with Java stack traces) a
+    cancelled job logs are noise to a user who asked to stop.
+    """
+    group = f"kompakt-export-{uuid.uuid4().hex}"
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        spark.sparkContext.setJobGroup(group, "kompakt export", interruptOnCancel=True)
+        spark.addTag(group)  # Spark 4: the SQL executions (the write command) too
+        try:
+            outcome["value"] = action()
+        except BaseException as exc:  # handed to the waiting thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work, name="kompakt-export", daemon=True)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler) if main else None
+    try:
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.2)
+        except KeyboardInterrupt:
+            if quiet:
+                spark.sparkContext.setLogLevel("OFF")
+            spark.interruptTag(group)
+            spark.sparkContext.cancelJobGroup(group)
+            worker.join()
+            _wait_for_killed_tasks(spark)
+            raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _wait_for_killed_tasks(spark: SparkSession, timeout_s: float = 60.0) -> None:
+    """Wait until no task runs: a cancelled job fails at once on the driver while its
+    tasks are killed asynchronously, and a task still writing would make the output
+    folder again after the caller removed it."""
+    tracker = spark.sparkContext._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(e.numRunningTasks() for e in tracker.getExecutorInfos()):
+            return
+        time.sleep(0.1)
 
 
 def _move_into_place(tmp: Path, out: Path) -> None:

@@ -171,3 +171,45 @@ def test_ctrl_c_stops_serve_cleanly_with_130(tmp_path: Path):
     assert "Traceback" not in err
     assert err.strip().splitlines()[-1] == "interrupted: the broker stopped cleanly"
     assert (data / ".kafka_cleanshutdown").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_export_keeps_the_earlier_export_whole(data_dir: Path, tmp_path: Path):
+    """SIGINT while Spark writes (PySpark cancels its jobs and raises KeyboardInterrupt):
+    --out stays the earlier export, or is the new one complete; never a mix, never
+    gone, and no temporary folder is left beside it."""
+    with LogManager(data_dir) as logs:
+        logs.get_log("t", 0).append(
+            build_simple_batch([(b"k%d" % i, b"v%d" % i) for i in range(2000)], timestamp=1)
+        )
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "part-00000-old.json").write_text('{"old": true}\n')
+    (out / "_SUCCESS").write_text("")
+    old = snapshot(out, mtimes=False)
+    proc = kompakt(
+        "export", "t", "--data-dir", data_dir, "--out", out, "--format", "json", "--overwrite",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def temp_folders() -> list[Path]:
+        return [p for p in tmp_path.iterdir() if p.name.startswith(".out.kompakt-export-")]
+
+    try:
+        wait_for(lambda: temp_folders() or proc.poll() is not None, "Spark to write", 300)
+        proc.send_signal(signal.SIGINT)
+        _stdout, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err
+    assert temp_folders() == []
+    assert not [p for p in tmp_path.iterdir() if ".kompakt-replaced-" in p.name]
+    if proc.returncode == 130:
+        assert err.strip().splitlines()[-1] == "interrupted"
+        assert snapshot(out, mtimes=False) == old
+    else:  # the signal came after the export was in place
+        assert proc.returncode == 0, err
+        parts = "".join(p.read_text() for p in out.glob("part-*.json"))
+        assert parts.count("\n") == 2000 and "old" not in parts
+    assert not holds_lock(data_dir)
