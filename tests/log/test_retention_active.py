@@ -137,3 +137,37 @@ def test_expired_active_segment_survives_restart_with_log_start_at_end(tmp_path,
         assert plog.log_start_offset == plog.log_end_offset == 3
     finally:
         m.close()
+
+
+def test_idle_topic_expires_on_a_running_broker_watermarks_via_list_offsets(tmp_path):
+    """The broker's retention thread on an idle topic: ListOffsets (confluent-kafka's
+    get_watermark_offsets) reports low == high == 3 once the three records expire."""
+    import time
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kompakt.broker.app import start_test_broker
+
+    b = start_test_broker(tmp_path / "d", **{"log.retention.check.interval.ms": "200"})
+    try:
+        a = AdminClient({"bootstrap.servers": b.bootstrap})
+        cfg = {"retention.ms": "1000", "file.delete.delay.ms": "0"}
+        a.create_topics([NewTopic("idle", 1, 1, config=cfg)])["idle"].result(10)
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+        for i in range(3):
+            p.produce("idle", key=b"k%d" % i, value=b"v")
+        assert p.flush(10) == 0
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm"})
+        try:
+            tp = TopicPartition("idle", 0)
+            deadline = time.monotonic() + 20
+            marks = c.get_watermark_offsets(tp, timeout=10)
+            while marks != (3, 3) and time.monotonic() < deadline:
+                time.sleep(0.2)
+                marks = c.get_watermark_offsets(tp, timeout=10)
+            assert marks == (3, 3)
+        finally:
+            c.close()
+    finally:
+        b.stop()
