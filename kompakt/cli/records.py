@@ -248,6 +248,8 @@ def consume(
     """
     if from_beginning and offset is not None:
         raise CliError("use either --from-beginning or --offset, not both")
+    if group is not None and data_dir is not None:  # before the data dir is even looked at
+        raise CliError("--group needs a broker: consumer groups live on the broker")
     if json_out and fmt not in (None, ConsumeFormat.json):
         raise CliError(f"use either --json or --format {fmt.value}, not both")
     show = FORMATTERS[ConsumeFormat.json if json_out else fmt or ConsumeFormat.text]

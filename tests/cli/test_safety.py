@@ -53,7 +53,6 @@ NOT_A_DATA_DIR_VERBS = [
     ("topic", "describe"),
     ("topic", "describe", "photos"),
     ("consume", "photos"),
-    ("consume", "photos", "--group", "g"),
     ("topic", "alter", "photos", "--config", "retention.ms=1"),
     ("topic", "delete", "photos"),
     ("produce", "photos"),
@@ -241,3 +240,10 @@ def test_an_offline_writer_leaves_other_topics_byte_identical(
     for other in ("a-1", "a-10", "b"):
         assert _topic_files(after, other) == _topic_files(before, other), other
         assert run("consume", other, "-d", neighbours).stdout.count("\n") == 5
+
+
+def test_consume_group_offline_is_refused_before_the_folder_is_looked_at(user_folder: Path):
+    before = snapshot(user_folder)
+    r = run("consume", "photos", "-d", user_folder, "--group", "g")
+    assert_one_line_error(r, "--group needs a broker")
+    assert snapshot(user_folder) == before
