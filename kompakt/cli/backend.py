@@ -539,9 +539,12 @@ class DataDirReader:
         out: dict[str, tuple[int, str, dict[str, str]]] = {}
         path = self.data_dir / TOPICS_FILE
         if path.exists():
-            for name, m in json.loads(path.read_text()).items():
-                if invalid_topic_reason(name) is None:  # a name from a file is no path
-                    out[name] = (int(m["partitions"]), m["topic_id"], dict(m["configs"]))
+            try:
+                for name, m in json.loads(path.read_text()).items():
+                    if invalid_topic_reason(name) is None:  # a name from a file is no path
+                        out[name] = (int(m["partitions"]), m["topic_id"], dict(m["configs"]))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise CliError(f"cannot read {path}: not kompakt's topics file ({exc})") from None
         for p in self.data_dir.iterdir():
             parsed = parse_partition_dir(p.name) if p.is_dir() else None
             if parsed is None or invalid_topic_reason(parsed[0]) is not None:

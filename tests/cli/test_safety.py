@@ -247,3 +247,12 @@ def test_consume_group_offline_is_refused_before_the_folder_is_looked_at(user_fo
     r = run("consume", "photos", "-d", user_folder, "--group", "g")
     assert_one_line_error(r, "--group needs a broker")
     assert snapshot(user_folder) == before
+
+
+@pytest.mark.parametrize("body", ["{not json", "[1, 2]", '{"t": {"partitions": 1}}'])
+def test_a_damaged_topics_file_is_one_error_line_for_readers(data_dir: Path, body: str):
+    (data_dir / "kompakt-topics.json").write_text(body)
+    before = snapshot(data_dir)
+    for verb in (("topic", "list"), ("topic", "describe"), ("consume", "users")):
+        assert_one_line_error(run(*verb, "-d", data_dir), "kompakt-topics.json")
+    assert snapshot(data_dir) == before
