@@ -266,6 +266,47 @@ def is_io_error(exc: BaseException) -> bool:
     return False
 
 
+def log_changed(
+    plog: PartitionLog,
+    start_offset: int,
+    planned: Sequence[LogSegment],
+    start_counts: bool = True,
+) -> str | None:
+    """Why ``plog`` is no longer the log a clean planned (None if it still is): planned
+    segments were removed by retention or DeleteRecords (or, with ``start_counts``, its
+    log start offset moved on). Kafka lets retention, DeleteRecords and the cleaner run
+    side by side; what one removes, the other must neither need nor bring back."""
+    live = {id(s) for s in plog.segments_snapshot()}
+    gone = [s.base_offset for s in planned if id(s) not in live]
+    now = plog.log_start_offset
+    if not gone and not (start_counts and now > start_offset):
+        return None
+    what = f"log start offset {start_offset} -> {now}"
+    if gone:
+        what += f", {len(gone)} planned segments removed (first {gone[0]})"
+    return (
+        f"{plog.name} changed during the clean ({what}: retention or DeleteRecords); "
+        "the clean is abandoned and retried at the next pass"
+    )
+
+
+def reraise_classified(
+    plog: PartitionLog, start_offset: int, planned: Sequence[LogSegment], exc: Exception
+) -> None:
+    """Classify an engine failure after the fact: a clean whose log changed under it
+    failed because of that (a segment file gone, a range now below the log start
+    offset; a Spark task's error says so only as text) and is abandoned, raised as
+    :class:`SegmentsChangedError`, not a reason to mark the partition uncleanable.
+    Returns (the caller re-raises ``exc``) when the log did not change."""
+    if isinstance(exc, KompaktError) and not isinstance(exc, CorruptRecordError):
+        return  # an abort, or already classified
+    why = log_changed(plog, start_offset, planned)
+    if why is None:
+        return
+    log.info("%s (the engine failed with %s: %s)", why, type(exc).__name__, exc)
+    raise SegmentsChangedError(why) from exc
+
+
 def remove_cleaned_files(directory: Path, groups: Sequence[Sequence[LogSegment]]) -> None:
     """Drop the ``.cleaned`` files of a rewrite that failed part-way (Spark tasks that
     finished before another one failed leave theirs): on a full disk they hold the
@@ -428,6 +469,9 @@ class Cleaner:
         self.compactions_total = 0
         self.cleaned_bytes_total = 0
         self.last_run_ms: int | None = None
+        register = getattr(logs, "register_cleaning", None)
+        if register is not None:  # partition deletion aborts and waits for our cleans
+            register(self.states)
 
     def engine_named(self, name: str | None) -> Engine:
         """This cleaner's engine, or another one by name (built once, then kept)."""
@@ -631,6 +675,13 @@ class Cleaner:
         """
         tp = (plog.topic, plog.partition)
         with self.lock:
+            if not self._is_live(plog):  # deleted while this request waited for it
+                return report.PartitionResult(
+                    plog.topic,
+                    plog.partition,
+                    report.SKIPPED,
+                    reason=f"{plog.name} was deleted; nothing to clean",
+                )
             ltc = self.log_to_clean(plog)
             if ltc.checkpoint_reset and not dry_run:
                 self._update_checkpoint(tp, ltc.first_dirty_offset)
@@ -709,7 +760,15 @@ class Cleaner:
         tp = (plog.topic, plog.partition)
 
         def check_done(tp: tuple[str, int]) -> None:
-            self.states.check_done(tp)
+            try:
+                self.states.check_done(tp)
+            except CleaningAbortedError as exc:
+                if exc.shutdown:
+                    raise
+                # this partition only (LogManager.delete_topic: abortAndPauseCleaning)
+                raise SegmentsChangedError(
+                    f"{plog.name} {exc.why}; the clean is abandoned"
+                ) from None
             if not self._is_live(plog):  # Kafka's deleteLog aborts the clean first
                 raise SegmentsChangedError(
                     f"{plog.name} was deleted during the clean; the clean is abandoned"
@@ -717,6 +776,17 @@ class Cleaner:
 
         engine.check_done = check_done
         check_done(tp)
+        start_offset = plog.log_start_offset
+        planned = plog.segments_snapshot()
+
+        def check_unchanged(segments: Sequence[LogSegment]) -> None:
+            """Kafka ``LocalLog.replaceSegments`` never brings back a segment that
+            retention or DeleteRecords removed: a clean whose planned segments went
+            meanwhile is abandoned (the next pass plans it afresh)."""
+            why = log_changed(plog, start_offset, segments, start_counts=False)
+            if why is not None:
+                raise SegmentsChangedError(why)
+
         stats = CleanStats(
             plog.topic,
             plog.partition,
@@ -727,10 +797,14 @@ class Cleaner:
             started_ms=now,
             dirty_ratio=ltc.cleanable_ratio,
         )
-        segments = plog.segments_snapshot()
+        segments = planned
         stats.segments_before = len(segments)
-        producers = summarize_producers(segments, now)
-        dirty = engine.dedup(ltc, producers)
+        try:
+            producers = summarize_producers(segments, now)
+            dirty = engine.dedup(ltc, producers)
+        except Exception as exc:
+            reraise_classified(plog, start_offset, segments, exc)
+            raise
         stats.end_offset = dirty.end_offset
         stats.partial = dirty.partial
         stats.map_utilization = dirty.map_utilization
@@ -752,8 +826,14 @@ class Cleaner:
             producers=producers,
         )
         try:
-            results = engine.rewrite(plog, groups, dirty, ctx, dry_run, progress)
+            try:
+                check_unchanged(to_clean)
+                results = engine.rewrite(plog, groups, dirty, ctx, dry_run, progress)
+            except Exception as exc:
+                reraise_classified(plog, start_offset, to_clean, exc)
+                raise
             check_done(tp)  # the last point to stop: swapping is not undone
+            check_unchanged(to_clean)
         except BaseException:
             if not dry_run:
                 remove_cleaned_files(plog.dir, groups)

@@ -10,9 +10,12 @@ out and wakes waiters. :class:`CleaningStates` is that map for kompakt, shared b
 background pass and every "compact now" request, so two cleans of one partition never
 overlap: a second request waits for the running one and then plans afresh.
 
-kompakt needs no paused state (nothing truncates or deletes a partition under a clean
-without the clean noticing: :class:`~kompakt.errors.SegmentsChangedError`); instead
-``close`` aborts every clean and refuses new ones, for a broker shutdown or a Ctrl-C.
+The paused state is Kafka's ``LogCleaningPaused``, for what must not run under a clean:
+``abort_and_pause`` (``LogCleanerManager.abortAndPauseCleaning``, called by
+``LogManager.asyncDelete`` before a partition is deleted) aborts a running clean of the
+partition, waits until it has stopped and keeps new ones out until ``resume``
+(``resumeCleaning``). ``close`` aborts every clean and refuses new ones, for a broker
+shutdown or a Ctrl-C.
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ class CleaningAbortedError(KompaktError):
 
     error_code = -1
 
-    def __init__(self, tp: TopicPartition | None, why: str):
+    def __init__(self, tp: TopicPartition | None, why: str, shutdown: bool = True):
         self.tp = tp
         self.why = why
+        # False: only this partition's clean was aborted (abort_and_pause), not all
+        self.shutdown = shutdown
         self.report: list = []  # results of a "compact now" finished before the abort
         name = f"{tp[0]}-{tp[1]}" if tp else "compaction"
         super().__init__(f"{why}: compaction of {name} cancelled, nothing changed")
@@ -55,6 +60,8 @@ class CleaningStates:
         self._cv = threading.Condition()
         self._states: dict[TopicPartition, CleaningState] = {}
         self._closed: str | None = None  # why every clean is aborted from now on
+        self._paused: dict[TopicPartition, int] = {}  # Kafka LogCleaningPaused(count)
+        self._abort_why: dict[TopicPartition, str] = {}
 
     # -- taking a partition ---------------------------------------------------------------
     def grab(self, choose: Callable[[set[TopicPartition]], T | None], tp_of) -> T | None:
@@ -63,7 +70,7 @@ class CleaningStates:
         with self._cv:
             if self._closed is not None:
                 return None
-            chosen = choose(set(self._states))
+            chosen = choose(set(self._states) | set(self._paused))
             if chosen is not None:
                 self._states[tp_of(chosen)] = CleaningState.IN_PROGRESS
             return chosen
@@ -72,7 +79,7 @@ class CleaningStates:
         """Own ``tp`` for a clean, first waiting for a running clean of it to finish
         (a "compact now" while the background cleaner is on the same partition)."""
         with self._cv:
-            while tp in self._states and self._closed is None:
+            while (tp in self._states or tp in self._paused) and self._closed is None:
                 self._cv.wait()
             if self._closed is not None:
                 raise CleaningAbortedError(tp, self._closed)
@@ -82,6 +89,7 @@ class CleaningStates:
         """Kafka ``doneCleaning``: ``tp`` may be cleaned again; waiters wake."""
         with self._cv:
             self._states.pop(tp, None)
+            self._abort_why.pop(tp, None)
             self._cv.notify_all()
 
     # -- stopping ---------------------------------------------------------------------------
@@ -89,7 +97,41 @@ class CleaningStates:
         """Kafka ``checkCleaningAborted``: what an engine polls between segments."""
         with self._cv:
             if self._states.get(tp) is CleaningState.ABORTED:
-                raise CleaningAbortedError(tp, self._closed or "aborted")
+                if self._closed is not None:
+                    raise CleaningAbortedError(tp, self._closed)
+                raise CleaningAbortedError(tp, self._abort_why.get(tp, "aborted"), shutdown=False)
+
+    def abort_and_pause(self, tp: TopicPartition, why: str, timeout: float = 300.0) -> bool:
+        """Kafka ``abortAndPauseCleaning``: abort a running clean of ``tp`` (its engine
+        stops at the next check and leaves the partition as it was), wait until it has
+        stopped, and keep ``tp`` from being cleaned until :meth:`resume`. ``why`` ends
+        up in the abandoned clean's report. False if the clean did not stop in time."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            self._paused[tp] = self._paused.get(tp, 0) + 1
+            if tp in self._states:
+                self._states[tp] = CleaningState.ABORTED
+                self._abort_why.setdefault(tp, why)
+            while tp in self._states:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+            return True
+
+    def resume(self, tp: TopicPartition) -> None:
+        """Kafka ``resumeCleaning``: undo one :meth:`abort_and_pause`."""
+        with self._cv:
+            count = self._paused.get(tp, 0) - 1
+            if count > 0:
+                self._paused[tp] = count
+            else:
+                self._paused.pop(tp, None)
+            self._cv.notify_all()
+
+    def is_paused(self, tp: TopicPartition) -> bool:
+        with self._cv:
+            return tp in self._paused
 
     def is_aborted(self, tp: TopicPartition) -> bool:
         with self._cv:

@@ -19,6 +19,7 @@ import shutil
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -387,18 +388,47 @@ class LogManager:
         )
 
     def delete_topic(self, name: str) -> None:
-        with self.lock:
-            meta = self._require(name)
-            for part in range(meta.partitions):
-                plog = self._logs.pop((name, part))
-                with plog.lock:
-                    plog.close()
-                    target = self.dir / delete_dir_name(name, part)
-                    os.replace(plog.dir, target)
-                    shutil.rmtree(target, ignore_errors=True)
-            del self._topics[name]
-            self._save_topics()
+        """Kafka ``LogManager.asyncDelete``: a running clean of each partition is aborted
+        and waited for first (``cleaner.abortCleaning``), and no clean starts on it until
+        the partition is gone; only then are its files closed and removed."""
+        tps = [(name, part) for part in range(self._require(name).partitions)]
+        paused = self._pause_cleaning(tps, "was deleted during the clean")
+        try:
+            with self.lock:
+                meta = self._require(name)
+                for part in range(meta.partitions):
+                    plog = self._logs.pop((name, part))
+                    with plog.lock:
+                        plog.close()
+                        target = self.dir / delete_dir_name(name, part)
+                        os.replace(plog.dir, target)
+                        shutil.rmtree(target, ignore_errors=True)
+                del self._topics[name]
+                self._save_topics()
+        finally:
+            for states, tp in paused:
+                states.resume(tp)
         log.info("deleted topic %s", name)
+
+    def register_cleaning(self, states) -> None:
+        """A cleaner's in-progress state (``kompakt.cleaner.manager.CleaningStates``),
+        told to abort and wait before a partition is removed (the cleaner registers)."""
+        with self.lock:
+            known = self.__dict__.setdefault("_cleaning", weakref.WeakSet())
+            known.add(states)
+
+    def _pause_cleaning(self, tps: list[tuple[str, int]], why: str) -> list:
+        """``abortAndPauseCleaning`` of ``tps`` in every registered cleaner; called
+        without :attr:`lock` (a clean being aborted may need it to finish)."""
+        with self.lock:
+            known = list(self.__dict__.get("_cleaning", ()))
+        paused = []
+        for states in known:
+            for tp in tps:
+                if not states.abort_and_pause(tp, why):
+                    log.warning("the clean of %s-%d did not stop in time", *tp)
+                paused.append((states, tp))
+        return paused
 
     def alter_topic_config(
         self, name: str, set: Mapping[str, str] | None = None, delete: Iterable[str] = ()
