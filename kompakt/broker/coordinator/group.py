@@ -3,7 +3,10 @@
 All state lives on the broker's event loop: joins and syncs park on futures, session
 expiry and rebalance deadlines are ``loop.call_later`` timers (no polling). Committed
 offsets are kept in memory and written to the compacted ``__consumer_offsets`` topic;
-:meth:`GroupCoordinator.ensure_loaded` rebuilds them from it after a restart.
+:meth:`GroupCoordinator.ensure_loaded` rebuilds them from it after a restart, together
+with each group's membership (Kafka's ``GroupMetadataManager.loadGroup``): a group saved
+Stable comes back Stable at the same generation with its members, whose session timers
+start at the load, so members that do not come back expire and the group rebalances.
 
 Offsets expire as in Kafka (KIP-211, ``ClassicGroup.offsetExpirationCondition`` and
 ``OffsetMetadataManager.cleanupExpiredOffsets``): every
@@ -245,14 +248,7 @@ class GroupCoordinator:
                 g.offsets.update(offsets)
                 if meta is None:  # a simple consumer's group: offsets only
                     continue
-                g.generation = meta.generation
-                g.protocol_type = meta.protocol_type or None
-                # Members are not restored: a group saved with members becomes Empty now
-                # (Kafka would restore them and let their sessions expire).
-                g.state_timestamp = (
-                    now if meta.members or meta.state_timestamp < 0 else meta.state_timestamp
-                )
-                g.subscribed = set() if g.protocol_type == "consumer" else None
+                self._restore_group(g, meta, now)
             # Offsets of topics deleted (or deleted and created again) while the broker
             # was down go now, with tombstones, as DeleteTopics would have done.
             gone = await asyncio.to_thread(self._gone_topics)
@@ -264,8 +260,64 @@ class GroupCoordinator:
                 log.info("removed %d committed offsets of deleted topics %s", removed, sorted(gone))
             await asyncio.to_thread(self._save_topic_ids, None)
             self._loaded = True
+            self._on_loaded()
             if self._expiry_task is None and not self._closed:
                 self._expiry_task = self.loop.create_task(self._expiry_loop())
+
+    @staticmethod
+    def _restore_group(g: Group, meta: rec.GroupMetadataValue, now: int) -> None:
+        """Kafka's ``ClassicGroup.fromRecord`` (``GroupMetadataManager.loadGroup`` before
+        KIP-848): the group comes back from its latest metadata record with its protocol
+        type and name, generation, leader and members (member id, group.instance.id,
+        client id and host, timeouts, subscription and assignment); Stable if it has
+        members, else Empty. Session timers are armed by :meth:`_on_loaded`."""
+        g.generation = meta.generation
+        g.protocol_type = meta.protocol_type or None
+        g.state_timestamp = meta.state_timestamp if meta.state_timestamp >= 0 else now
+        if not meta.members:
+            g.subscribed = set() if g.protocol_type == "consumer" else None
+            return
+        g.protocol = meta.protocol
+        for mid, iid, cid, host, rb, sess, sub, asg in meta.members:
+            g.members[mid] = Member(
+                mid,
+                iid,
+                cid,
+                host,
+                sess,
+                rb,
+                meta.protocol_type,
+                [(meta.protocol or "", sub)],
+                asg,
+            )
+            if iid is not None:
+                g.static[iid] = mid
+        g.leader = meta.leader if meta.leader in g.members else next(iter(g.members))
+        g.state = STABLE
+        g.subscribed = GroupCoordinator._subscribed_topics(g)
+
+    def _on_loaded(self) -> None:
+        """Kafka's ``GroupMetadataManager.onLoaded``: every restored member gets a session
+        timer (``rescheduleClassicGroupMemberHeartbeat``), so a member that does not come
+        back is removed after its session timeout and the group rebalances; a group over
+        ``group.max.size`` (lowered while the broker was down) rebalances at once."""
+        if self._closed:  # shutdown already cancelled every timer
+            return
+        max_size = self._cfg("group.max.size", 2**31 - 1)
+        for g in self.groups.values():
+            if not g.members:
+                continue
+            log.info(
+                "group %s: loaded %s at generation %d with %d members",
+                g.group_id,
+                g.state,
+                g.generation,
+                len(g.members),
+            )
+            for m in g.members.values():
+                self._arm_session(g, m)
+            if len(g.members) > max_size:
+                self._prepare_rebalance(g)
 
     def _load(self) -> dict[str, tuple[rec.GroupMetadataValue | None, dict]]:
         """Replay ``__consumer_offsets`` in offset order (Kafka's
