@@ -94,7 +94,8 @@ class LogDirLockedError(KompaktError):
 
 
 class SegmentsChangedError(KompaktError):
-    """The segments a clean read were removed meanwhile; the clean is dropped, not retried."""
+    """The segments a clean read were removed meanwhile (retention, DeleteRecords, topic
+    deletion): the clean is abandoned, nothing swapped, and retried at the next pass."""
 
     error_code = -1
 
