@@ -308,6 +308,20 @@ def check_new_data_dir(data_dir: Path) -> None:
 # -- the offline backend: a data dir through LogManager ----------------------------------
 
 
+def offline_partitions(
+    topic: str, n_parts: int, partition: int | None, offset: int | None, group: str | None
+) -> list[int]:
+    """The partitions an offline consume reads, after the checks both offline readers share
+    (no groups without a broker, an existing partition, a non-negative offset)."""
+    if group is not None:
+        raise CliError("--group needs a broker: consumer groups live on the broker")
+    if partition is not None and not 0 <= partition < n_parts:
+        raise no_partition_error(topic, partition, n_parts)
+    if offset is not None and offset < 0:
+        raise CliError(f"offset must be >= 0, got {offset}")
+    return [partition] if partition is not None else list(range(n_parts))
+
+
 class OfflineBackend:
     """The verbs on a data dir, through ``kompakt.log.manager.LogManager``.
 
@@ -443,14 +457,9 @@ class OfflineBackend:
     ) -> Iterator[ConsumedRecord]:
         """Records of one or every partition (in partition order), from ``offset`` or the
         log start; control batches (transaction markers) are skipped."""
-        if group is not None:
-            raise CliError("--group needs a broker: consumer groups live on the broker")
-        n_parts = self.logs.partition_count(topic)
-        if partition is not None and not 0 <= partition < n_parts:
-            raise no_partition_error(topic, partition, n_parts)
-        if offset is not None and offset < 0:
-            raise CliError(f"offset must be >= 0, got {offset}")
-        parts = [partition] if partition is not None else list(range(n_parts))
+        parts = offline_partitions(
+            topic, self.logs.partition_count(topic), partition, offset, group
+        )
         return self._consume(topic, parts, offset, max_messages)
 
     def _consume(
@@ -620,14 +629,7 @@ class DataDirReader:
         """As :meth:`OfflineBackend.consume`: records of one or every partition in
         partition order, from ``offset`` or the log start, up to the log end as it was
         when reading began; control batches (transaction markers) skipped."""
-        if group is not None:
-            raise CliError("--group needs a broker: consumer groups live on the broker")
-        n_parts = self._require(topic)[0]
-        if partition is not None and not 0 <= partition < n_parts:
-            raise no_partition_error(topic, partition, n_parts)
-        if offset is not None and offset < 0:
-            raise CliError(f"offset must be >= 0, got {offset}")
-        parts = [partition] if partition is not None else list(range(n_parts))
+        parts = offline_partitions(topic, self._require(topic)[0], partition, offset, group)
         return self._consume(topic, parts, offset, max_messages)
 
     def _consume(
