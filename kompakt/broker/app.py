@@ -68,6 +68,7 @@ class Broker:
         self.stop_error: BaseException | None = None  # why the last stop was unclean
         self._tombstones = TombstoneCounter()
         self._coordinator_load: asyncio.Task | None = None
+        self._spark_warm: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -114,6 +115,7 @@ class Broker:
         except BaseException:
             await self._close_all()
             raise
+        self._start_spark()
         log.info(
             "kompakt broker listening on PLAINTEXT://%s:%d (advertised %s:%d), node.id=%d, "
             "cluster.id=%s, log.dirs=%s, admin on http://%s:%d",
@@ -206,18 +208,59 @@ class Broker:
         if reconfigure is not None and cleaner_keys:
             reconfigure({k: to_string(cfg.values[k]) for k in cleaner_keys})
 
-    # -- the cleaner (built on first use: Spark starts only when there is work) -----------
-    def _default_cleaner(self) -> Any:
-        from kompakt.cleaner.cleaner import build_cleaner
-
+    # -- the cleaner (built on first use; Spark warmed at start-up unless lazy) -----------
+    def _cleaner_settings(self) -> dict[str, str]:
         cfg = self.config
-        settings = {
+        return {
             "kompakt.cleaner.engine": str(cfg.get("kompakt.cleaner.engine")),
             "kompakt.spark.master": str(cfg.get("kompakt.spark.master")),
+            "kompakt.spark.log.level": str(cfg.get("kompakt.spark.log.level")),
             "log.cleaner.dedupe.buffer.size": str(cfg.get("log.cleaner.dedupe.buffer.size")),
             **cfg.spark,
         }
-        return build_cleaner(self.logs, settings)
+
+    def _default_cleaner(self) -> Any:
+        from kompakt.cleaner.cleaner import build_cleaner
+
+        return build_cleaner(self.logs, self._cleaner_settings())
+
+    def _start_spark(self) -> None:
+        """``kompakt.spark.start=eager`` (the default) with the Spark engine: create the
+        SparkSession in a daemon thread now, so the first clean finds it warm. Nothing
+        waits for it: start-up and the Kafka port go on, a clean that comes first waits
+        on the session's lock, and a stop during the warm-up does not wait (the JVM dies
+        with the process)."""
+        cfg = self.config
+        if (
+            cfg.get("kompakt.cleaner.engine") != "spark"
+            or cfg.get("kompakt.spark.start") != "eager"
+        ):
+            return
+        if self.cleaner_factory != self._default_cleaner:
+            return  # an injected cleaner brings its own engine
+        settings = self._cleaner_settings()
+
+        def warm() -> None:
+            import time
+
+            from kompakt.pipeline import session
+
+            t0 = time.monotonic()
+            try:
+                session(settings)
+            except Exception as exc:  # the first clean tries again and reports it
+                if not self._stopping:
+                    log.warning("Spark did not start (the first clean retries): %s", exc)
+                return
+            if not self._stopping:
+                log.info(
+                    "Spark ready in %.1f s (master %s)",
+                    time.monotonic() - t0,
+                    settings["kompakt.spark.master"],
+                )
+
+        self._spark_warm = threading.Thread(target=warm, name="kompakt-spark-start", daemon=True)
+        self._spark_warm.start()
 
     def _cleaner_if_started(self) -> Any:
         return self.background.cleaner_if_started() if self.background is not None else None

@@ -151,6 +151,26 @@ _KEYS: list[BrokerKey] = [
     ),
     BrokerKey("kompakt.spark.master", "string", "local[*]", "Spark master URL."),
     BrokerKey(
+        "kompakt.spark.start",
+        "string",
+        "eager",
+        "eager | lazy: with kompakt.cleaner.engine=spark, eager starts the SparkSession "
+        "in a background thread as soon as the broker listens (start-up and the Kafka "
+        "port never wait for it), so the first clean does not pay the JVM and session "
+        "start (seconds to a minute); lazy starts it at the first clean. Eager is the "
+        "default: a broker's cleaner is expected to run, and a clean that starts late "
+        "lets a compacted topic grow unseen. The local engine never starts Spark.",
+        _choice("eager", "lazy"),
+    ),
+    BrokerKey(
+        "kompakt.spark.log.level",
+        "string",
+        "ERROR",
+        "Level of Spark's own (log4j) lines on stderr: OFF | ERROR | WARN | INFO | DEBUG. "
+        "Ignored when spark.driver.extraJavaOptions names a -Dlog4j2.configurationFile.",
+        _choice("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL"),
+    ),
+    BrokerKey(
         "kompakt.admin.listener", "string", "http://127.0.0.1:9644", "Admin/metrics HTTP address."
     ),
 ]

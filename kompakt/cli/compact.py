@@ -72,7 +72,12 @@ def _signals_abort(cleaner: Any) -> Iterator[None]:
 
 
 def compact_offline(
-    data_dir: Path, topic: str | None, partition: int | None, dry_run: bool, engine: str
+    data_dir: Path,
+    topic: str | None,
+    partition: int | None,
+    dry_run: bool,
+    engine: str,
+    verbose: bool = False,
 ) -> dict[str, Any]:
     from rich.progress import Progress
 
@@ -83,6 +88,8 @@ def compact_offline(
     with LogManager(data_dir) as logs:
         # the CLI draws its own bar; Spark's console bar would write over it
         config = {"spark.ui.showConsoleProgress": "false", **logs.broker_config}
+        if verbose:  # Spark's warnings too (kompakt.pipeline keeps only its errors)
+            config["kompakt.spark.log.level"] = "WARN"
         cleaner = Cleaner(logs, engine=build_engine(engine, config), config=config)
         with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
 
@@ -165,11 +172,17 @@ def _render(doc: dict[str, Any]) -> None:
             emit(line)
 
 
-def _quiet_logs() -> None:
+def _quiet_logs(verbose: bool = False) -> None:
     """The cleaner logs for a broker's log file; here its report and ``error:`` lines
-    say it all (without a handler Python would print every warning to stderr)."""
+    say it all (without a handler Python would print every warning to stderr), unless
+    ``--verbose`` asks for its log lines on stderr."""
     root = logging.getLogger("kompakt")
-    if not root.handlers:
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+    elif not root.handlers:
         root.addHandler(logging.NullHandler())
 
 
@@ -197,6 +210,15 @@ def compact(
         str, typer.Option("--admin", "--admin-url", help="The broker's admin endpoint.")
     ] = "http://127.0.0.1:9644",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Offline: the cleaner's log lines and Spark's warnings on stderr "
+            "(quiet by default).",
+        ),
+    ] = False,
 ) -> None:
     """Compact now: records/bytes read and written, tombstones removed, per partition."""
     from kompakt.cleaner.cleaner import check_engine
@@ -205,11 +227,11 @@ def compact(
 
     if engine is not None:
         check_engine(engine)  # before anything is opened or asked
-    _quiet_logs()
+    _quiet_logs(verbose)
     topic, partition = _target(target)
     try:
         if data_dir is not None:
-            doc = compact_offline(data_dir, topic, partition, dry_run, engine or "spark")
+            doc = compact_offline(data_dir, topic, partition, dry_run, engine or "spark", verbose)
         else:
             doc = compact_remote(admin, topic, partition, dry_run, engine)
     except CleaningAbortedError as exc:

@@ -4,12 +4,27 @@
 from broker-style config (``kompakt.spark.master``, ``spark.*`` pass-through) with the
 ``kompakt`` source registered. ``register(spark)`` registers the source on a session
 the caller built. PySpark is imported lazily so importing kompakt stays cheap.
+
+Quiet by default: Spark's console progress bar is off and the driver JVM gets a log4j2
+configuration of kompakt's (root level ERROR, see :data:`LOG4J2_PROPERTIES`) through
+``-Dlog4j2.configurationFile``, which also silences what Spark prints before a session
+exists ("Using Spark's default log4j profile", ``WARN NativeCodeLoader``, the hostname
+warnings). The notices printed straight to the JVM's stderr ("WARNING: Using incubator
+modules" for the ``--add-modules`` of Spark's launcher, Spark's "Setting default log
+level" shell hint) are dropped from it; every other line still reaches our stderr. A user's own
+``spark.driver.extraJavaOptions`` with ``-Dlog4j2.configurationFile``, a
+``log4j2.properties`` in ``$SPARK_CONF_DIR``, ``spark.ui.showConsoleProgress=true`` or
+``kompakt.spark.log.level`` (e.g. ``WARN``, ``INFO``) bring Spark's output back.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -23,6 +38,27 @@ if TYPE_CHECKING:
 MASTER_KEY = "kompakt.spark.master"
 DEFAULT_MASTER = "local[*]"
 APP_NAME = "kompakt"
+LOG_LEVEL_KEY = "kompakt.spark.log.level"
+DEFAULT_LOG_LEVEL = "ERROR"
+
+# Spark's driver logging when the user has not configured log4j: errors only, on stderr.
+LOG4J2_PROPERTIES = """\
+# written by kompakt (kompakt.pipeline): Spark's driver logs, errors only
+rootLogger.level = {level}
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+"""
+# Printed on the JVM's stderr, not through log4j: the JVM's notice for Spark's
+# --add-modules=jdk.incubator.vector, and Spark's shell hint (pyspark counts as a shell).
+_JVM_NOTICES = (
+    b"WARNING: Using incubator modules",
+    b'Setting default log level to "',
+    b"To adjust logging level use sc.setLogLevel(",
+)
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -63,9 +99,65 @@ def spark_conf(config: Mapping[str, str] | None = None) -> dict[str, str]:
         "spark.pyspark.driver.python": sys.executable,
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
+        # kompakt reports progress itself (the CLI's bar, the broker's log lines)
+        "spark.ui.showConsoleProgress": "false",
     }
     conf.update({k: str(v) for k, v in config.items() if k.startswith("spark.")})
+    java_opts = conf.get("spark.driver.extraJavaOptions", "")
+    if "log4j2.configurationFile" not in java_opts and not _conf_dir_log4j():
+        level = str(config.get(LOG_LEVEL_KEY) or DEFAULT_LOG_LEVEL).upper()
+        opt = f"-Dlog4j2.configurationFile=file:{log4j2_file(level)}"
+        conf["spark.driver.extraJavaOptions"] = f"{java_opts} {opt}".strip()
     return conf
+
+
+def _conf_dir_log4j() -> bool:
+    """A ``log4j2.properties`` in ``$SPARK_CONF_DIR`` is the user's choice: keep it."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    return bool(conf_dir) and os.path.isfile(os.path.join(conf_dir, "log4j2.properties"))
+
+
+def log4j2_file(level: str = DEFAULT_LOG_LEVEL) -> str:
+    """The path of kompakt's log4j2 configuration at ``level`` (written once, by content)."""
+    text = LOG4J2_PROPERTIES.format(level=level)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"kompakt-log4j2-{digest}.properties")
+    if not os.path.isfile(path):
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    return path
+
+
+def _launch_quiet_gateway(conf: Mapping[str, str]) -> None:
+    """Start the JVM (Spark's ``launch_gateway``) with its stderr through a filter that
+    drops the JVM's start-up notices and passes every other line on to our stderr."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    spark_conf_ = SparkConf(loadDefaults=False)
+    for key, value in conf.items():
+        spark_conf_.set(key, value)
+    gateway = launch_gateway(spark_conf_, popen_kwargs={"stderr": subprocess.PIPE})
+    proc = getattr(gateway, "proc", None)
+    if proc is not None and proc.stderr is not None:
+        threading.Thread(
+            target=_forward_stderr, args=(proc.stderr,), name="kompakt-jvm-stderr", daemon=True
+        ).start()
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _forward_stderr(stream) -> None:
+    for line in iter(stream.readline, b""):
+        if line.startswith(_JVM_NOTICES):
+            continue
+        try:
+            os.write(sys.stderr.fileno(), line)
+        except (OSError, ValueError):
+            pass
 
 
 def session(config: Mapping[str, str] | None = None) -> SparkSession:
@@ -83,6 +175,10 @@ def session(config: Mapping[str, str] | None = None) -> SparkSession:
         conf = spark_conf(config)
         os.environ.setdefault("PYSPARK_PYTHON", conf["spark.pyspark.python"])
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", conf["spark.pyspark.driver.python"])
+        _launch_quiet_gateway(conf)
+        py4j = logging.getLogger("py4j")
+        if py4j.level == logging.NOTSET:  # its INFO lines are per connection: noise
+            py4j.setLevel(logging.WARNING)
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)

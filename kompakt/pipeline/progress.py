@@ -65,15 +65,17 @@ def spark_job(
     cancels the group (tasks interrupted). The block's error then becomes the one
     ``check_done`` raised, but only after every task of the group has ended, so a task
     still writing cannot leave a file behind the caller's clean-up. Spark's log4j is
-    turned off at the cancel and stays off: killed tasks and the JVM's shutdown are
-    expected then, not worth Java stack traces (a clean is aborted only when its
-    process stops: Ctrl-C, SIGTERM, a broker shutdown).
+    turned off from the cancel until those tasks have ended (the killed tasks' errors
+    are expected, not worth Java stack traces), then set back to the level it had,
+    kompakt's quiet default (``kompakt.spark.log.level``, ERROR) unless the user
+    asked for another, so a later job logs as any other.
     """
     sc = spark.sparkContext
     group = f"kompakt-{next(_ids)}"
     sc.setJobGroup(group, description, interruptOnCancel=True)
     stop = threading.Event()
     aborted: list[BaseException] = []
+    level: list[str | None] = []  # the log level before the cancel silenced Spark
 
     def poll() -> None:
         while not stop.wait(interval_s):
@@ -82,7 +84,7 @@ def spark_job(
                     check_done()
                 except BaseException as exc:  # noqa: BLE001 (re-raised by the block)
                     aborted.append(exc)
-                    _silence_log(sc)
+                    level.append(_silence_log(sc))
                     sc.cancelJobGroup(group)
             if progress is not None:
                 done, total = task_counts(spark, group)
@@ -106,6 +108,8 @@ def spark_job(
         sc.setLocalProperty("spark.job.interruptOnCancel", None)
         if aborted:
             wait_for_tasks(spark, group)
+            if level and level[0] is not None:
+                _set_log_level(sc, level[0])
     if failed:  # the block failed because it was cancelled
         raise aborted[0] from None
     # stages Spark skipped (shuffle reuse) never complete their tasks: finished is total
@@ -132,8 +136,24 @@ def wait_for_tasks(spark: SparkSession, group: str, timeout_s: float = 60.0) -> 
     return False
 
 
-def _silence_log(sc) -> None:
+def log_level(sc) -> str | None:
+    """The root level of Spark's log4j (None when the JVM cannot say: stopped)."""
     try:
-        sc.setLogLevel("OFF")
-    except Exception:  # noqa: BLE001 (a stopped context: nothing to silence)
+        root = sc._jvm.org.apache.logging.log4j.LogManager.getRootLogger()
+        return str(root.getLevel().toString())
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _set_log_level(sc, level: str) -> None:
+    try:
+        sc.setLogLevel(level)
+    except Exception:  # noqa: BLE001 (a stopped context: nothing to set)
         pass
+
+
+def _silence_log(sc) -> str | None:
+    """Turn Spark's log4j off; returns the level it had."""
+    before = log_level(sc)
+    _set_log_level(sc, "OFF")
+    return before
