@@ -226,7 +226,8 @@ class Broker:
 
     def _start_spark(self) -> None:
         """``kompakt.spark.start=eager`` (the default) with the Spark engine: create the
-        SparkSession in a daemon thread now, so the first clean finds it warm. Nothing
+        SparkSession in a daemon thread now and run one throwaway clean on it
+        (:func:`kompakt.pipeline.engine.warm_up`), so the first clean finds it warm. Nothing
         waits for it: start-up and the Kafka port go on, a clean that comes first waits
         on the session's lock, and a stop during the warm-up does not wait (the JVM dies
         with the process)."""
@@ -241,21 +242,20 @@ class Broker:
         settings = self._cleaner_settings()
 
         def warm() -> None:
-            import time
+            from kompakt.pipeline.engine import warm_up
 
-            from kompakt.pipeline import session
-
-            t0 = time.monotonic()
             try:
-                session(settings)
+                started, first_job = warm_up(settings)
             except Exception as exc:  # the first clean tries again and reports it
                 if not self._stopping:
                     log.warning("Spark did not start (the first clean retries): %s", exc)
                 return
             if not self._stopping:
                 log.info(
-                    "Spark ready in %.1f s (master %s)",
-                    time.monotonic() - t0,
+                    "Spark ready in %.1f s (session %.1f s, warm-up clean %.1f s; master %s)",
+                    started + first_job,
+                    started,
+                    first_job,
                     settings["kompakt.spark.master"],
                 )
 
