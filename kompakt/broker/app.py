@@ -245,7 +245,8 @@ class Broker:
             from kompakt.pipeline.engine import warm_up
 
             try:
-                started, first_job = warm_up(settings)
+                # a clean waiting for the session warms Spark itself
+                started, first_job = warm_up(settings, busy=self._cleaning)
             except Exception as exc:  # the first clean tries again and reports it
                 if not self._stopping:
                     log.warning("Spark did not start (the first clean retries): %s", exc)
@@ -261,6 +262,11 @@ class Broker:
 
         self._spark_warm = threading.Thread(target=warm, name="kompakt-spark-start", daemon=True)
         self._spark_warm.start()
+
+    def _cleaning(self) -> bool:
+        """Is a clean under way (the background cleaner's or a "compact now")?"""
+        states = getattr(self._cleaner_if_started(), "states", None)
+        return states is not None and bool(states.in_progress())
 
     def _cleaner_if_started(self) -> Any:
         return self.background.cleaner_if_started() if self.background is not None else None

@@ -140,13 +140,17 @@ class SparkEngine:
         return out
 
 
-def warm_up(config: Mapping[str, str] | None = None) -> tuple[float, float]:
+def warm_up(
+    config: Mapping[str, str] | None = None, busy: Callable[[], bool] = lambda: False
+) -> tuple[float, float]:
     """Start the process's SparkSession and, on a local master, clean a throwaway topic
     of a few records with this engine, so the first real clean finds the Python
     workers, the data source and the job's code paths started too (on a loaded 2-core
     machine that first job costs as much as the session). Returns (seconds for the
-    session, seconds for the warm-up clean). A cluster master gets the session only:
-    its executors cannot see a local temporary dir."""
+    session, seconds for the warm-up clean). The throwaway clean is skipped when
+    ``busy()`` says a real clean is already under way (it warms Spark itself; a second
+    job would only slow it down), and on a cluster master: its executors cannot see a
+    local temporary dir."""
     import tempfile
     import time
 
@@ -159,7 +163,7 @@ def warm_up(config: Mapping[str, str] | None = None) -> tuple[float, float]:
     t0 = time.monotonic()
     session(config)
     t1 = time.monotonic()
-    if not config.get(MASTER_KEY, DEFAULT_MASTER).startswith("local"):
+    if busy() or not config.get(MASTER_KEY, DEFAULT_MASTER).startswith("local"):
         return t1 - t0, 0.0
     with tempfile.TemporaryDirectory(prefix="kompakt-warm-up-") as tmp:
         with LogManager(Path(tmp)) as logs:
