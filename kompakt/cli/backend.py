@@ -13,6 +13,7 @@ dir's ``.lock``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import time
@@ -308,6 +309,14 @@ def check_new_data_dir(data_dir: Path) -> None:
 # -- the offline backend: a data dir through LogManager ----------------------------------
 
 
+def limit(records: Iterator[ConsumedRecord], max_messages: int | None) -> Iterator[ConsumedRecord]:
+    """At most ``max_messages`` records (all without a limit, none for a limit <= 0),
+    pulled lazily so a reader stops at the limit."""
+    if max_messages is None:
+        return records
+    return itertools.islice(records, max(max_messages, 0))
+
+
 def offline_partitions(
     topic: str, n_parts: int, partition: int | None, offset: int | None, group: str | None
 ) -> list[int]:
@@ -460,14 +469,11 @@ class OfflineBackend:
         parts = offline_partitions(
             topic, self.logs.partition_count(topic), partition, offset, group
         )
-        return self._consume(topic, parts, offset, max_messages)
+        return limit(self._consume(topic, parts, offset), max_messages)
 
     def _consume(
-        self, topic: str, parts: list[int], offset: int | None, max_messages: int | None
+        self, topic: str, parts: list[int], offset: int | None
     ) -> Iterator[ConsumedRecord]:
-        left = max_messages
-        if left is not None and left <= 0:
-            return
         for part in parts:
             plog = self.logs.get_log(topic, part)
             start = max(offset or 0, plog.log_start_offset)
@@ -480,10 +486,6 @@ class OfflineBackend:
                     yield ConsumedRecord(
                         topic, part, r.offset, r.timestamp, r.key, r.value, list(r.headers)
                     )
-                    if left is not None:
-                        left -= 1
-                        if left <= 0:
-                            return
 
 
 # -- the read-only offline backend: a data dir as files ----------------------------------
@@ -587,7 +589,12 @@ class DataDirReader:
         return [TopicSummary(n, t[0], t[1]) for n, t in sorted(self._topics.items())]
 
     def describe_topics(self, names: Sequence[str] | None = None) -> list[TopicDescription]:
-        from kompakt.pipeline.layout import log_start_offsets, offset_bounds, partition_dir
+        from kompakt.pipeline.layout import (
+            log_start_offsets,
+            offset_bounds,
+            partition_dir,
+            segment_path,
+        )
 
         starts = log_start_offsets(self.data_dir)
         out = []
@@ -601,7 +608,7 @@ class DataDirReader:
             for p in range(n_parts):
                 start, end, bases = offset_bounds(self.data_dir, name, p, starts)
                 pdir = partition_dir(self.data_dir, name, p)
-                size = sum(_file_size(pdir / f"{b:020d}.log") for b in bases)
+                size = sum(_file_size(segment_path(pdir, b)) for b in bases)
                 parts.append(PartitionDescription(p, start, end, size, len(bases)))
             out.append(TopicDescription(name, topic_id, n_parts, configs, parts))
         return out
@@ -630,28 +637,26 @@ class DataDirReader:
         partition order, from ``offset`` or the log start, up to the log end as it was
         when reading began; control batches (transaction markers) skipped."""
         parts = offline_partitions(topic, self._require(topic)[0], partition, offset, group)
-        return self._consume(topic, parts, offset, max_messages)
+        return limit(self._consume(topic, parts, offset), max_messages)
 
     def _consume(
-        self, topic: str, parts: list[int], offset: int | None, max_messages: int | None
+        self, topic: str, parts: list[int], offset: int | None
     ) -> Iterator[ConsumedRecord]:
         from kompakt.pipeline.layout import (
             log_start_offsets,
             offset_bounds,
             partition_dir,
+            segment_path,
             segments_covering,
         )
 
-        left = max_messages
-        if left is not None and left <= 0:
-            return
         starts = log_start_offsets(self.data_dir)
         for part in parts:
             log_start, end, bases = offset_bounds(self.data_dir, topic, part, starts)
             begin = max(offset or 0, log_start)
             pdir = partition_dir(self.data_dir, topic, part)
             for base in segments_covering(bases, begin, end):
-                for batch in _file_batches(pdir / f"{base:020d}.log"):
+                for batch in _file_batches(segment_path(pdir, base)):
                     if batch.header.last_offset < begin or batch.header.is_control:
                         continue
                     if batch.header.base_offset >= end:
@@ -662,10 +667,6 @@ class DataDirReader:
                         yield ConsumedRecord(
                             topic, part, r.offset, r.timestamp, r.key, r.value, list(r.headers)
                         )
-                        if left is not None:
-                            left -= 1
-                            if left <= 0:
-                                return
 
 
 def _folder_topic_id(part_dir: Path) -> str:
