@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 from manual_clock import T0, ManualClock  # noqa: F401 (re-exported for the tests)
@@ -51,3 +53,26 @@ def leftovers(directory: Path) -> list[str]:
 
 def headers(plog: PartitionLog):
     return [b.header for b in plog.iter_batches()]
+
+
+def wait_for_file(path: Path, timeout: float = 60) -> None:
+    """Wait for a marker the held clean writes (see ``HOLD_ENV``)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.01)
+
+
+class Run(threading.Thread):
+    """A call on another thread, its result or exception kept for the test."""
+
+    def __init__(self, fn, *args, **kwargs):
+        super().__init__(daemon=True)
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.result = self.error = None
+
+    def run(self):
+        try:
+            self.result = self.fn(*self.args, **self.kwargs)
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+            self.error = exc

@@ -12,12 +12,11 @@ other partitions' checkpoints.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from cleaner_kit import append, dir_bytes, fold, leftovers, open_manager
+from cleaner_kit import Run, append, dir_bytes, fold, leftovers, open_manager, wait_for_file
 
 from kompakt.cleaner import Cleaner
 from kompakt.cleaner.cleaner import HOLD_ENV
@@ -180,26 +179,6 @@ def hold(tmp_path: Path, monkeypatch):
     d.mkdir()
     monkeypatch.setenv(HOLD_ENV, str(d))
     return d
-
-
-def wait_for_file(path: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.01)
-
-
-class Run(threading.Thread):
-    def __init__(self, fn, *args, **kwargs):
-        super().__init__(daemon=True)
-        self.fn, self.args, self.kwargs = fn, args, kwargs
-        self.result = self.error = None
-
-    def run(self):
-        try:
-            self.result = self.fn(*self.args, **self.kwargs)
-        except BaseException as exc:  # noqa: BLE001 (reported by the test)
-            self.error = exc
 
 
 def test_second_compact_waits_then_reports_its_own_fresh_result(world, hold):

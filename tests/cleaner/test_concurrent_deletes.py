@@ -18,12 +18,11 @@ removal lands mid-clean.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from cleaner_kit import append, fold, leftovers, open_manager
+from cleaner_kit import Run, append, fold, leftovers, open_manager, wait_for_file
 
 from kompakt.cleaner import Cleaner
 from kompakt.cleaner.cleaner import HOLD_ENV
@@ -39,26 +38,6 @@ def hold(tmp_path: Path, monkeypatch):
     monkeypatch.setenv(HOLD_ENV, str(d))
     yield d
     (d / "release").touch()  # never leave a clean waiting
-
-
-def wait_for_file(path: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.01)
-
-
-class Run(threading.Thread):
-    def __init__(self, fn, *args, **kwargs):
-        super().__init__(daemon=True)
-        self.fn, self.args, self.kwargs = fn, args, kwargs
-        self.result = self.error = None
-
-    def run(self):
-        try:
-            self.result = self.fn(*self.args, **self.kwargs)
-        except BaseException as exc:  # noqa: BLE001 (reported by the test)
-            self.error = exc
 
 
 def fill(m: LogManager, clock, n: int = 80, keys: int = 40) -> None:
