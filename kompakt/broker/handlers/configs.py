@@ -60,6 +60,34 @@ TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "doubl
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
+def _config_entry(
+    e: Any,
+    read_only: bool,
+    is_default: bool,
+    type_name: str,
+    doc: str | None,
+    *,
+    synonyms: bool,
+    docs: bool,
+) -> dict[str, Any]:
+    """One DescribeConfigs result entry, for a topic's or the broker's config ``e``."""
+    return {
+        "name": e.name,
+        "value": e.value,
+        "read_only": read_only,
+        "config_source": SOURCE_CODES[e.source],
+        "is_default": is_default,
+        "is_sensitive": False,
+        "synonyms": [
+            {"name": s.name, "value": s.value, "source": SOURCE_CODES[s.source]} for s in e.synonyms
+        ]
+        if synonyms
+        else [],
+        "config_type": TYPE_CODES.get(type_name, 0),
+        "documentation": doc if docs else None,
+    }
+
+
 def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> dict[str, Any]:
     res: dict[str, Any] = {
         "error_code": NONE,
@@ -84,22 +112,7 @@ def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> 
             continue
         d = CONFIG_DEFS[e.name]
         res["configs"].append(
-            {
-                "name": e.name,
-                "value": e.value,
-                "read_only": False,
-                "config_source": SOURCE_CODES[e.source],
-                "is_default": e.is_default,
-                "is_sensitive": False,
-                "synonyms": [
-                    {"name": s.name, "value": s.value, "source": SOURCE_CODES[s.source]}
-                    for s in e.synonyms
-                ]
-                if synonyms
-                else [],
-                "config_type": TYPE_CODES.get(d.type, 0),
-                "documentation": d.doc if docs else None,
-            }
+            _config_entry(e, False, e.is_default, d.type, d.doc, synonyms=synonyms, docs=docs)
         )
     return res
 
@@ -126,22 +139,15 @@ def _describe_broker(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) ->
         if keys is not None and e.name not in keys:
             continue
         res["configs"].append(
-            {
-                "name": e.name,
-                "value": e.value,
-                "read_only": e.read_only,
-                "config_source": SOURCE_CODES[e.source],
-                "is_default": e.source == DEFAULT_CONFIG,
-                "is_sensitive": False,
-                "synonyms": [
-                    {"name": s.name, "value": s.value, "source": SOURCE_CODES[s.source]}
-                    for s in e.synonyms
-                ]
-                if synonyms
-                else [],
-                "config_type": TYPE_CODES.get(e.type, 0),
-                "documentation": e.doc if docs else None,
-            }
+            _config_entry(
+                e,
+                e.read_only,
+                e.source == DEFAULT_CONFIG,
+                e.type,
+                e.doc,
+                synonyms=synonyms,
+                docs=docs,
+            )
         )
     return res
 
