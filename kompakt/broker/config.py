@@ -34,9 +34,9 @@ from kompakt.log.config import (
     BrokerDefaults,
     ConfigSynonym,
     TopicConfig,
-    _parse_type,
     at_least,
-    from_properties,
+    parse_type,
+    read_properties,
     to_string,
 )
 
@@ -315,7 +315,7 @@ class BrokerConfig:
         for key, text in raw.items():
             if key in BROKER_KEYS:
                 d = BROKER_KEYS[key]
-                v = _parse_type(key, text, d.type if d.type != "list" else "list")
+                v = parse_type(key, text, d.type)
                 if d.validator is not None:
                     d.validator(key, v)
                 values[key] = v
@@ -365,7 +365,7 @@ class BrokerConfig:
         props: dict[str, str] = {}
         if path is not None:
             try:
-                props.update(from_properties(Path(path).read_bytes().decode("iso-8859-1")))
+                props.update(read_properties(path))
             except OSError as exc:
                 raise InvalidConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
         if isinstance(overrides, Mapping):

@@ -35,7 +35,7 @@ from kompakt.log.config import (
     DYNAMIC_TOPIC_CONFIG,
     STATIC_BROKER_CONFIG,
     TopicConfig,
-    _parse_type,
+    parse_type,
     to_string,
 )
 from kompakt.log.names import invalid_topic_reason
@@ -384,7 +384,7 @@ def _broker_incremental(layer: dict[str, str], r: Any) -> dict[str, str]:
                     f"Config value {verb} is not allowed for config key: {c.name}"
                 )
             old = layer.get(c.name, default) or ""
-            current = list(_parse_type(c.name, old, "list"))
+            current = list(parse_type(c.name, old, "list"))
             items = [x.strip() for x in c.value.split(",") if x.strip()]
             if op == APPEND:
                 current += [x for x in items if x not in current]
