@@ -34,9 +34,10 @@ from kompakt.errors import (
     UnknownTopicError,
 )
 from kompakt.log.checkpoint import OffsetCheckpointFile, fsync_dir
+from kompakt.log.clock import Clock, system_clock
 from kompakt.log.config import BrokerDefaults, TopicConfig
 from kompakt.log.names import invalid_topic_reason, validate_no_collision, validate_topic_name
-from kompakt.log.partition_log import Clock, PartitionLog
+from kompakt.log.partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +51,6 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 # Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: one admin operation may not create
 # more than 10000 metadata records (here: partitions); POLICY_VIOLATION beyond.
 MAX_PARTITIONS_PER_OP = 10_000
-
-
-def system_clock() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass

@@ -1,0 +1,162 @@
+"""Opening one partition's directory: Kafka's ``LogLoader``.
+
+Half-done cleaner swaps are finished or rolled back (the ``.cleaned`` -> ``.swap`` ->
+``.deleted`` suffix protocol of :meth:`PartitionLog.replace_segments`), stray and orphan
+files removed, missing indexes rebuilt, and after an unclean shutdown every segment from
+the recovery point on is re-validated, its indexes rebuilt and a torn tail truncated.
+The loader only decides what the directory holds; :class:`PartitionLog` owns the result.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from pathlib import Path
+from typing import Any
+
+from kompakt.log.clock import Clock
+from kompakt.log.index import IndexCorruptError
+from kompakt.log.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    LogSegment,
+    offset_from_name,
+)
+
+log = logging.getLogger(__name__)
+
+
+class LogLoader:
+    """Loads the segments of ``directory`` (Kafka's ``LogLoader.load``).
+
+    ``segment_kwargs`` are the index settings every opened segment gets; ``clock`` stamps
+    the first segment of an empty directory.
+    """
+
+    def __init__(self, directory: Path, segment_kwargs: dict[str, Any], clock: Clock):
+        self.dir = directory
+        self.segment_kwargs = segment_kwargs
+        self.clock = clock
+
+    def load(self, needs_recovery: bool, recovery_point: int | None) -> list[LogSegment]:
+        """The partition's segments in offset order, the last one writable; never empty."""
+        self.complete_swaps()
+        bases = sorted(
+            offset_from_name(p.name) for p in self.dir.iterdir() if p.name.endswith(LOG_SUFFIX)
+        )
+        for p in self.dir.iterdir():  # orphan index files, like Kafka's LogLoader
+            if p.name.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX)):
+                if offset_from_name(p.name) not in bases:
+                    p.unlink()
+        segments: list[LogSegment] = []
+        for i, base in enumerate(bases):
+            missing_index = not all(
+                (self.dir / f"{base:020d}{s}").exists() for s in (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+            )
+            seg = LogSegment(self.dir, base, writable=i == len(bases) - 1, **self.segment_kwargs)
+            segments.append(seg)
+            if missing_index:
+                log.info("%s: rebuilding missing index files", seg.log_path)
+                seg.recover()
+        if not segments:
+            return [LogSegment(self.dir, 0, created_ms=self.clock(), **self.segment_kwargs)]
+        if needs_recovery:
+            return self.recover(segments, recovery_point)
+        for seg in segments:
+            try:
+                seg.sanity_check()
+            except IndexCorruptError as exc:
+                log.warning("%s: %s; rebuilding indexes", seg.log_path, exc)
+                seg.recover()
+        active = segments[-1]
+        if active.whole_batches_end != active.size:
+            # Beyond Kafka, which trusts the clean-shutdown marker: a file restored or
+            # copied mid-write ends in a partial batch; appending after it would hide
+            # every later batch from readers. Recovery cuts it at the last valid batch.
+            log.warning(
+                "%s: ends in a partial batch at byte %d despite a clean shutdown; recovering",
+                active.log_path,
+                active.whole_batches_end,
+            )
+            return self.recover(segments, active.base_offset)
+        return segments
+
+    def recover(self, segments: list[LogSegment], recovery_point: int | None) -> list[LogSegment]:
+        """Kafka's ``LogLoader.recoverLog``: re-validate segments past the recovery point;
+        the segments after a truncated one are deleted. Returns the segments kept."""
+        start = 0
+        if recovery_point is not None:
+            bases = [s.base_offset for s in segments]
+            start = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+        for i in range(start, len(segments)):
+            seg = segments[i]
+            truncated = seg.recover()
+            if truncated:
+                rest = segments[i + 1 :]
+                if rest:
+                    log.warning(
+                        "%s: corrupt segment %s; deleting %d later segments",
+                        self.dir.name,
+                        seg.log_path.name,
+                        len(rest),
+                    )
+                for later in rest:
+                    later.delete_files()
+                segments = segments[: i + 1]
+                break
+        for seg in segments[:-1]:
+            seg.offset_index.trim_to_valid_size()
+            seg.time_index.trim_to_valid_size()
+        return segments
+
+    def complete_swaps(self) -> None:
+        """Resolve a cleaner swap interrupted by a crash (Kafka ``LogLoader``).
+
+        ``.deleted`` files go; every ``.cleaned`` file goes, with any ``.swap`` at or
+        beyond the smallest ``.cleaned`` offset (the swap had not finished writing);
+        remaining ``.swap`` files replace the segments they cover.
+        """
+        names = list(self.dir.iterdir())
+        for p in names:
+            if p.name.endswith(DELETED_SUFFIX) or p.name.endswith(".tmp"):
+                p.unlink(missing_ok=True)
+        cleaned = [p for p in names if p.name.endswith(CLEANED_SUFFIX)]
+        min_cleaned = min((offset_from_name(p.name) for p in cleaned), default=None)
+        for p in cleaned:
+            p.unlink(missing_ok=True)
+        swaps = [p for p in self.dir.iterdir() if p.name.endswith(SWAP_SUFFIX)]
+        for p in swaps:
+            if min_cleaned is not None and offset_from_name(p.name) >= min_cleaned:
+                p.unlink(missing_ok=True)
+        swap_logs = sorted(
+            p for p in self.dir.iterdir() if p.name.endswith(LOG_SUFFIX + SWAP_SUFFIX)
+        )
+        # an index .swap without its .log.swap: the crash came inside the final rename,
+        # after the log got its name; drop it and let the index be rebuilt (Kafka
+        # deletes index swap files and rebuilds indexes too)
+        swap_bases = {offset_from_name(p.name) for p in swap_logs}
+        for p in list(self.dir.iterdir()):
+            if p.name.endswith(SWAP_SUFFIX) and offset_from_name(p.name) not in swap_bases:
+                p.unlink(missing_ok=True)
+        for p in swap_logs:
+            base = offset_from_name(p.name)
+            seg = LogSegment(
+                self.dir, base, suffix=SWAP_SUFFIX, writable=False, **self.segment_kwargs
+            )
+            seg.recover()
+            end = seg.next_offset
+            seg.close()
+            for q in self.dir.iterdir():
+                if q.name.endswith(
+                    (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+                ) and not q.name.endswith(SWAP_SUFFIX):
+                    if base <= offset_from_name(q.name) < end:
+                        q.unlink()
+            for q in list(self.dir.iterdir()):
+                if q.name.endswith(SWAP_SUFFIX) and offset_from_name(q.name) == base:
+                    q.rename(q.with_name(q.name[: -len(SWAP_SUFFIX)]))
+            log.info("%s: completed interrupted swap of segment %d", self.dir.name, base)
