@@ -6,14 +6,15 @@ with the topic config rules and handed to the :class:`LogManager`. Keys Kafka la
 with ``kompakt.``; ``spark.*`` keys pass through to the SparkSession. A set of Kafka keys
 that make no sense on a single node without replication (``process.roles``,
 ``num.network.threads``, ...) are accepted so a Kafka ``server.properties`` works, and
-ignored. Any other key, or a bad value, is an :class:`InvalidConfigError` naming the key.
+ignored. Every key is either read by kompakt or declared ignored in the table with the
+reason (``BrokerKey.ignored``), and DescribeConfigs' documentation says which. Any other
+key, or a bad value, is an :class:`InvalidConfigError` naming the key.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +22,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kompakt.errors import InvalidConfigError
-from kompakt.log.checkpoint import fsync_dir
 from kompakt.log.config import (
     BROKER_LOG_KEYS,
     CONFIG_DEFS,
@@ -35,22 +35,40 @@ from kompakt.log.config import (
     ConfigSynonym,
     TopicConfig,
     at_least,
+    broker_synonym,
+    documentation,
     parse_type,
     read_properties,
     to_string,
 )
+from kompakt.log.durable import write_json_atomically
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class BrokerKey:
+    """One broker key of Kafka's ``KafkaConfig``, as kompakt accepts it."""
+
     name: str
     type: str  # int | long | boolean | string | double | list
     default: Any
     doc: str
     validator: Any = None
-    ignored: bool = False  # accepted for compatibility with Kafka, no effect
+    # Why kompakt accepts the key (for Kafka compatibility) but does not act on it;
+    # None: the key is honoured.
+    ignored: str | None = None
+    # Only in DescribeConfigs when set: keys of Kafka's sample server.properties that
+    # have no meaning on one node.
+    hidden: bool = False
+
+    @property
+    def documentation(self) -> str:
+        return documentation(self.doc, self.ignored)
+
+
+_ONE_NODE = "a single node: the replication factor is always 1."
+_ONE_CLEANER_THREAD = "kompakt runs one cleaner thread (the spark engine is parallel inside)."
 
 
 def _choice(*values: str):
@@ -86,11 +104,33 @@ _KEYS: list[BrokerKey] = [
         "Offset map memory (local engine).",
         at_least(0),
     ),
-    BrokerKey("log.cleaner.threads", "int", 1, "Cleaner threads.", at_least(0)),
-    BrokerKey("log.cleaner.io.buffer.size", "int", 524288, "Cleaner I/O buffer.", at_least(0)),
-    BrokerKey("log.cleaner.io.buffer.load.factor", "double", 0.9, "Offset map load factor."),
     BrokerKey(
-        "log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308, "Cleaner I/O cap."
+        "log.cleaner.threads", "int", 1, "Cleaner threads.", at_least(0), _ONE_CLEANER_THREAD
+    ),
+    BrokerKey(
+        "log.cleaner.io.buffer.size",
+        "int",
+        524288,
+        "Cleaner I/O buffer.",
+        at_least(0),
+        "the cleaner reads and writes whole batches, not through a fixed buffer.",
+    ),
+    BrokerKey(
+        "log.cleaner.io.buffer.load.factor",
+        "double",
+        0.9,
+        "Offset map load factor.",
+        None,
+        "the local engine's offset map fills to Kafka's default 0.9; the spark engine "
+        "has no fixed map.",
+    ),
+    BrokerKey(
+        "log.cleaner.io.max.bytes.per.second",
+        "double",
+        1.7976931348623157e308,
+        "Cleaner I/O cap.",
+        None,
+        "the cleaner's I/O is not throttled.",
     ),
     BrokerKey(
         "log.retention.check.interval.ms",
@@ -114,7 +154,14 @@ _KEYS: list[BrokerKey] = [
         "Partitions of __consumer_offsets.",
         at_least(1),
     ),
-    BrokerKey("offsets.topic.replication.factor", "int", 1, "Must be 1 on one node.", at_least(1)),
+    BrokerKey(
+        "offsets.topic.replication.factor",
+        "int",
+        1,
+        "Replication factor of __consumer_offsets.",
+        at_least(1),
+        _ONE_NODE,
+    ),
     BrokerKey(
         "offsets.topic.segment.bytes",
         "int",
@@ -139,13 +186,34 @@ _KEYS: list[BrokerKey] = [
         "How often expired offsets are looked for.",
         at_least(1),
     ),
-    BrokerKey("offsets.commit.timeout.ms", "int", 5000, "Offset commit timeout.", at_least(1)),
+    BrokerKey(
+        "offsets.commit.timeout.ms",
+        "int",
+        5000,
+        "Offset commit timeout.",
+        at_least(1),
+        "a commit is written to the local log before the answer; no replicas to wait for.",
+    ),
     BrokerKey("group.initial.rebalance.delay.ms", "int", 3000, "Delay of the first rebalance."),
     BrokerKey("group.min.session.timeout.ms", "int", 6000, "Smallest session timeout."),
     BrokerKey("group.max.session.timeout.ms", "int", 1800000, "Largest session timeout."),
     BrokerKey("group.max.size", "int", INT_MAX, "Members per group."),
-    BrokerKey("transaction.state.log.replication.factor", "int", 1, "Ignored.", ignored=True),
-    BrokerKey("transaction.state.log.min.isr", "int", 1, "Ignored.", ignored=True),
+    BrokerKey(
+        "transaction.state.log.replication.factor",
+        "int",
+        1,
+        "Replication factor of __transaction_state.",
+        ignored=_ONE_NODE,
+        hidden=True,
+    ),
+    BrokerKey(
+        "transaction.state.log.min.isr",
+        "int",
+        1,
+        "min.insync.replicas of __transaction_state.",
+        ignored=_ONE_NODE,
+        hidden=True,
+    ),
     BrokerKey(
         "kompakt.cleaner.engine", "string", "spark", "spark | local", _choice("spark", "local")
     ),
@@ -194,7 +262,13 @@ for _name in (
 ):
     _KEYS.append(
         BrokerKey(
-            _name, "string", None, "Accepted for Kafka compatibility; no effect.", ignored=True
+            _name,
+            "string",
+            None,
+            "Kafka's key, accepted so a Kafka server.properties works.",
+            ignored="no meaning on a single kompakt node (no controller quorum, replicas, "
+            "network thread pools or ZooKeeper).",
+            hidden=True,
         )
     )
 
@@ -235,13 +309,16 @@ class BrokerConfigEntry(NamedTuple):
     doc: str
 
 
-def _log_key_info(name: str) -> tuple[str | None, str, str]:
-    """(Kafka default as text, type, doc) of a broker-level topic-default key."""
-    for cd in CONFIG_DEFS.values():
-        for syn in cd.broker_synonyms:
-            if syn.name == name:
-                return syn.default, syn.type, cd.doc
-    return None, "string", ""
+def broker_key(name: str) -> BrokerKey:
+    """The definition of any broker key: a ``KafkaConfig`` one, or a topic default
+    (``log.*``: type and default of the synonym, doc of the topic config)."""
+    if name in BROKER_KEYS:
+        return BROKER_KEYS[name]
+    found = broker_synonym(name)
+    if found is None:
+        raise InvalidConfigError(f"Unknown broker config key: {name}")
+    d, syn = found
+    return BrokerKey(name, syn.type, syn.default, d.doc, syn.validator, d.ignored)
 
 
 def check_dynamic_keys(keys: Iterable[str]) -> None:
@@ -435,14 +512,14 @@ class BrokerConfig:
         ``ConfigHelper.createBrokerConfigEntry``."""
         rows: list[BrokerConfigEntry] = []
         for d in _KEYS:
-            if d.ignored and d.name not in self.raw:
+            if d.hidden and d.name not in self.raw:
                 continue
             default = to_string(d.default)
             rows.append(self._entry(d.name, to_string(self.values.get(d.name)), default, d))
         for name in sorted(BROKER_LOG_KEYS):
-            default, type_, doc = _log_key_info(name)
-            value = self.log_config.get(name, default)  # None: unset, no default (Kafka too)
-            rows.append(self._entry(name, value, default, BrokerKey(name, type_, None, doc)))
+            d = broker_key(name)
+            value = self.log_config.get(name, d.default)  # None: unset, no default (Kafka too)
+            rows.append(self._entry(name, value, d.default, d))
         for k, v in sorted(self.spark.items()):
             rows.append(
                 BrokerConfigEntry(
@@ -479,7 +556,7 @@ class BrokerConfig:
             synonyms.append(ConfigSynonym(name, default, DEFAULT_CONFIG))
         source = synonyms[0].source if synonyms else DEFAULT_CONFIG
         return BrokerConfigEntry(
-            name, value, source, name not in DYNAMIC_KEYS, synonyms, d.type, d.doc
+            name, value, source, name not in DYNAMIC_KEYS, synonyms, d.type, d.documentation
         )
 
     # -- dynamic broker configs (Kafka's DynamicBrokerConfig) ------------------------------
@@ -532,13 +609,7 @@ class BrokerConfig:
             brokers.pop(str(self.node_id), None)
         body = {"cluster_default": dict(self.dynamic_default), "brokers": brokers}
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(body, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.data_dir)
+        write_json_atomically(path, body)
 
     def load_dynamic(self) -> None:
         """Apply the dynamic configs stored in the data dir (at start, before the logs

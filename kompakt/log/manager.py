@@ -36,6 +36,7 @@ from kompakt.errors import (
 from kompakt.log.checkpoint import OffsetCheckpointFile, fsync_dir
 from kompakt.log.clock import Clock, system_clock
 from kompakt.log.config import BrokerDefaults, TopicConfig
+from kompakt.log.durable import write_json_atomically
 from kompakt.log.names import invalid_topic_reason, validate_no_collision, validate_topic_name
 from kompakt.log.partition_log import PartitionLog
 
@@ -316,14 +317,7 @@ class LogManager:
             t.name: {"partitions": t.partitions, "topic_id": t.topic_id, "configs": t.overrides}
             for t in self._topics.values()
         }
-        path = self.dir / TOPICS_FILE
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(body, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.dir)
+        write_json_atomically(self.dir / TOPICS_FILE, body)
 
     # -- topics --------------------------------------------------------------------------
     def create_topic(

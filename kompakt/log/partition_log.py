@@ -3,8 +3,8 @@
 ``PartitionLog`` coordinates, as Kafka's ``UnifiedLog`` does: it opens the directory
 through :class:`~kompakt.log.loader.LogLoader`, checks and stamps produced records with
 :mod:`kompakt.log.validator` (``LogValidator``), assigns offsets and rolls, reads whole
-batches like a Kafka fetch, deletes the segments :mod:`kompakt.log.retention` picks and
-swaps in cleaned segments.
+batches like a Kafka fetch, flushes on ``flush.messages`` / ``flush.ms``, deletes the
+segments :mod:`kompakt.log.retention` picks and swaps in cleaned segments.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ class PartitionLog:
         if self.log_start_offset > self.log_end_offset:
             self.log_start_offset = self.segments[0].base_offset
         self.recovery_point = self.log_end_offset
+        self.last_flush_ms = clock()
         self.uncleanable_reason: str | None = None
 
     # -- loading -------------------------------------------------------------------------
@@ -138,7 +139,8 @@ class PartitionLog:
         self, records: bytes | bytearray | memoryview, now_ms: int | None = None
     ) -> AppendInfo:
         """Validate, assign offsets and append a produce request's record set
-        (:mod:`kompakt.log.validator`)."""
+        (:mod:`kompakt.log.validator`), then flush if ``flush.messages`` or
+        ``flush.ms`` says so."""
         now = self.clock() if now_ms is None else now_ms
         buf = bytearray(records)
         batches, maxes = validator.validate(buf, self.config, self.name, now)
@@ -154,6 +156,7 @@ class PartitionLog:
                 seg.append(buf, stamped.headers)
             except OSError as exc:  # the segment has cut itself back to `before`
                 raise KafkaStorageError(f"cannot append to {self.name}: {exc.strerror}") from exc
+            self._flush_if_due(now)
         for listener in list(self.append_listeners):
             listener(self)
         return AppendInfo(
@@ -201,7 +204,7 @@ class PartitionLog:
             log.debug("%s: rolled new segment at offset %d", self.name, base)
             return seg
 
-    def flush(self) -> None:
+    def flush(self, now_ms: int | None = None) -> None:
         """fsync every segment with data past the recovery point, which then moves to
         the log end offset (Kafka's ``UnifiedLog.flush``)."""
         with self.lock:
@@ -209,6 +212,17 @@ class PartitionLog:
                 if seg.next_offset > self.recovery_point or seg is self.active_segment:
                     seg.flush()
             self.recovery_point = self.log_end_offset
+            self.last_flush_ms = self.clock() if now_ms is None else now_ms
+
+    def _flush_if_due(self, now: int) -> None:
+        """Kafka's two flush triggers, both checked after an append: ``flush.messages``
+        unflushed offsets (``UnifiedLog.append``: ``unflushedMessages >= flushInterval``)
+        and ``flush.ms`` since the last flush (``LogManager.flushDirtyLogs``, which Kafka
+        runs on a timer). Both default to Long.MAX_VALUE: no flush but the periodic one."""
+        cfg = self.config
+        unflushed = self.log_end_offset - self.recovery_point
+        if unflushed >= cfg.flush_messages or now - self.last_flush_ms >= cfg.flush_ms:
+            self.flush(now)
 
     # -- read ----------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int, min_one_batch: bool = True) -> bytes:

@@ -353,3 +353,31 @@ def test_kafka_python_admin_sees_dynamic_keys_and_alters_them(broker):
         ka.close()
     d = describe(broker, BROKER, "1")["log.retention.ms"]
     assert (d.value, d.source) == ("4321", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+
+
+def test_describe_configs_documentation_says_which_keys_kompakt_ignores(broker):
+    """DescribeConfigs v3+ ``documentation``: a key kompakt accepts for compatibility but
+    does not act on says so (issue 13 point 8); honoured keys do not."""
+    create_topic(broker, "documented")
+    body = {
+        "resources": [
+            {
+                "resource_type": 2,
+                "resource_name": "documented",
+                "configuration_keys": ["preallocate", "flush.ms"],
+            },
+            {
+                "resource_type": 4,
+                "resource_name": "1",
+                "configuration_keys": ["log.cleaner.threads", "log.cleaner.backoff.ms"],
+            },
+        ],
+        "include_synonyms": False,
+        "include_documentation": True,
+    }
+    results = call(broker.port, 32, 4, body).results
+    docs = {c.name: c.documentation for r in results for c in r.configs}
+    assert "Ignored by kompakt: segment files grow" in docs["preallocate"]
+    assert "Ignored by kompakt: kompakt runs one cleaner thread" in docs["log.cleaner.threads"]
+    assert "Ignored" not in docs["flush.ms"]
+    assert "Ignored" not in docs["log.cleaner.backoff.ms"]

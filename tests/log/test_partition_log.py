@@ -370,3 +370,41 @@ def test_appended_segments_parse_with_kafka_python_reader(manager):
         pos += 12 + length
     assert offsets == [0, 1, 2, 3, 4]
     assert RecordBatch.from_bytes(raw[: 12 + struct.unpack_from(">i", raw, 8)[0]]).is_valid()
+
+
+def test_flush_messages_fsyncs_once_that_many_offsets_are_unflushed(manager):
+    """UnifiedLog.append: ``if (unflushedMessages >= config.flushInterval) flush()``; the
+    recovery point then moves to the log end offset."""
+    manager.create_topic("t", 1, {"flush.messages": "3"})
+    plog = manager.get_log("t", 0)
+    plog.append(batch((b"a", b"1")))
+    plog.append(batch((b"b", b"2")))
+    assert plog.recovery_point == 0
+    plog.append(batch((b"c", b"3")))
+    assert plog.recovery_point == plog.log_end_offset == 3
+
+
+def test_flush_ms_fsyncs_an_append_that_comes_that_long_after_the_last_flush(manager, clock):
+    """LogManager.flushDirtyLogs: a log whose last flush is ``flush.ms`` old is flushed;
+    kompakt checks it on append."""
+    manager.create_topic("t", 1, {"flush.ms": "1000"})
+    plog = manager.get_log("t", 0)
+    plog.append(batch((b"a", b"1")))
+    clock.advance(999)
+    plog.append(batch((b"b", b"2")))
+    assert plog.recovery_point == 0
+    clock.advance(1)
+    plog.append(batch((b"c", b"3")))
+    assert plog.recovery_point == 3
+    plog.append(batch((b"d", b"4")))  # the flush restarted the interval
+    assert plog.recovery_point == 3
+
+
+def test_default_flush_settings_leave_appends_to_the_periodic_flush(manager, clock):
+    """flush.messages and flush.ms default to Long.MAX_VALUE, as Kafka's."""
+    manager.create_topic("t", 1)
+    plog = manager.get_log("t", 0)
+    for i in range(5):
+        clock.advance(10**9)
+        plog.append(batch((b"k%d" % i, b"v")))
+    assert plog.recovery_point == 0

@@ -12,10 +12,10 @@ and refused as a whole (INVALID_REQUEST) when any key is read-only or any value 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from kompakt.broker.config import BROKER_KEYS, BrokerConfig
+from kompakt.broker.config import BrokerConfig, broker_key
 from kompakt.broker.handlers.common import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
@@ -27,7 +27,6 @@ from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import InvalidConfigError
 from kompakt.log.config import (
-    BROKER_LOG_KEYS,
     CONFIG_DEFS,
     DEFAULT_CONFIG,
     DYNAMIC_BROKER_CONFIG,
@@ -112,7 +111,9 @@ def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> 
             continue
         d = CONFIG_DEFS[e.name]
         res["configs"].append(
-            _config_entry(e, False, e.is_default, d.type, d.doc, synonyms=synonyms, docs=docs)
+            _config_entry(
+                e, False, e.is_default, d.type, d.documentation, synonyms=synonyms, docs=docs
+            )
         )
     return res
 
@@ -341,17 +342,8 @@ def _incremental(ctx: RequestContext, name: str, ops: Any) -> dict[str, str]:
             overrides.pop(c.name, None)
         elif op in (APPEND, SUBTRACT):
             if d.type != "list":
-                verb = "append" if op == APPEND else "subtract"
-                raise InvalidConfigError(
-                    f"Config value {verb} is not allowed for config key: {c.name}"
-                )
-            current = list(effective.get(c.name))
-            items = [x.strip() for x in (c.value or "").split(",") if x.strip()]
-            if op == APPEND:
-                current += [x for x in items if x not in current]
-            else:
-                current = [x for x in current if x not in items]
-            overrides[c.name] = to_string(current) or ""
+                raise InvalidConfigError(_list_op_refused(op, c.name))
+            overrides[c.name] = _list_op(op, effective.get(c.name), c.value)
         else:
             raise _InvalidRequest(f"Unknown config operation {op} for {c.name}")
     return overrides
@@ -377,36 +369,34 @@ def _broker_incremental(layer: dict[str, str], r: Any) -> dict[str, str]:
         elif op == DELETE:
             layer.pop(c.name, None)
         elif op in (APPEND, SUBTRACT):
-            type_, default = _broker_key_type(c.name)
-            if type_ != "list":
-                verb = "append" if op == APPEND else "subtract"
-                raise _InvalidRequest(
-                    f"Config value {verb} is not allowed for config key: {c.name}"
-                )
-            old = layer.get(c.name, default) or ""
-            current = list(parse_type(c.name, old, "list"))
-            items = [x.strip() for x in c.value.split(",") if x.strip()]
-            if op == APPEND:
-                current += [x for x in items if x not in current]
-            else:
-                current = [x for x in current if x not in items]
-            layer[c.name] = to_string(current) or ""
+            try:
+                d = broker_key(c.name)
+            except InvalidConfigError:
+                raise _InvalidRequest(f"Unknown config name: {c.name}") from None
+            if d.type != "list":
+                raise _InvalidRequest(_list_op_refused(op, c.name))
+            old = layer.get(c.name, to_string(d.default)) or ""
+            layer[c.name] = _list_op(op, parse_type(c.name, old, "list"), c.value)
         else:
             raise _InvalidRequest(f"Unknown operations type {op}")
     return layer
 
 
-def _broker_key_type(name: str) -> tuple[str, str | None]:
-    """(type, default as text) of a broker key, for list operations."""
-    if name in BROKER_KEYS:
-        d = BROKER_KEYS[name]
-        return d.type, to_string(d.default)
-    if name in BROKER_LOG_KEYS:
-        for cd in CONFIG_DEFS.values():
-            for syn in cd.broker_synonyms:
-                if syn.name == name:
-                    return syn.type, syn.default
-    raise _InvalidRequest(f"Unknown config name: {name}")
+def _list_op(op: int, current: Iterable[str], value: str | None) -> str:
+    """Kafka's IncrementalAlterConfigs APPEND / SUBTRACT on a list value: add the
+    comma-separated ``value`` items not yet present, or remove every one of them."""
+    out = list(current)
+    items = [x.strip() for x in (value or "").split(",") if x.strip()]
+    if op == APPEND:
+        out += [x for x in items if x not in out]
+    else:
+        out = [x for x in out if x not in items]
+    return to_string(out) or ""
+
+
+def _list_op_refused(op: int, name: str) -> str:
+    verb = "append" if op == APPEND else "subtract"
+    return f"Config value {verb} is not allowed for config key: {name}"
 
 
 async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:

@@ -37,7 +37,9 @@ from kompakt.log.config.defs import (
     SEGMENT_BYTES_MIN,
     BrokerSynonym,
     ConfigDef,
+    broker_synonym,
     definition,
+    documentation,
     parse_value,
 )
 from kompakt.log.config.properties import from_properties, read_properties, to_properties
@@ -102,7 +104,9 @@ __all__ = [
     "Validator",
     "at_least",
     "between",
+    "broker_synonym",
     "definition",
+    "documentation",
     "from_properties",
     "java_double",
     "parse_type",

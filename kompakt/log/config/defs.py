@@ -58,9 +58,22 @@ class ConfigDef:
     doc: str
     broker_synonym: str | None  # the highest-priority broker key, Kafka's TOPIC_CONFIG_SYNONYMS
     broker_synonyms: tuple[BrokerSynonym, ...] = field(default=())
+    # Why kompakt accepts the key but does not act on it; None: the key is honoured.
+    ignored: str | None = None
 
     def valid_values(self) -> str:
         return str(self.validator) if self.validator is not None else ""
+
+    @property
+    def documentation(self) -> str:
+        """The DescribeConfigs ``documentation`` text: the doc, and whether it is ignored."""
+        return documentation(self.doc, self.ignored)
+
+
+def documentation(doc: str, ignored: str | None) -> str:
+    """A config key's doc as DescribeConfigs (v3+) reports it: a key kompakt accepts but
+    does not act on says so and why, so a user never relies on a silent no-op."""
+    return doc if ignored is None else f"{doc} Ignored by kompakt: {ignored}"
 
 
 CONFIG_DEFS: dict[str, ConfigDef] = {}
@@ -73,20 +86,33 @@ def _define(
     validator: Validator | None,
     synonyms: str | tuple[BrokerSynonym, ...],
     doc: str,
+    ignored: str | None = None,
 ) -> None:
-    """Register a topic config; a plain-string synonym shares the topic's type and default."""
+    """Register a topic config; a plain-string synonym shares the topic's type and default.
+
+    ``ignored`` gives the reason when kompakt accepts the key (for Kafka compatibility:
+    clients and tools set it) but does not act on it.
+    """
     if validator is not None:
         validator(name, default)  # like Kafka's ConfigKey: a bad default is our bug
     if isinstance(synonyms, str):
         synonyms = (BrokerSynonym(synonyms, type_, 1, to_string(default)),)
     CONFIG_DEFS[name] = ConfigDef(
-        name, type_, default, validator, doc, synonyms[0].name if synonyms else None, synonyms
+        name,
+        type_,
+        default,
+        validator,
+        doc,
+        synonyms[0].name if synonyms else None,
+        synonyms,
+        ignored,
     )
 
 
 MiB = 1024 * 1024
 POLICIES = (CLEANUP_POLICY_COMPACT, CLEANUP_POLICY_DELETE)
 CODECS = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_LEVEL_IGNORED = "broker-side recompression (compression.type) uses the codec's default level."
 # fmt: off
 _define("cleanup.policy", "list", (CLEANUP_POLICY_DELETE,), ListOf(POLICIES), "log.cleanup.policy",
         '"delete" (by time/size) and/or "compact" (latest value per key); empty keeps all.')
@@ -105,11 +131,11 @@ _define("segment.index.bytes", "int", 10 * MiB, at_least(4), "log.index.size.max
 _define("index.interval.bytes", "int", 4096, at_least(0), "log.index.interval.bytes",
         "Bytes of log between offset index entries.")
 _define("flush.messages", "long", LONG_MAX, at_least(1), "log.flush.interval.messages",
-        "Force an fsync after this many messages.")
+        "Force an fsync after this many messages (checked on append, as UnifiedLog.append).")
 _define("flush.ms", "long", LONG_MAX, at_least(0),
         (BrokerSynonym("log.flush.interval.ms", "long"),
          BrokerSynonym("log.flush.scheduler.interval.ms", "long", 1, str(LONG_MAX))),
-        "Force an fsync after this much time.")
+        "Force an fsync once this long has passed since the last (checked on append).")
 _define("retention.bytes", "long", -1, None, "log.retention.bytes",
         'Partition size above which "delete" discards old segments; -1: no limit.')
 _define("retention.ms", "long", 7 * 24 * HOUR_MS, at_least(-1),
@@ -138,22 +164,35 @@ _define("message.timestamp.after.max.ms", "long", HOUR_MS, at_least(0),  # 1 h s
 _define("compression.type", "string", "producer", OneOf(CODECS), "compression.type",
         "Final codec of the topic; 'producer' keeps the producer's codec.")
 _define("compression.gzip.level", "int", -1, GzipLevel(), "compression.gzip.level",
-        "gzip level when compression.type=gzip.")
+        "gzip level when compression.type=gzip.", _LEVEL_IGNORED)
 _define("compression.lz4.level", "int", 9, between(1, 17), "compression.lz4.level",
-        "lz4 level when compression.type=lz4.")
+        "lz4 level when compression.type=lz4.", _LEVEL_IGNORED)
 _define("compression.zstd.level", "int", 3, between(-131072, 22), "compression.zstd.level",
-        "zstd level when compression.type=zstd.")
+        "zstd level when compression.type=zstd.", _LEVEL_IGNORED)
 _define("min.insync.replicas", "int", 1, at_least(1), "min.insync.replicas",
-        "Replicas that must acknowledge an acks=all write (always met on one node).")
+        "Replicas that must acknowledge an acks=all write.",
+        "a single node has no followers; its one replica is always in sync.")
 _define("unclean.leader.election.enable", "boolean", False, None, "unclean.leader.election.enable",
-        "Let an out-of-sync replica lead (no effect on one node).")
+        "Let an out-of-sync replica lead.",
+        "a single node has no other replica that could lead.")
 _define("preallocate", "boolean", False, None, "log.preallocate",
-        "Preallocate a segment's file when it is created.")
+        "Preallocate a segment's file when it is created.",
+        "segment files grow as records are appended (Kafka's preallocate helps NTFS).")
 # fmt: on
 
 BROKER_LOG_KEYS: frozenset[str] = frozenset(
     s.name for d in CONFIG_DEFS.values() for s in d.broker_synonyms
 )
+
+
+def broker_synonym(name: str) -> tuple[ConfigDef, BrokerSynonym] | None:
+    """The topic config that the broker key ``name`` supplies a default for, and the
+    synonym itself; None when ``name`` is not one of ``BROKER_LOG_KEYS``."""
+    for d in CONFIG_DEFS.values():
+        for syn in d.broker_synonyms:
+            if syn.name == name:
+                return d, syn
+    return None
 
 
 def definition(name: str) -> ConfigDef:
