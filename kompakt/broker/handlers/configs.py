@@ -12,8 +12,13 @@ and refused as a whole (INVALID_REQUEST) when any key is read-only or any value 
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from kio.schema.alter_configs.v2.request import AlterConfigsRequest
+from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
+from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
 
 from kompakt.broker.config import BrokerConfig, broker_key
 from kompakt.broker.handlers.common import (
@@ -29,34 +34,59 @@ from kompakt.errors import InvalidConfigError
 from kompakt.log.config import (
     CONFIG_DEFS,
     DEFAULT_CONFIG,
-    DYNAMIC_BROKER_CONFIG,
-    DYNAMIC_DEFAULT_BROKER_CONFIG,
-    DYNAMIC_TOPIC_CONFIG,
-    STATIC_BROKER_CONFIG,
     TopicConfig,
     parse_type,
     to_string,
 )
 from kompakt.log.names import invalid_topic_reason
 
-DESCRIBE_CONFIGS = 32
-ALTER_CONFIGS = 33
-INCREMENTAL_ALTER_CONFIGS = 44
 
-TOPIC = 2
-BROKER = 4
-BROKER_LOGGER = 8
+class ResourceType(enum.IntEnum):
+    """Kafka's ``ConfigResource.Type`` ids."""
 
-SOURCE_CODES = {
-    DYNAMIC_TOPIC_CONFIG: 1,
-    DYNAMIC_BROKER_CONFIG: 2,
-    DYNAMIC_DEFAULT_BROKER_CONFIG: 3,
-    STATIC_BROKER_CONFIG: 4,
-    DEFAULT_CONFIG: 5,
-}
-TYPE_CODES = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
 
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+class ConfigSource(enum.IntEnum):
+    """Kafka's ``DescribeConfigsResponse.ConfigSource`` ids; the names are the sources
+    ``kompakt.log.config`` reports (``DYNAMIC_TOPIC_CONFIG``, ...)."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+class ConfigType(enum.IntEnum):
+    """Kafka's ``DescribeConfigsResponse.ConfigType`` ids (``ConfigDef.Type``)."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class OpType(enum.IntEnum):
+    """Kafka's ``AlterConfigOp.OpType`` ids (IncrementalAlterConfigs)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+SOURCE_CODES: dict[str, int] = {s.name: s.value for s in ConfigSource}
 
 
 def _config_entry(
@@ -82,7 +112,7 @@ def _config_entry(
         ]
         if synonyms
         else [],
-        "config_type": TYPE_CODES.get(type_name, 0),
+        "config_type": ConfigType.__members__.get(type_name.upper(), ConfigType.UNKNOWN).value,
         "documentation": doc if docs else None,
     }
 
@@ -133,7 +163,7 @@ def _describe_broker(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) ->
             f"but received {r.resource_name}"
         )
         return res
-    if r.resource_type == BROKER_LOGGER:
+    if r.resource_type == ResourceType.BROKER_LOGGER:
         return res
     keys = None if r.configuration_keys is None else set(r.configuration_keys)
     for e in ctx.config.describe_entries(per_broker=r.resource_name != ""):
@@ -160,9 +190,9 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict[str, An
     def run() -> list:
         out = []
         for r in req.resources:
-            if r.resource_type == TOPIC:
+            if r.resource_type == ResourceType.TOPIC:
                 out.append(_describe_topic(ctx, r, synonyms, docs))
-            elif r.resource_type in (BROKER, BROKER_LOGGER):
+            elif r.resource_type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER):
                 out.append(_describe_broker(ctx, r, synonyms, docs))
             else:
                 out.append(
@@ -189,7 +219,7 @@ def _result(r: Any, code: int = NONE, msg: str | None = None) -> dict[str, Any]:
 
 
 def _not_topic(ctx: RequestContext, r: Any) -> dict[str, Any] | None:
-    if r.resource_type != TOPIC:
+    if r.resource_type != ResourceType.TOPIC:
         return _result(r, INVALID_REQUEST, f"Unsupported resource type {r.resource_type}")
     # Kafka's ControllerConfigurationValidator.validateTopicName
     if not r.resource_name:
@@ -231,10 +261,10 @@ async def _alter(
             if ids.count((r.resource_type, r.resource_name)) > 1:  # ConfigAdminManager
                 out.append(_result(r, INVALID_REQUEST, "Each resource must appear at most once."))
                 continue
-            if r.resource_type == BROKER:
+            if r.resource_type == ResourceType.BROKER:
                 out.append(_alter_broker(ctx, r, broker_layer_for, bool(req.validate_only)))
                 continue
-            if r.resource_type == BROKER_LOGGER:
+            if r.resource_type == ResourceType.BROKER_LOGGER:
                 out.append(_result(r, INVALID_REQUEST, "kompakt has no dynamic broker loggers"))
                 continue
             bad = _not_topic(ctx, r)
@@ -334,13 +364,13 @@ def _incremental(ctx: RequestContext, name: str, ops: Any) -> dict[str, str]:
         if d is None:
             raise InvalidConfigError(f"Unknown topic config name: {c.name}")
         op = c.config_operation
-        if op == SET:
+        if op == OpType.SET:
             if c.value is None:
                 raise InvalidConfigError(f"Null value not supported for : {c.name}")
             overrides[c.name] = c.value
-        elif op == DELETE:
+        elif op == OpType.DELETE:
             overrides.pop(c.name, None)
-        elif op in (APPEND, SUBTRACT):
+        elif op in (OpType.APPEND, OpType.SUBTRACT):
             if d.type != "list":
                 raise InvalidConfigError(_list_op_refused(op, c.name))
             overrides[c.name] = _list_op(op, effective.get(c.name), c.value)
@@ -359,16 +389,16 @@ def _broker_incremental(layer: dict[str, str], r: Any) -> dict[str, str]:
     names = [c.name for c in r.configs]
     if len(set(names)) != len(names):
         raise _InvalidRequest("Error due to duplicate config keys")
-    nulls = [c.name for c in r.configs if c.config_operation != DELETE and c.value is None]
+    nulls = [c.name for c in r.configs if c.config_operation != OpType.DELETE and c.value is None]
     if nulls:
         raise _InvalidRequest(f"Null value not supported for : {', '.join(nulls)}")
     for c in r.configs:
         op = c.config_operation
-        if op == SET:
+        if op == OpType.SET:
             layer[c.name] = c.value
-        elif op == DELETE:
+        elif op == OpType.DELETE:
             layer.pop(c.name, None)
-        elif op in (APPEND, SUBTRACT):
+        elif op in (OpType.APPEND, OpType.SUBTRACT):
             try:
                 d = broker_key(c.name)
             except InvalidConfigError:
@@ -387,7 +417,7 @@ def _list_op(op: int, current: Iterable[str], value: str | None) -> str:
     comma-separated ``value`` items not yet present, or remove every one of them."""
     out = list(current)
     items = [x.strip() for x in (value or "").split(",") if x.strip()]
-    if op == APPEND:
+    if op == OpType.APPEND:
         out += [x for x in items if x not in out]
     else:
         out = [x for x in out if x not in items]
@@ -395,7 +425,7 @@ def _list_op(op: int, current: Iterable[str], value: str | None) -> str:
 
 
 def _list_op_refused(op: int, name: str) -> str:
-    verb = "append" if op == APPEND else "subtract"
+    verb = "append" if op == OpType.APPEND else "subtract"
     return f"Config value {verb} is not allowed for config key: {name}"
 
 
@@ -406,6 +436,8 @@ async def handle_incremental_alter_configs(ctx: RequestContext, req: Any) -> dic
 
 
 def register(registry: ApiRegistry) -> None:
-    registry.register(DESCRIBE_CONFIGS, 1, 4, handle_describe_configs)
-    registry.register(ALTER_CONFIGS, 0, 2, handle_alter_configs)
-    registry.register(INCREMENTAL_ALTER_CONFIGS, 0, 1, handle_incremental_alter_configs)
+    registry.register(DescribeConfigsRequest.__api_key__, 1, 4, handle_describe_configs)
+    registry.register(AlterConfigsRequest.__api_key__, 0, 2, handle_alter_configs)
+    registry.register(
+        IncrementalAlterConfigsRequest.__api_key__, 0, 1, handle_incremental_alter_configs
+    )
