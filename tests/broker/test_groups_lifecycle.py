@@ -35,7 +35,7 @@ from kio.serial import entity_reader, entity_writer
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import records as R
-from kompakt.broker.coordinator.group import OFFSETS_TOPIC, TOPIC_IDS_FILE
+from kompakt.broker.coordinator.storage import OFFSETS_TOPIC, TOPIC_IDS_FILE
 from kompakt.broker.protocol import build
 from kompakt.cleaner import Cleaner
 from kompakt.log.manager import LogManager
@@ -815,7 +815,7 @@ def test_offset_expiry_touches_only_expired_offsets(tmp_path):
         listed(b)
         gc = b.broker.state.extra["group_coordinator"]
         clock = ManualClock()
-        gc.clock = clock
+        gc.scheduler.clock = clock  # the coordinator's time only
         commit(b, "old", {("t", 0): 1})
         clock.advance(59_000)
         commit(b, "recent", {("t", 0): 2})
