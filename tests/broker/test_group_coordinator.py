@@ -19,6 +19,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from manual_clock import ManualScheduler
 
+from kompakt.broker.config import BrokerConfig
 from kompakt.broker.coordinator.coordinator import GroupCoordinator
 from kompakt.broker.coordinator.state import (
     VALID_PREVIOUS_STATES,
@@ -33,25 +34,14 @@ REBALANCE = 2000
 PROTOCOLS = [("range", b"r"), ("roundrobin", b"rr")]
 
 
-class Config:
-    """The broker config's ``get`` for the keys the coordinator reads."""
-
-    def __init__(self, **values: Any):
-        self.values = {
-            "group.initial.rebalance.delay.ms": 0,
-            "group.min.session.timeout.ms": 100,
-            "group.max.session.timeout.ms": 60000,
-            "group.max.size": 1000,
-            **{k.replace("_", "."): v for k, v in values.items()},
-        }
-
-    def get(self, key: str) -> Any:
-        return self.values[key]
-
-
 def coordinator(**config: Any) -> tuple[GroupCoordinator, ManualScheduler]:
+    """A coordinator with the broker's config table (``config`` overrides, ``_`` for
+    ``.``), no storage, and a manual scheduler."""
+    props = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 100}
+    props.update({k.replace("_", "."): v for k, v in config.items()})
     scheduler = ManualScheduler()
-    return GroupCoordinator(Config(**config), scheduler), scheduler
+    cfg = BrokerConfig.from_mapping({k: str(v) for k, v in props.items()})
+    return GroupCoordinator(cfg, scheduler), scheduler
 
 
 def join(
@@ -265,3 +255,20 @@ def test_shutdown_answers_parked_requests_not_coordinator():
     gc.shutdown()
     assert rb.result()["error_code"] == ErrorCode.not_coordinator
     assert sched.pending() == []
+
+
+def test_group_metadata_record_roundtrip_keeps_nulls_and_static_ids():
+    """GroupMetadataValue v3 (Kafka's schema): a null protocol and leader (an Empty
+    group) stay null, a static member's group.instance.id and both byte fields survive;
+    the key is version 2 and parses back to the group."""
+    from kompakt.broker.coordinator import records as R
+
+    assert R.parse_key(R.group_key("grp")) == ("group", ("grp",))
+    empty = R.GroupMetadataValue("consumer", 4, None, None, 123)
+    assert R.parse_group_value(R.group_value(empty)) == empty
+    members = (
+        ("m1", "inst", "cli", "/h", 2000, 6000, b"sub", b"asg"),
+        ("m2", None, "cli", "/h", 3000, 7000, b"", b""),
+    )
+    full = R.GroupMetadataValue("consumer", 5, "range", "m1", 456, members)
+    assert R.parse_group_value(R.group_value(full)) == full

@@ -410,15 +410,11 @@ def test_static_member_old_id_is_fenced():
     from kio.schema.errors import ErrorCode
     from manual_clock import ManualScheduler
 
+    from kompakt.broker.config import BrokerConfig
     from kompakt.broker.coordinator.coordinator import GroupCoordinator
 
-    class Cfg:
-        values = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 100}
-
-        def get(self, key: str) -> Any:
-            return self.values.get(key, {"group.max.session.timeout.ms": 60000}.get(key, 50))
-
-    gc = GroupCoordinator(Cfg(), ManualScheduler())
+    cfg = BrokerConfig.from_mapping({"group.initial.rebalance.delay.ms": "0"})
+    gc = GroupCoordinator(cfg, ManualScheduler())
     protos = [("range", b"m")]
     fenced = ErrorCode.fenced_instance_id
 

@@ -46,6 +46,8 @@ log = logging.getLogger("kompakt.broker.coordinator")
 MAX_METADATA = 4096
 """Kafka's ``offset.metadata.max.bytes`` default: longer commit metadata is refused."""
 
+MS_PER_MINUTE = 60_000
+
 CHUNK = 1000
 """Tombstones per appended batch, well under ``max.message.bytes``."""
 
@@ -56,7 +58,7 @@ class GroupCoordinator:
     """Kafka's ``GroupCoordinator`` for classic groups, driven by ``scheduler``.
 
     ``config`` answers ``get(key)`` with the broker's ``group.*`` and ``offsets.*``
-    settings; ``storage`` is None only in unit tests that never load or write.
+    settings (a :class:`~kompakt.broker.config.BrokerConfig`); ``storage`` is None only in unit tests that never load or write.
     """
 
     def __init__(self, config: Any, scheduler: Scheduler, storage: OffsetsStorage | None = None):
@@ -74,11 +76,10 @@ class GroupCoordinator:
         self._tasks: set[asyncio.Task] = set()
 
     # -- config, time, background work ----------------------------------------------------
-    def _cfg(self, key: str, default: int) -> int:
-        try:
-            return int(self.config.get(key))
-        except Exception:
-            return default
+    def _cfg(self, key: str) -> int:
+        """A ``group.*`` / ``offsets.*`` setting, read at each use (dynamic configs apply
+        at once); defaults live in the broker config table, not here."""
+        return int(self.config.get(key))
 
     def now(self) -> int:
         return self.scheduler.now()
@@ -153,7 +154,7 @@ class GroupCoordinator:
         ``group.max.size`` (lowered while the broker was down) rebalances at once."""
         if self._closed:  # shutdown already cancelled every timer
             return
-        max_size = self._cfg("group.max.size", 2**31 - 1)
+        max_size = self._cfg("group.max.size")
         for g in self.groups.values():
             if not g.members:
                 continue
@@ -248,7 +249,7 @@ class GroupCoordinator:
                 m.answer_sync({"error_code": ErrorCode.rebalance_in_progress})
         was_empty = g.state == GroupState.EMPTY
         self._set_state(g, GroupState.PREPARING_REBALANCE)
-        delay = self._cfg("group.initial.rebalance.delay.ms", 3000) if was_empty else 0
+        delay = self._cfg("group.initial.rebalance.delay.ms") if was_empty else 0
         timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
         g.delaying = was_empty and delay > 0
         if g.join_timer is not None:
@@ -354,9 +355,9 @@ class GroupCoordinator:
         if not group_id:
             return err(ErrorCode.invalid_group_id)
         if not (
-            self._cfg("group.min.session.timeout.ms", 6000)
+            self._cfg("group.min.session.timeout.ms")
             <= session_timeout_ms
-            <= self._cfg("group.max.session.timeout.ms", 1800000)
+            <= self._cfg("group.max.session.timeout.ms")
         ):
             return err(ErrorCode.invalid_session_timeout)
         g = self.group(group_id, create=not member_id)
@@ -383,7 +384,7 @@ class GroupCoordinator:
         if member_id and member_id not in g.members and member_id not in g.pending:
             return err(ErrorCode.unknown_member_id)
         if not member_id:
-            if len(g.members) + len(g.pending) >= self._cfg("group.max.size", 2**31 - 1):
+            if len(g.members) + len(g.pending) >= self._cfg("group.max.size"):
                 return err(ErrorCode.group_max_size_reached)
             prefix = group_instance_id if group_instance_id is not None else client_id
             member_id = f"{prefix or 'member'}-{uuid.uuid4()}"
@@ -733,7 +734,7 @@ class GroupCoordinator:
     def _schedule_expiry(self) -> None:
         """Kafka's ``delete-expired-group-metadata`` task, every
         ``offsets.retention.check.interval.ms`` after the previous run ended."""
-        interval = max(1, self._cfg("offsets.retention.check.interval.ms", 600000))
+        interval = self._cfg("offsets.retention.check.interval.ms")  # atLeast(1)
         self._expiry_timer = self.scheduler.call_later(interval, self._expiry_due)
 
     def _expiry_due(self) -> None:
@@ -753,7 +754,7 @@ class GroupCoordinator:
         :func:`expired_offsets`. Returns the number of offsets expired."""
         if not self.loaded or self._closed:
             return 0
-        retention_ms = self._cfg("offsets.retention.minutes", 10080) * 60_000
+        retention_ms = self._cfg("offsets.retention.minutes") * MS_PER_MINUTE
         now = self.now()
         count = await self._cleanup(lambda g: expired_offsets(g, now, retention_ms))
         self.offsets_expired += count
