@@ -823,7 +823,7 @@ def test_offset_expiry_touches_only_expired_offsets(tmp_path):
         clock.advance(1_000)
         wait_for(lambda: "old" not in gc.groups)
         # one more expiry pass, run here so it surely ran: it keeps the recent offset
-        assert asyncio.run_coroutine_threadsafe(gc.expire_offsets(), b.loop).result(10) == 0
+        assert asyncio.run_coroutine_threadsafe(gc.offsets.expire_offsets(), b.loop).result(10) == 0
         assert all_committed(b, "recent") == {("t", 0): 2}
         b = restart(b)
         assert all_committed(b, "old") == {}
@@ -844,6 +844,6 @@ def test_a_commit_racing_delete_topics_is_refused(lbroker):
     delete_topic(b, topic)
     gc = b.broker.state.extra["group_coordinator"]
     late = {(topic, 0): R.OffsetAndMetadata(5, -1, "", 1)}
-    refused = asyncio.run_coroutine_threadsafe(gc.commit(g, late), b.loop).result(TIMEOUT)
+    refused = asyncio.run_coroutine_threadsafe(gc.offsets.commit(g, late), b.loop).result(TIMEOUT)
     assert refused == {(topic, 0)}
     assert all_committed(b, g) == {}

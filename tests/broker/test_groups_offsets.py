@@ -32,7 +32,8 @@ from manual_clock import ManualClock
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import records as R
-from kompakt.broker.coordinator.coordinator import GroupCoordinator, expired_offsets
+from kompakt.broker.coordinator.coordinator import GroupCoordinator
+from kompakt.broker.coordinator.offsets import expired_offsets
 from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.broker.coordinator.state import Group, GroupState
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
@@ -245,7 +246,10 @@ def test_offsets_expire_to_tombstones_and_cleaner_removes_them_after_delete_rete
 
         clock.advance(MINUTE - 1)  # one ms short of the retention: nothing expires
         # an expiry pass run here, so it surely ran at this time
-        assert asyncio.run_coroutine_threadsafe(gc.expire_offsets(), b.loop).result(TIMEOUT) == 0
+        assert (
+            asyncio.run_coroutine_threadsafe(gc.offsets.expire_offsets(), b.loop).result(TIMEOUT)
+            == 0
+        )
         live.poll(0.05)
         assert gc.offsets_expired == 0
         assert committed(b, "gone", [(ta, 0), (ta, 1)]) == [3, 4]

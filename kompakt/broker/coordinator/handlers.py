@@ -300,7 +300,7 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         )
     if to_commit:
         try:
-            refused = await gc.commit(req.group_id, to_commit)
+            refused = await gc.offsets.commit(req.group_id, to_commit)
             for t in topics:
                 for p in t["partitions"]:
                     if (t["name"], p["partition_index"]) in refused:
@@ -328,7 +328,7 @@ def _fetch_group(
             ids[name] = getattr(t, "topic_id", None)
             wanted.append((name, list(t.partition_indexes)))
     out = []
-    for name, parts in gc.fetch_offsets(group_id, wanted).items():
+    for name, parts in gc.offsets.fetch(group_id, wanted).items():
         tid = ids.get(name)
         if tid is None and ctx.logs.has_topic(name):
             tid = ctx.state.topic_id(name)
@@ -447,7 +447,7 @@ async def handle_delete_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     gc = await coordinator(ctx)
     results = []
     for gid in req.groups_names:
-        code = await gc.delete_group(gid)
+        code = await gc.offsets.delete_group(gid)
         results.append({"group_id": gid, "error_code": code})
     return {"throttle_time": 0, "results": results}
 
@@ -469,7 +469,7 @@ async def handle_offset_delete(ctx: RequestContext, req: Any) -> dict[str, Any]:
     if not req.group_id:
         group_error, found = ErrorCode.invalid_group_id, {}
     else:
-        group_error, found = await gc.delete_offsets(req.group_id, wanted)
+        group_error, found = await gc.offsets.delete_offsets(req.group_id, wanted)
     if group_error != ErrorCode.none:
         return {"throttle_time": 0, "error_code": group_error, "topics": []}
     errors.update(found)
@@ -497,7 +497,7 @@ async def topics_deleted(state: Any, topics: set[str]) -> None:
     if (started is None or not started.loaded) and not state.logs.has_topic(OFFSETS_TOPIC):
         return  # no group ever committed anything
     gc = await load_coordinator(state)
-    await gc.on_topics_deleted(topics)
+    await gc.offsets.on_topics_deleted(topics)
 
 
 def register(registry: ApiRegistry) -> None:
