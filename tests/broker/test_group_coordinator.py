@@ -272,3 +272,85 @@ def test_group_metadata_record_roundtrip_keeps_nulls_and_static_ids():
     )
     full = R.GroupMetadataValue("consumer", 5, "range", "m1", 456, members)
     assert R.parse_group_value(R.group_value(full)) == full
+
+
+def test_reply_wakes_its_awaiter_and_a_cancelled_wait_cancels_it():
+    """The asyncio layer awaits a parked JoinGroup's Reply: completing it wakes the
+    awaiter with the response; cancelling the awaiter (the connection closed) cancels
+    the reply, so the coordinator no longer counts the member as waiting. The awaiting
+    coroutine is stepped by hand: no loop turns, no sleeps."""
+    import asyncio
+
+    async def main() -> None:
+        answered = Reply()
+        steps = answered.__await__()
+        parked = next(steps)  # the future the awaiting task would block on
+        assert not parked.done()
+        answered.complete({"error_code": ErrorCode.none})
+        assert parked.done()
+        with pytest.raises(StopIteration) as stop:
+            steps.send(None)
+        assert stop.value.value == {"error_code": ErrorCode.none}
+
+        dropped = Reply()
+        steps = dropped.__await__()
+        next(steps)
+        with pytest.raises(asyncio.CancelledError):
+            steps.throw(asyncio.CancelledError())
+        assert dropped.done()
+        dropped.complete({"error_code": ErrorCode.none})  # too late: the first end wins
+        with pytest.raises(asyncio.CancelledError):
+            dropped.result()
+
+    asyncio.run(main())
+
+
+def test_member_whose_join_wait_was_cancelled_expires_with_its_session():
+    """A member whose parked JoinGroup was abandoned (its connection closed) is no
+    longer waiting, so its session timer removes it as Kafka's heartbeat expiry does,
+    and the rebalance completes without it."""
+    gc, sched = coordinator()
+    a, b = stable_pair(gc)
+    rb = join(gc, b, protocols=[("range", b"changed")])  # b starts a rebalance, parks
+    assert not rb.done()
+    rb.cancel()  # what a cancelled await does
+    ra = join(gc, a)
+    assert not ra.done()  # b is still a member until its session ends
+    sched.advance(SESSION)
+    r = ra.result()
+    assert r["generation_id"] == 3 and [m["member_id"] for m in r["members"]] == [a]
+
+
+def test_broker_hands_its_clock_to_the_log_manager_and_the_coordinator(tmp_path):
+    """Kafka's ``KafkaServer(time)``: one clock, passed in, for every broker component;
+    here the logs and the group coordinator read the test's clock."""
+    import asyncio
+
+    from manual_clock import ManualClock
+
+    from kompakt.broker.app import Broker
+    from kompakt.broker.coordinator.handlers import coordinator_if_started
+
+    clock = ManualClock()
+    cfg = BrokerConfig.from_mapping(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "kompakt.admin.listener": "http://127.0.0.1:0",
+            "log.dirs": str(tmp_path),
+            "kompakt.cleaner.engine": "local",
+        }
+    )
+
+    async def main() -> None:
+        broker = Broker(cfg, clock=clock)
+        await broker.start()
+        try:
+            gc = coordinator_if_started(broker.state)
+            assert gc is not None and broker.logs is not None
+            assert broker.logs.clock() == gc.now() == clock.now
+            clock.advance(12_345)
+            assert broker.logs.clock() == gc.now() == clock.now
+        finally:
+            await broker.stop()
+
+    asyncio.run(main())
