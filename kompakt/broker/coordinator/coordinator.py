@@ -30,7 +30,13 @@ from kio.schema.errors import ErrorCode
 from kompakt.broker.coordinator import records as rec
 from kompakt.broker.coordinator.offsets import OffsetManager
 from kompakt.broker.coordinator.scheduler import Scheduler
-from kompakt.broker.coordinator.state import Group, GroupState, Member, Reply
+from kompakt.broker.coordinator.state import (
+    UNKNOWN_GENERATION_ID,
+    Group,
+    GroupState,
+    Member,
+    Reply,
+)
 from kompakt.broker.coordinator.storage import OffsetsStorage, Records
 
 log = logging.getLogger("kompakt.broker.coordinator")
@@ -318,7 +324,12 @@ class GroupCoordinator:
 
         def err(code: ErrorCode, mid: str = member_id) -> Reply:
             return Reply.of(
-                {"error_code": code, "member_id": mid, "generation_id": -1, "leader": ""}
+                {
+                    "error_code": code,
+                    "member_id": mid,
+                    "generation_id": UNKNOWN_GENERATION_ID,
+                    "leader": "",
+                }
             )
 
         if self._closed:

@@ -29,9 +29,9 @@ from kio.schema.offset_fetch.v1.request import OffsetFetchRequest
 from kio.schema.sync_group.v0.request import SyncGroupRequest
 
 from kompakt.broker.coordinator.coordinator import MAX_METADATA, GroupCoordinator
-from kompakt.broker.coordinator.records import OffsetAndMetadata
+from kompakt.broker.coordinator.records import NO_LEADER_EPOCH, NO_OFFSET, OffsetAndMetadata
 from kompakt.broker.coordinator.scheduler import LoopScheduler
-from kompakt.broker.coordinator.state import GroupState
+from kompakt.broker.coordinator.state import UNKNOWN_GENERATION_ID, GroupState
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC, OffsetsStorage
 from kompakt.broker.handlers.common import error_of
 from kompakt.broker.protocol import ZERO_UUID, ms
@@ -44,6 +44,12 @@ _KEY = "group_coordinator"
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
 """FindCoordinator ``key_type`` values (Kafka's ``CoordinatorType.GROUP`` / ``TRANSACTION``)."""
+
+NO_NODE = -1
+"""Node id and port of FindCoordinator's answer when there is none (Kafka's ``Node.noNode``)."""
+
+DEFAULT_RETENTION_TIME = -1
+"""OffsetCommit v2-v4 ``retention_time`` meaning: the broker's ``offsets.retention.minutes``."""
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 """DescribeGroups ``authorized_operations`` when not asked for (Kafka's ``Int.MinValue``)."""
@@ -144,9 +150,9 @@ async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, An
                 "key": key,
                 "error_code": error_code,
                 "error_message": error_message,
-                "node_id": -1,
+                "node_id": NO_NODE,
                 "host": "",
-                "port": -1,
+                "port": NO_NODE,
             }
         return {
             "key": key,
@@ -181,7 +187,7 @@ async def handle_join_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
         [(p.name, bytes(p.metadata)) for p in req.protocols],
         require_known_member_id=ctx.api_version >= 4,
     )
-    resp.setdefault("generation_id", -1)
+    resp.setdefault("generation_id", UNKNOWN_GENERATION_ID)
     resp.setdefault("leader", "")
     resp.setdefault("member_id", req.member_id or "")
     resp.setdefault("protocol_type", None)
@@ -264,9 +270,9 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         )
     )
     now = gc.now()
-    # v2-v4 retention_time (-1: the broker's offsets.retention.minutes) gives an explicit
-    # expire timestamp, as Kafka's OffsetCommit handling does.
-    retention = ms(getattr(req, "retention_time", -1))
+    # v2-v4 retention_time gives an explicit expire timestamp, as Kafka's OffsetCommit
+    # handling does.
+    retention = ms(getattr(req, "retention_time", DEFAULT_RETENTION_TIME))
     expire = now + retention if retention >= 0 else None
     to_commit: dict[tuple[str, int], OffsetAndMetadata] = {}
     topics = []
@@ -285,7 +291,7 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     assert name is not None
                     to_commit[(name, p.partition_index)] = OffsetAndMetadata(
                         p.committed_offset,
-                        int(getattr(p, "committed_leader_epoch", -1)),
+                        int(getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH)),
                         p.committed_metadata or "",
                         now,
                         expire,
@@ -339,8 +345,8 @@ def _fetch_group(
                 "partitions": [
                     {
                         "partition_index": p,
-                        "committed_offset": om.offset if om else -1,
-                        "committed_leader_epoch": om.leader_epoch if om else -1,
+                        "committed_offset": om.offset if om else NO_OFFSET,
+                        "committed_leader_epoch": om.leader_epoch if om else NO_LEADER_EPOCH,
                         "metadata": om.metadata if om else "",
                         "error_code": ErrorCode.none,
                     }

@@ -24,7 +24,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kompakt.broker.coordinator import records as rec
-from kompakt.broker.coordinator.records import OffsetAndMetadata
+from kompakt.broker.coordinator.records import NO_TIMESTAMP, OffsetAndMetadata
 from kompakt.broker.coordinator.scheduler import Scheduler, TimerHandle
 from kompakt.broker.coordinator.state import Group, GroupState
 from kompakt.broker.coordinator.storage import OffsetsStorage, Records
@@ -315,11 +315,11 @@ def expired_offsets(g: Group, now: int, retention_ms: int) -> Offsets:
     """
     subscribed: set[str] = set()
     if g.protocol_type is None or g.state == GroupState.EMPTY:
-        empty_since = g.state_timestamp if g.state_timestamp is not None else -1
+        empty_since = g.state_timestamp if g.state_timestamp is not None else NO_TIMESTAMP
     elif (
         g.protocol_type == "consumer" and g.state == GroupState.STABLE and g.subscribed is not None
     ):
-        empty_since, subscribed = -1, g.subscribed
+        empty_since, subscribed = NO_TIMESTAMP, g.subscribed
     else:
         return {}
     out = {}

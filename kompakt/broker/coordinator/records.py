@@ -31,12 +31,22 @@ GROUP_VALUE_WITH_STATE_TIMESTAMP = 2
 GROUP_VALUE_WITH_INSTANCE_ID = 3
 
 
+NO_OFFSET = -1
+"""OffsetFetch's committed offset when there is none (Kafka's ``INVALID_OFFSET``)."""
+NO_LEADER_EPOCH = -1
+"""A leader epoch not given (Kafka's ``RecordBatch.NO_PARTITION_LEADER_EPOCH``)."""
+NO_TIMESTAMP = -1
+"""A timestamp not known (Kafka's ``RecordBatch.NO_TIMESTAMP``)."""
+NULL_LENGTH = -1
+"""The length field of a null string or null bytes."""
+
+
 @dataclass(frozen=True)
 class OffsetAndMetadata:
     offset: int
-    leader_epoch: int = -1
+    leader_epoch: int = NO_LEADER_EPOCH
     metadata: str = ""
-    commit_timestamp: int = -1
+    commit_timestamp: int = NO_TIMESTAMP
     expire_timestamp: int | None = None
     """Set only by old clients' ``retention_time``: then it alone decides expiry (Kafka)."""
 
@@ -125,7 +135,7 @@ def parse_offset_value(value: bytes) -> OffsetAndMetadata:
     r = _Reader(value)
     version = r.i16()
     offset = r.i64()
-    epoch = -1
+    epoch = NO_LEADER_EPOCH
     if version >= OFFSET_VALUE_WITH_EPOCH:
         epoch = r.i32()
     metadata = r.string()
@@ -177,7 +187,7 @@ class GroupMetadataValue:
 
 
 def _nstr(s: str | None) -> bytes:
-    return _I16.pack(-1) if s is None else _str(s)
+    return _I16.pack(NULL_LENGTH) if s is None else _str(s)
 
 
 def _bytes(b: bytes) -> bytes:
@@ -219,7 +229,7 @@ def parse_group_value(value: bytes) -> GroupMetadataValue:
     generation = r.i32()
     protocol = r.nullable_string()
     leader = r.nullable_string()
-    ts = r.i64() if version >= GROUP_VALUE_WITH_STATE_TIMESTAMP else -1
+    ts = r.i64() if version >= GROUP_VALUE_WITH_STATE_TIMESTAMP else NO_TIMESTAMP
     members = []
     for _ in range(r.i32()):
         mid = r.string()

@@ -19,6 +19,10 @@ from typing import Any
 from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.broker.coordinator.scheduler import TimerHandle
 
+UNKNOWN_GENERATION_ID = -1
+"""The generation in a JoinGroup error and in a simple consumer's commit (Kafka's
+``JoinGroupRequest.UNKNOWN_GENERATION_ID``)."""
+
 
 class GroupState(StrEnum):
     """Kafka's ``GroupState`` names, as DescribeGroups and ListGroups report them."""
