@@ -354,3 +354,26 @@ def test_broker_hands_its_clock_to_the_log_manager_and_the_coordinator(tmp_path)
             await broker.stop()
 
     asyncio.run(main())
+
+
+def test_initial_delay_of_an_earlier_round_does_not_cut_a_later_one_short():
+    """Kafka keeps one delayed join per group (``InitialDelayedJoin`` in the join
+    purgatory, keyed by group): when an Empty group's round ends early (its only member
+    left) and a new member starts the next round, that round waits its own full
+    ``group.initial.rebalance.delay.ms``; the first round's delay timer must not end it."""
+    gc, sched = coordinator(group_initial_rebalance_delay_ms=300)
+    a = new_member(gc)
+    ra = join(gc, a)  # round 1: delay until +300
+    sched.advance(100)
+    assert gc.leave("g", a) == ErrorCode.none  # round 1 ends empty at +100
+    assert ra.result()["error_code"] == ErrorCode.unknown_member_id
+    assert gc.groups["g"].state == GroupState.EMPTY
+    sched.advance(100)
+    b = new_member(gc)
+    rb = join(gc, b)  # round 2 at +200: delay until +500
+    sched.advance(100)  # +300: round 1's delay would have ended here
+    assert not rb.done()
+    sched.advance(199)
+    assert not rb.done()
+    sched.advance(1)
+    assert rb.result()["generation_id"] == 2 and rb.result()["leader"] == b

@@ -99,8 +99,7 @@ class GroupCoordinator:
         self._closed = True
         self.offsets.shutdown()
         for g in self.groups.values():
-            if g.join_timer is not None:
-                g.join_timer.cancel()
+            g.cancel_join_timers()
             for h in g.pending.values():
                 h.cancel()
             for m in g.members.values():
@@ -228,16 +227,16 @@ class GroupCoordinator:
         self._set_state(g, GroupState.PREPARING_REBALANCE)
         delay = self._cfg("group.initial.rebalance.delay.ms") if was_empty else 0
         timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
-        g.delaying = was_empty and delay > 0
-        if g.join_timer is not None:
-            g.join_timer.cancel()
+        g.cancel_join_timers()
         g.join_timer = self.scheduler.call_later(timeout, self._join_deadline, g)
         if was_empty and delay > 0:
-            self.scheduler.call_later(min(delay, timeout), self._end_initial_delay, g)
+            g.delay_timer = self.scheduler.call_later(
+                min(delay, timeout), self._end_initial_delay, g
+            )
         log.info("group %s: preparing rebalance (generation %d)", g.group_id, g.generation)
 
     def _end_initial_delay(self, g: Group) -> None:
-        g.delaying = False
+        g.delay_timer = None
         self._maybe_complete_join(g)
 
     def _join_deadline(self, g: Group) -> None:
@@ -267,9 +266,7 @@ class GroupCoordinator:
         """Kafka's ``onCompleteJoin``: a new generation; an empty group goes Empty, else
         CompletingRebalance with every parked join answered (the leader gets the members'
         metadata)."""
-        if g.join_timer is not None:
-            g.join_timer.cancel()
-            g.join_timer = None
+        g.cancel_join_timers()
         if g.leader not in g.members:
             g.leader = next(iter(g.members), None)
         g.generation += 1

@@ -175,7 +175,9 @@ class Group:
     pending: dict[str, TimerHandle] = field(default_factory=dict)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     join_timer: TimerHandle | None = None
-    delaying: bool = False
+    """The join phase's deadline (the rebalance timeout)."""
+    delay_timer: TimerHandle | None = None
+    """The end of an Empty group's ``group.initial.rebalance.delay.ms``, while it runs."""
     state_timestamp: int | None = None
     """When the group entered its current state (Kafka's ``currentStateTimestamp``);
     None for a group only known from its offsets (a simple consumer's)."""
@@ -196,6 +198,19 @@ class Group:
             )
         self.state = state
         self.state_timestamp = now
+
+    @property
+    def delaying(self) -> bool:
+        """Is the join phase held by the initial rebalance delay?"""
+        return self.delay_timer is not None
+
+    def cancel_join_timers(self) -> None:
+        """Call off the join phase's timers; each round arms its own (Kafka keeps one
+        delayed join per group)."""
+        for timer in (self.join_timer, self.delay_timer):
+            if timer is not None:
+                timer.cancel()
+        self.join_timer = self.delay_timer = None
 
     def is_empty(self) -> bool:
         return not self.members
