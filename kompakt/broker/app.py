@@ -24,8 +24,12 @@ from typing import Any
 from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
 from kompakt.broker.background import BackgroundTasks
 from kompakt.broker.config import CLEANER_DYNAMIC_KEYS, BrokerConfig
-from kompakt.broker.coordinator.group import OFFSETS_TOPIC
-from kompakt.broker.coordinator.handlers import coordinator_if_started, load_coordinator
+from kompakt.broker.coordinator.handlers import (
+    coordinator_if_started,
+    load_coordinator,
+    start_coordinator,
+)
+from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
 from kompakt.broker.handlers import register_all
 from kompakt.broker.metrics import BrokerMetrics
 from kompakt.broker.producers import ProducerStateManager
@@ -49,8 +53,12 @@ class Broker:
         config: BrokerConfig,
         cleaner_factory: Callable[[], Any] | None = None,
         registry: ApiRegistry | None = None,
+        clock: Callable[[], int] | None = None,
     ):
+        """``clock`` (ms) is the time the log manager and the group coordinator read
+        (Kafka's ``Time`` handed to ``KafkaServer``); None: the system clock."""
         self.config = config
+        self.clock = clock
         self.cleaner_factory = cleaner_factory
         self.registry = register_all(registry or ApiRegistry())
         self.logs: LogManager | None = None
@@ -75,11 +83,12 @@ class Broker:
         self._stopped = asyncio.Event()
         cfg = self.config
         await asyncio.to_thread(cfg.load_dynamic)  # dynamic broker configs, before the logs
-        self.logs = await asyncio.to_thread(LogManager, cfg.data_dir, cfg.log_config)
+        self.logs = await asyncio.to_thread(LogManager, cfg.data_dir, cfg.log_config, self.clock)
         try:
             self.state = BrokerState(cfg, self.logs, self.registry)
             self.state.notifier = AppendNotifier(asyncio.get_running_loop())
             self.state.producers = ProducerStateManager()
+            start_coordinator(self.state, self.logs.clock)  # loaded below or on first use
             listener = cfg.listener
             self.server = KafkaServer(
                 self.state, self.registry, self.metrics, listener.host, listener.port

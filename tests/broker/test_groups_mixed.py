@@ -407,47 +407,40 @@ def test_static_member_old_id_is_fenced():
     OffsetCommit with the old member id and the same instance id gets FENCED_INSTANCE_ID
     (82), as Kafka's isStaticMemberFenced decides; LeaveGroup can name a static member
     by its instance id."""
-    from types import SimpleNamespace
+    from kio.schema.errors import ErrorCode
+    from manual_clock import ManualScheduler
 
-    from kompakt.broker.coordinator import group as G
+    from kompakt.broker.config import BrokerConfig
+    from kompakt.broker.coordinator.coordinator import GroupCoordinator
 
-    class Cfg:
-        values = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 100}
+    cfg = BrokerConfig.from_mapping({"group.initial.rebalance.delay.ms": "0"})
+    gc = GroupCoordinator(cfg, ManualScheduler())
+    protos = [("range", b"m")]
+    fenced = ErrorCode.fenced_instance_id
 
-        def get(self, key: str) -> Any:
-            return self.values.get(key, {"group.max.session.timeout.ms": 60000}.get(key, 50))
+    def join(mid: str) -> dict[str, Any]:
+        return gc.join("g", mid, "inst", "cli", "/h", 6000, 6000, "consumer", protos, True).result()
 
-    async def main() -> None:
-        gc = G.GroupCoordinator(SimpleNamespace(config=Cfg(), notifier=None, closing=False))
-        protos = [("range", b"m")]
-
-        def join(mid: str) -> Any:
-            return gc.join("g", mid, "inst", "cli", "/h", 6000, 6000, "consumer", protos, True)
-
-        r1 = await join("")
-        assert r1["error_code"] == 0 and r1["member_id"].startswith("inst-")
-        await gc.sync("g", 1, r1["member_id"], {r1["member_id"]: b"A"})
-        r2 = await join("")  # the restarted instance
-        assert r2["error_code"] == 0 and r2["generation_id"] == 1
-        assert r2["leader"] == r1["member_id"]  # the old leader id: no reassignment
-        assert (await gc.sync("g", 1, r2["member_id"], {}))["assignment"] == b"A"
-        assert (await join(r1["member_id"]))["error_code"] == G.FENCED_INSTANCE_ID
-        assert gc.heartbeat("g", 1, r2["member_id"], "inst") == 0
-        # the replaced instance's heartbeats, syncs and commits are fenced, not unknown
-        assert gc.heartbeat("g", 1, r1["member_id"], "inst") == G.FENCED_INSTANCE_ID
-        assert (await gc.sync("g", 1, r1["member_id"], {}, "inst"))[
-            "error_code"
-        ] == G.FENCED_INSTANCE_ID
-        assert gc.commit_check("g", 1, r1["member_id"], "inst") == G.FENCED_INSTANCE_ID
-        assert gc.heartbeat("g", 1, r1["member_id"]) == G.UNKNOWN_MEMBER_ID  # no instance id
-        # LeaveGroup v3+ by instance id alone (admin tools); a wrong member id is fenced
-        assert gc.leave("g", r1["member_id"], "inst") == G.FENCED_INSTANCE_ID
-        assert gc.leave("g", "", "inst") == 0
-        assert gc.groups["g"].members == {} and gc.groups["g"].static == {}
-        assert gc.leave("g", "", "inst") == G.UNKNOWN_MEMBER_ID
-        gc.shutdown()
-
-    asyncio.run(main())
+    r1 = join("")
+    assert r1["error_code"] == 0 and r1["member_id"].startswith("inst-")
+    gc.sync("g", 1, r1["member_id"], {r1["member_id"]: b"A"}).result()
+    r2 = join("")  # the restarted instance
+    assert r2["error_code"] == 0 and r2["generation_id"] == 1
+    assert r2["leader"] == r1["member_id"]  # the old leader id: no reassignment
+    assert gc.sync("g", 1, r2["member_id"], {}).result()["assignment"] == b"A"
+    assert join(r1["member_id"])["error_code"] == fenced
+    assert gc.heartbeat("g", 1, r2["member_id"], "inst") == 0
+    # the replaced instance's heartbeats, syncs and commits are fenced, not unknown
+    assert gc.heartbeat("g", 1, r1["member_id"], "inst") == fenced
+    assert gc.sync("g", 1, r1["member_id"], {}, "inst").result()["error_code"] == fenced
+    assert gc.commit_check("g", 1, r1["member_id"], "inst") == fenced
+    assert gc.heartbeat("g", 1, r1["member_id"]) == ErrorCode.unknown_member_id  # no instance id
+    # LeaveGroup v3+ by instance id alone (admin tools); a wrong member id is fenced
+    assert gc.leave("g", r1["member_id"], "inst") == fenced
+    assert gc.leave("g", "", "inst") == 0
+    assert gc.groups["g"].members == {} and gc.groups["g"].static == {}
+    assert gc.leave("g", "", "inst") == ErrorCode.unknown_member_id
+    gc.shutdown()
 
 
 def _api_versions(port: int) -> dict[int, tuple[int, int]]:

@@ -10,6 +10,7 @@ runs in the broker's background thread (local engine) on real time.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -31,15 +32,11 @@ from manual_clock import ManualClock
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import records as R
-from kompakt.broker.coordinator.group import (
-    COMPLETING,
-    EMPTY,
-    OFFSETS_TOPIC,
-    STABLE,
-    Group,
-    GroupCoordinator,
-)
+from kompakt.broker.coordinator.coordinator import GroupCoordinator
+from kompakt.broker.coordinator.offsets import expired_offsets
 from kompakt.broker.coordinator.records import OffsetAndMetadata
+from kompakt.broker.coordinator.state import Group, GroupState
+from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
 from kompakt.record.batch import build_simple_batch
 
 TIMEOUT = 10
@@ -124,41 +121,41 @@ def _group(state: str, protocol_type: str | None, empty_since: int | None = None
 def test_expiry_rule_simple_consumer_counts_from_last_commit():
     """Kafka: a standalone consumer's offset expires ``offsets.retention.minutes`` after
     its commit (``now - commitTimestamp >= retention``)."""
-    g = _group(EMPTY, None)
+    g = _group(GroupState.EMPTY, None)
     g.offsets[("t", 0)] = OffsetAndMetadata(5, commit_timestamp=1000)
     g.offsets[("t", 1)] = OffsetAndMetadata(5, commit_timestamp=2000)
-    assert GroupCoordinator.expired_offsets(g, 1000 + MINUTE - 1, MINUTE) == {}
-    assert set(GroupCoordinator.expired_offsets(g, 1000 + MINUTE, MINUTE)) == {("t", 0)}
+    assert expired_offsets(g, 1000 + MINUTE - 1, MINUTE) == {}
+    assert set(expired_offsets(g, 1000 + MINUTE, MINUTE)) == {("t", 0)}
 
 
 def test_expiry_rule_empty_group_counts_from_when_it_became_empty():
     """KIP-211: an Empty group's offsets expire a retention after it became Empty, not
     after the commit; an offset committed later (e.g. an admin reset) gets its own full
     retention (we take the later of the two)."""
-    g = _group(EMPTY, "consumer", empty_since=50_000)
+    g = _group(GroupState.EMPTY, "consumer", empty_since=50_000)
     g.offsets[("t", 0)] = OffsetAndMetadata(5, commit_timestamp=1000)
     g.offsets[("t", 1)] = OffsetAndMetadata(5, commit_timestamp=80_000)
-    assert GroupCoordinator.expired_offsets(g, 50_000 + MINUTE - 1, MINUTE) == {}
-    assert set(GroupCoordinator.expired_offsets(g, 50_000 + MINUTE, MINUTE)) == {("t", 0)}
-    assert len(GroupCoordinator.expired_offsets(g, 80_000 + MINUTE, MINUTE)) == 2
+    assert expired_offsets(g, 50_000 + MINUTE - 1, MINUTE) == {}
+    assert set(expired_offsets(g, 50_000 + MINUTE, MINUTE)) == {("t", 0)}
+    assert len(expired_offsets(g, 80_000 + MINUTE, MINUTE)) == 2
 
 
 def test_expiry_rule_stable_group_expires_only_unsubscribed_topics():
     """KIP-211: while a consumer-protocol group is Stable, offsets of topics it still
     subscribes to never expire; the others expire a retention after their last commit.
     In other states (rebalancing) nothing expires; so for non-consumer protocols."""
-    g = _group(STABLE, "consumer")
+    g = _group(GroupState.STABLE, "consumer")
     g.subscribed = {"a"}
     g.offsets[("a", 0)] = OffsetAndMetadata(5, commit_timestamp=0)
     g.offsets[("b", 0)] = OffsetAndMetadata(5, commit_timestamp=0)
-    assert set(GroupCoordinator.expired_offsets(g, 10 * MINUTE, MINUTE)) == {("b", 0)}
+    assert set(expired_offsets(g, 10 * MINUTE, MINUTE)) == {("b", 0)}
     g.subscribed = None  # subscriptions unknown (unparsable metadata): keep everything
-    assert GroupCoordinator.expired_offsets(g, 10 * MINUTE, MINUTE) == {}
+    assert expired_offsets(g, 10 * MINUTE, MINUTE) == {}
     g.subscribed = {"a"}
-    g.state = COMPLETING
-    assert GroupCoordinator.expired_offsets(g, 10 * MINUTE, MINUTE) == {}
-    g.state, g.protocol_type = STABLE, "connect"
-    assert GroupCoordinator.expired_offsets(g, 10 * MINUTE, MINUTE) == {}
+    g.state = GroupState.COMPLETING_REBALANCE
+    assert expired_offsets(g, 10 * MINUTE, MINUTE) == {}
+    g.state, g.protocol_type = GroupState.STABLE, "connect"
+    assert expired_offsets(g, 10 * MINUTE, MINUTE) == {}
 
 
 def test_expiry_rule_explicit_expire_timestamp_wins():
@@ -166,10 +163,10 @@ def test_expiry_rule_explicit_expire_timestamp_wins():
     (Kafka's old expiration semantics); it round-trips as offset value v1."""
     om = OffsetAndMetadata(5, -1, "m", commit_timestamp=1000, expire_timestamp=3000)
     assert R.parse_offset_value(R.offset_value(om)) == om
-    g = _group(EMPTY, None)
+    g = _group(GroupState.EMPTY, None)
     g.offsets[("t", 0)] = om
-    assert GroupCoordinator.expired_offsets(g, 2999, MINUTE) == {}
-    assert set(GroupCoordinator.expired_offsets(g, 3000, MINUTE)) == {("t", 0)}
+    assert expired_offsets(g, 2999, MINUTE) == {}
+    assert set(expired_offsets(g, 3000, MINUTE)) == {("t", 0)}
 
 
 def test_subscription_topics_parse_every_consumer_protocol_version():
@@ -208,7 +205,7 @@ def test_offsets_expire_to_tombstones_and_cleaner_removes_them_after_delete_rete
     try:
         clock = ManualClock()
         gc = coordinator(b)
-        gc.clock = clock
+        gc.scheduler.clock = clock  # the coordinator's time only: the cleaner's stays real
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         res = ConfigResource(
             ResourceType.TOPIC,
@@ -233,7 +230,7 @@ def test_offsets_expire_to_tombstones_and_cleaner_removes_them_after_delete_rete
         wait_for(lambda: c.poll(0.05) is None and len(c.assignment()) == 2)
         c.commit(offsets=[TopicPartition(ta, 0, 3), TopicPartition(ta, 1, 4)], asynchronous=False)
         c.close()
-        wait_for(lambda: gc.groups["gone"].state == EMPTY)
+        wait_for(lambda: gc.groups["gone"].state == GroupState.EMPTY)
         # "simple": commits with assign() only (no protocol type)
         c = consumer(b.bootstrap, "simple")
         c.commit(offsets=[TopicPartition(ta, 0, 7)], asynchronous=False)
@@ -242,13 +239,17 @@ def test_offsets_expire_to_tombstones_and_cleaner_removes_them_after_delete_rete
         live = consumer(b.bootstrap, "live")
         live.subscribe([ta])
         wait_for(lambda: live.poll(0.05) is None and len(live.assignment()) == 2)
-        wait_for(lambda: gc.groups["live"].state == STABLE)
+        wait_for(lambda: gc.groups["live"].state == GroupState.STABLE)
         live.commit(
             offsets=[TopicPartition(ta, 0, 1), TopicPartition(tb, 0, 9)], asynchronous=False
         )
 
         clock.advance(MINUTE - 1)  # one ms short of the retention: nothing expires
-        time.sleep(0.5)  # several expiry passes
+        # an expiry pass run here, so it surely ran at this time
+        assert (
+            asyncio.run_coroutine_threadsafe(gc.offsets.expire_offsets(), b.loop).result(TIMEOUT)
+            == 0
+        )
         live.poll(0.05)
         assert gc.offsets_expired == 0
         assert committed(b, "gone", [(ta, 0), (ta, 1)]) == [3, 4]

@@ -1,61 +1,104 @@
-"""Group API handlers: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup
-(13), SyncGroup (14), DescribeGroups (15), ListGroups (16), OffsetCommit (8),
-OffsetFetch (9), DeleteGroups (42), OffsetDelete (47). One :class:`GroupCoordinator` per
-broker, created on first use and kept in ``state.extra``."""
+"""Group API handlers: FindCoordinator, JoinGroup, Heartbeat, LeaveGroup, SyncGroup,
+DescribeGroups, ListGroups, OffsetCommit, OffsetFetch, DeleteGroups, OffsetDelete.
+
+This is the coordinator's asyncio layer: one :class:`GroupCoordinator` per broker, made
+by :func:`start_coordinator` (the broker calls it at start-up with its clock; a state
+without one gets it on first use) and kept in ``state.extra``, its timers on the
+broker's loop through a :class:`LoopScheduler`, its parked joins and syncs awaited
+here. API keys are kio's (``__api_key__``), error codes kio's ``ErrorCode``.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any
 
-from kompakt.broker.coordinator.group import (
-    COORDINATOR_NOT_AVAILABLE,
-    DEAD,
-    GROUP_ID_NOT_FOUND,
-    INVALID_GROUP_ID,
-    MAX_METADATA,
-    NONE,
-    OFFSET_METADATA_TOO_LARGE,
-    OFFSETS_TOPIC,
-    UNKNOWN_MEMBER_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    GroupCoordinator,
-)
-from kompakt.broker.coordinator.records import OffsetAndMetadata
+from kio.schema.add_partitions_to_txn.v0.request import AddPartitionsToTxnRequest
+from kio.schema.delete_groups.v0.request import DeleteGroupsRequest
+from kio.schema.describe_groups.v0.request import DescribeGroupsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.find_coordinator.v0.request import FindCoordinatorRequest
+from kio.schema.heartbeat.v0.request import HeartbeatRequest
+from kio.schema.join_group.v0.request import JoinGroupRequest
+from kio.schema.leave_group.v0.request import LeaveGroupRequest
+from kio.schema.list_groups.v0.request import ListGroupsRequest
+from kio.schema.offset_commit.v2.request import OffsetCommitRequest
+from kio.schema.offset_delete.v0.request import OffsetDeleteRequest
+from kio.schema.offset_fetch.v1.request import OffsetFetchRequest
+from kio.schema.sync_group.v0.request import SyncGroupRequest
+
+from kompakt.broker.coordinator.coordinator import MAX_METADATA, GroupCoordinator
+from kompakt.broker.coordinator.records import NO_LEADER_EPOCH, NO_OFFSET, OffsetAndMetadata
+from kompakt.broker.coordinator.scheduler import LoopScheduler
+from kompakt.broker.coordinator.state import UNKNOWN_GENERATION_ID, GroupState
+from kompakt.broker.coordinator.storage import OFFSETS_TOPIC, OffsetsStorage
 from kompakt.broker.handlers.common import error_of
 from kompakt.broker.protocol import ZERO_UUID, ms
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import KompaktError
 
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-FIND_COORDINATOR = 10
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-DELETE_GROUPS = 42
-OFFSET_DELETE = 47
-ADD_PARTITIONS_TO_TXN = 24
-
 _KEY = "group_coordinator"
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+"""FindCoordinator ``key_type`` values (Kafka's ``CoordinatorType.GROUP`` / ``TRANSACTION``)."""
+
+NO_NODE = -1
+"""Node id and port of FindCoordinator's answer when there is none (Kafka's ``Node.noNode``)."""
+
+DEFAULT_RETENTION_TIME = -1
+"""OffsetCommit v2-v4 ``retention_time`` meaning: the broker's ``offsets.retention.minutes``."""
+
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+"""DescribeGroups ``authorized_operations`` when not asked for (Kafka's ``Int.MinValue``)."""
 
 
 def coordinator_if_started(state: Any) -> GroupCoordinator | None:
-    """The broker's group coordinator if a group request or the start-up load made it."""
+    """The broker's group coordinator if the broker or a group request made it."""
     return state.extra.get(_KEY)
 
 
+def start_coordinator(state: Any, clock: Callable[[], int] | None = None) -> GroupCoordinator:
+    """Make the broker's coordinator on the running loop (not yet loaded): timers on the
+    loop, time from ``clock`` (default: the log manager's), ``__consumer_offsets`` in the
+    broker's logs. It shuts down (parked requests answered NOT_COORDINATOR, timers
+    stopped) when the broker starts closing."""
+    cfg = state.config
+    loop = asyncio.get_running_loop()
+    storage = OffsetsStorage(
+        state.logs,
+        int(cfg.get("offsets.topic.num.partitions")),
+        int(cfg.get("offsets.topic.segment.bytes")),
+    )
+    gc = GroupCoordinator(cfg, LoopScheduler(loop, clock or state.logs.clock), storage)
+    state.extra[_KEY] = gc
+    notifier = getattr(state, "notifier", None)
+    if notifier is not None:
+        ev = notifier.register([])
+        state.extra[_KEY + ".watch"] = loop.create_task(_shutdown_on_close(state, gc, ev))
+    return gc
+
+
+async def _shutdown_on_close(state: Any, gc: GroupCoordinator, ev: asyncio.Event) -> None:
+    while True:
+        await ev.wait()
+        ev.clear()
+        if state.closing:
+            break
+    state.notifier.unregister(ev, [])
+    gc.shutdown()
+
+
 async def load_coordinator(state: Any) -> GroupCoordinator:
-    """The broker's group coordinator, created and loaded from ``__consumer_offsets`` on
-    first use. The broker calls it at start-up when that topic exists (Kafka loads its
-    coordinator partitions on election), so offsets expire after a restart even before
-    any client asks."""
+    """The broker's group coordinator, made if need be and loaded from
+    ``__consumer_offsets`` on first use. The broker calls it at start-up when that topic
+    exists (Kafka loads its coordinator partitions on election), so offsets expire after
+    a restart even before any client asks."""
     gc = coordinator_if_started(state)
     if gc is None:
-        gc = state.extra[_KEY] = GroupCoordinator(state)
+        gc = start_coordinator(state)
     await gc.ensure_loaded()
     return gc
 
@@ -72,7 +115,6 @@ def _host(ctx: RequestContext) -> str:
 # -- FindCoordinator ---------------------------------------------------------------------
 
 
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 NO_TRANSACTIONS = (
     "transactions are not supported by this kompakt broker yet "
     "(use an idempotent producer without transactional.id)"
@@ -81,17 +123,21 @@ NO_TRANSACTIONS = (
 
 async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """FindCoordinator. Until the broker has a transaction coordinator, a transaction key
-    (key_type 1) answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED with a message saying
+    (``key_type`` 1) answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED with a message saying
     why: librdkafka (``rd_kafka_txn_handle_FindCoordinator``), the Java client and
     KafkaJS treat it as fatal, so ``init_transactions()`` fails at once; the retriable
     COORDINATOR_NOT_AVAILABLE would keep them retrying until their timeout."""
-    key_type = int(getattr(req, "key_type", 0))
-    ok = key_type == 0 or (key_type == 1 and ADD_PARTITIONS_TO_TXN in ctx.state.registry)
-    error_code = COORDINATOR_NOT_AVAILABLE
+    key_type = int(getattr(req, "key_type", KEY_TYPE_GROUP))
+    ok = key_type == KEY_TYPE_GROUP or (
+        key_type == KEY_TYPE_TRANSACTION
+        and AddPartitionsToTxnRequest.__api_key__ in ctx.state.registry
+    )
+    error_code = ErrorCode.coordinator_not_available
     error_message = "no coordinator for this key type"
-    if key_type == 1 and not ok:
-        error_code, error_message = TRANSACTIONAL_ID_AUTHORIZATION_FAILED, NO_TRANSACTIONS
-    if key_type == 0:
+    if key_type == KEY_TYPE_TRANSACTION and not ok:
+        error_code = ErrorCode.transactional_id_authorization_failed
+        error_message = NO_TRANSACTIONS
+    if key_type == KEY_TYPE_GROUP:
         try:
             await coordinator(ctx)  # creates __consumer_offsets, loads offsets
         except (KompaktError, OSError) as exc:  # e.g. a full disk creating the topic
@@ -104,13 +150,13 @@ async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, An
                 "key": key,
                 "error_code": error_code,
                 "error_message": error_message,
-                "node_id": -1,
+                "node_id": NO_NODE,
                 "host": "",
-                "port": -1,
+                "port": NO_NODE,
             }
         return {
             "key": key,
-            "error_code": NONE,
+            "error_code": ErrorCode.none,
             "error_message": None,
             "node_id": ep["node_id"],
             "host": ep["host"],
@@ -141,7 +187,7 @@ async def handle_join_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
         [(p.name, bytes(p.metadata)) for p in req.protocols],
         require_known_member_id=ctx.api_version >= 4,
     )
-    resp.setdefault("generation_id", -1)
+    resp.setdefault("generation_id", UNKNOWN_GENERATION_ID)
     resp.setdefault("leader", "")
     resp.setdefault("member_id", req.member_id or "")
     resp.setdefault("protocol_type", None)
@@ -183,7 +229,7 @@ async def handle_leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
     if ctx.api_version < 3:
         return {"throttle_time": 0, "error_code": gc.leave(req.group_id, req.member_id)}
     if gc.group(req.group_id) is None:
-        return {"throttle_time": 0, "error_code": UNKNOWN_MEMBER_ID, "members": []}
+        return {"throttle_time": 0, "error_code": ErrorCode.unknown_member_id, "members": []}
     members = [
         {
             "member_id": m.member_id,
@@ -194,7 +240,7 @@ async def handle_leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
         }
         for m in req.members
     ]
-    return {"throttle_time": 0, "error_code": NONE, "members": members}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "members": members}
 
 
 # -- OffsetCommit / OffsetFetch ----------------------------------------------------------
@@ -213,7 +259,7 @@ def _topic_name(ctx: RequestContext, t: Any) -> str | None:
 async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     gc = await coordinator(ctx)
     group_error = (
-        INVALID_GROUP_ID
+        ErrorCode.invalid_group_id
         if not req.group_id
         else gc.commit_check(
             req.group_id,
@@ -224,9 +270,9 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         )
     )
     now = gc.now()
-    # v2-v4 retention_time (-1: the broker's offsets.retention.minutes) gives an explicit
-    # expire timestamp, as Kafka's OffsetCommit handling does.
-    retention = ms(getattr(req, "retention_time", -1))
+    # v2-v4 retention_time gives an explicit expire timestamp, as Kafka's OffsetCommit
+    # handling does.
+    retention = ms(getattr(req, "retention_time", DEFAULT_RETENTION_TIME))
     expire = now + retention if retention >= 0 else None
     to_commit: dict[tuple[str, int], OffsetAndMetadata] = {}
     topics = []
@@ -236,16 +282,16 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         parts = []
         for p in t.partitions:
             code = group_error
-            if code == NONE:
+            if code == ErrorCode.none:
                 if p.partition_index < 0 or p.partition_index >= nparts:
-                    code = UNKNOWN_TOPIC_OR_PARTITION
+                    code = ErrorCode.unknown_topic_or_partition
                 elif p.committed_metadata is not None and len(p.committed_metadata) > MAX_METADATA:
-                    code = OFFSET_METADATA_TOO_LARGE
+                    code = ErrorCode.offset_metadata_too_large
                 else:
                     assert name is not None
                     to_commit[(name, p.partition_index)] = OffsetAndMetadata(
                         p.committed_offset,
-                        int(getattr(p, "committed_leader_epoch", -1)),
+                        int(getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH)),
                         p.committed_metadata or "",
                         now,
                         expire,
@@ -260,18 +306,18 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
         )
     if to_commit:
         try:
-            refused = await gc.commit(req.group_id, to_commit)
+            refused = await gc.offsets.commit(req.group_id, to_commit)
             for t in topics:
                 for p in t["partitions"]:
                     if (t["name"], p["partition_index"]) in refused:
-                        p["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                        p["error_code"] = ErrorCode.unknown_topic_or_partition
         except Exception as exc:  # the offsets topic cannot be written
             code, _msg = error_of(exc)
-            if code in (NONE, -1):
-                code = COORDINATOR_NOT_AVAILABLE
+            if code in (ErrorCode.none, ErrorCode.unknown_server_error):
+                code = ErrorCode.coordinator_not_available
             for t in topics:
                 for p in t["partitions"]:
-                    if p["error_code"] == NONE:
+                    if p["error_code"] == ErrorCode.none:
                         p["error_code"] = code
     return {"throttle_time": 0, "topics": topics}
 
@@ -288,7 +334,7 @@ def _fetch_group(
             ids[name] = getattr(t, "topic_id", None)
             wanted.append((name, list(t.partition_indexes)))
     out = []
-    for name, parts in gc.fetch_offsets(group_id, wanted).items():
+    for name, parts in gc.offsets.fetch(group_id, wanted).items():
         tid = ids.get(name)
         if tid is None and ctx.logs.has_topic(name):
             tid = ctx.state.topic_id(name)
@@ -299,10 +345,10 @@ def _fetch_group(
                 "partitions": [
                     {
                         "partition_index": p,
-                        "committed_offset": om.offset if om else -1,
-                        "committed_leader_epoch": om.leader_epoch if om else -1,
+                        "committed_offset": om.offset if om else NO_OFFSET,
+                        "committed_leader_epoch": om.leader_epoch if om else NO_LEADER_EPOCH,
                         "metadata": om.metadata if om else "",
-                        "error_code": NONE,
+                        "error_code": ErrorCode.none,
                     }
                     for p, om in parts
                 ],
@@ -318,7 +364,7 @@ async def handle_offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
             {
                 "group_id": g.group_id,
                 "topics": _fetch_group(ctx, gc, g.group_id, g.topics),
-                "error_code": NONE,
+                "error_code": ErrorCode.none,
             }
             for g in req.groups
         ]
@@ -326,7 +372,7 @@ async def handle_offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "topics": _fetch_group(ctx, gc, req.group_id, req.topics),
-        "error_code": NONE,
+        "error_code": ErrorCode.none,
     }
 
 
@@ -339,7 +385,7 @@ async def handle_list_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     types = {s.lower() for s in getattr(req, "types_filter", ()) or ()}
     groups = []
     for g in list(gc.groups.values()):
-        if g.state == DEAD:
+        if g.state == GroupState.DEAD:
             continue
         if states and g.state.lower() not in states:
             continue
@@ -349,11 +395,11 @@ async def handle_list_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
             {
                 "group_id": g.group_id,
                 "protocol_type": g.protocol_type or "",
-                "group_state": g.state,
+                "group_state": g.state.value,
                 "group_type": "classic",
             }
         )
-    return {"throttle_time": 0, "error_code": NONE, "groups": groups}
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups}
 
 
 async def handle_describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -364,24 +410,26 @@ async def handle_describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any
         if g is None:
             out.append(
                 {
-                    "error_code": GROUP_ID_NOT_FOUND if ctx.api_version >= 6 else NONE,
+                    "error_code": ErrorCode.group_id_not_found
+                    if ctx.api_version >= 6
+                    else ErrorCode.none,
                     "error_message": None,
                     "group_id": gid,
-                    "group_state": DEAD,
+                    "group_state": GroupState.DEAD.value,
                     "protocol_type": "",
                     "protocol_data": "",
                     "members": [],
-                    "authorized_operations": -(2**31),
+                    "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
                 }
             )
             continue
-        stable = g.state == "Stable"
+        stable = g.state == GroupState.STABLE
         out.append(
             {
-                "error_code": NONE,
+                "error_code": ErrorCode.none,
                 "error_message": None,
                 "group_id": gid,
-                "group_state": g.state,
+                "group_state": g.state.value,
                 "protocol_type": g.protocol_type or "",
                 "protocol_data": (g.protocol or "") if stable else "",
                 "members": [
@@ -395,7 +443,7 @@ async def handle_describe_groups(ctx: RequestContext, req: Any) -> dict[str, Any
                     }
                     for m in g.members.values()
                 ],
-                "authorized_operations": -(2**31),
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
             }
         )
     return {"throttle_time": 0, "groups": out}
@@ -405,7 +453,7 @@ async def handle_delete_groups(ctx: RequestContext, req: Any) -> dict[str, Any]:
     gc = await coordinator(ctx)
     results = []
     for gid in req.groups_names:
-        code = await gc.delete_group(gid)
+        code = await gc.offsets.delete_group(gid)
         results.append({"group_id": gid, "error_code": code})
     return {"throttle_time": 0, "results": results}
 
@@ -423,23 +471,23 @@ async def handle_offset_delete(ctx: RequestContext, req: Any) -> dict[str, Any]:
             if 0 <= p.partition_index < nparts:
                 wanted.append((t.name, p.partition_index))
             else:
-                errors[(t.name, p.partition_index)] = UNKNOWN_TOPIC_OR_PARTITION
+                errors[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
     if not req.group_id:
-        group_error, found = INVALID_GROUP_ID, {}
+        group_error, found = ErrorCode.invalid_group_id, {}
     else:
-        group_error, found = await gc.delete_offsets(req.group_id, wanted)
-    if group_error != NONE:
+        group_error, found = await gc.offsets.delete_offsets(req.group_id, wanted)
+    if group_error != ErrorCode.none:
         return {"throttle_time": 0, "error_code": group_error, "topics": []}
     errors.update(found)
     topics: dict[str, list[dict[str, int]]] = {}
     for t in req.topics:
         parts = topics.setdefault(t.name, [])
         for p in t.partitions:
-            code = errors.get((t.name, p.partition_index), NONE)
+            code = errors.get((t.name, p.partition_index), ErrorCode.none)
             parts.append({"partition_index": p.partition_index, "error_code": code})
     return {
         "throttle_time": 0,
-        "error_code": NONE,
+        "error_code": ErrorCode.none,
         "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()],
     }
 
@@ -451,21 +499,22 @@ async def topics_deleted(state: Any, topics: set[str]) -> None:
     topics = {t for t in topics if t != OFFSETS_TOPIC}
     if not topics:
         return
-    if coordinator_if_started(state) is None and not state.logs.has_topic(OFFSETS_TOPIC):
+    started = coordinator_if_started(state)
+    if (started is None or not started.loaded) and not state.logs.has_topic(OFFSETS_TOPIC):
         return  # no group ever committed anything
     gc = await load_coordinator(state)
-    await gc.on_topics_deleted(topics)
+    await gc.offsets.on_topics_deleted(topics)
 
 
 def register(registry: ApiRegistry) -> None:
-    registry.register(FIND_COORDINATOR, 0, 6, handle_find_coordinator)
-    registry.register(JOIN_GROUP, 0, 9, handle_join_group)
-    registry.register(SYNC_GROUP, 0, 5, handle_sync_group)
-    registry.register(HEARTBEAT, 0, 4, handle_heartbeat)
-    registry.register(LEAVE_GROUP, 0, 5, handle_leave_group)
-    registry.register(OFFSET_COMMIT, 2, 10, handle_offset_commit)
-    registry.register(OFFSET_FETCH, 1, 10, handle_offset_fetch)
-    registry.register(LIST_GROUPS, 0, 5, handle_list_groups)
-    registry.register(DESCRIBE_GROUPS, 0, 6, handle_describe_groups)
-    registry.register(DELETE_GROUPS, 0, 2, handle_delete_groups)
-    registry.register(OFFSET_DELETE, 0, 0, handle_offset_delete)
+    registry.register(FindCoordinatorRequest.__api_key__, 0, 6, handle_find_coordinator)
+    registry.register(JoinGroupRequest.__api_key__, 0, 9, handle_join_group)
+    registry.register(SyncGroupRequest.__api_key__, 0, 5, handle_sync_group)
+    registry.register(HeartbeatRequest.__api_key__, 0, 4, handle_heartbeat)
+    registry.register(LeaveGroupRequest.__api_key__, 0, 5, handle_leave_group)
+    registry.register(OffsetCommitRequest.__api_key__, 2, 10, handle_offset_commit)
+    registry.register(OffsetFetchRequest.__api_key__, 1, 10, handle_offset_fetch)
+    registry.register(ListGroupsRequest.__api_key__, 0, 5, handle_list_groups)
+    registry.register(DescribeGroupsRequest.__api_key__, 0, 6, handle_describe_groups)
+    registry.register(DeleteGroupsRequest.__api_key__, 0, 2, handle_delete_groups)
+    registry.register(OffsetDeleteRequest.__api_key__, 0, 0, handle_offset_delete)

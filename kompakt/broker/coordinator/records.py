@@ -17,13 +17,36 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 
+# Record versions (Kafka's generated OffsetCommitKey/Value, GroupMetadataKey/Value).
+OFFSET_KEY_VERSIONS = (0, 1)
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_WITH_EXPIRY = 1
+"""The only offset value version that carries an expire timestamp."""
+OFFSET_VALUE_WITH_EPOCH = 3
+"""The first offset value version with the leader epoch; the one we write by default."""
+GROUP_VALUE_VERSION = 3
+GROUP_VALUE_WITH_REBALANCE_TIMEOUT = 1
+GROUP_VALUE_WITH_STATE_TIMESTAMP = 2
+GROUP_VALUE_WITH_INSTANCE_ID = 3
+
+
+NO_OFFSET = -1
+"""OffsetFetch's committed offset when there is none (Kafka's ``INVALID_OFFSET``)."""
+NO_LEADER_EPOCH = -1
+"""A leader epoch not given (Kafka's ``RecordBatch.NO_PARTITION_LEADER_EPOCH``)."""
+NO_TIMESTAMP = -1
+"""A timestamp not known (Kafka's ``RecordBatch.NO_TIMESTAMP``)."""
+NULL_LENGTH = -1
+"""The length field of a null string or null bytes."""
+
 
 @dataclass(frozen=True)
 class OffsetAndMetadata:
     offset: int
-    leader_epoch: int = -1
+    leader_epoch: int = NO_LEADER_EPOCH
     metadata: str = ""
-    commit_timestamp: int = -1
+    commit_timestamp: int = NO_TIMESTAMP
     expire_timestamp: int | None = None
     """Set only by old clients' ``retention_time``: then it alone decides expiry (Kafka)."""
 
@@ -54,29 +77,42 @@ class _Reader:
         return v
 
     def string(self) -> str:
+        """A string; a null one (length -1) reads as ""."""
+        return self.nullable_string() or ""
+
+    def nullable_string(self) -> str | None:
         n = self.i16()
         if n < 0:
-            return ""
+            return None
         s = self.buf[self.pos : self.pos + n].decode()
         self.pos += n
         return s
 
+    def nullable_bytes(self) -> bytes:
+        """Bytes with an int32 length; null (-1) reads as b""."""
+        n = self.i32()
+        if n < 0:
+            return b""
+        b = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return bytes(b)
+
 
 def offset_key(group: str, topic: str, partition: int) -> bytes:
-    return _I16.pack(1) + _str(group) + _str(topic) + _I32.pack(partition)
+    return _I16.pack(OFFSET_KEY_VERSION) + _str(group) + _str(topic) + _I32.pack(partition)
 
 
 def offset_value(om: OffsetAndMetadata) -> bytes:
-    if om.expire_timestamp is not None:  # v1 is the only version with an expire timestamp
+    if om.expire_timestamp is not None:
         return (
-            _I16.pack(1)
+            _I16.pack(OFFSET_VALUE_WITH_EXPIRY)
             + _I64.pack(om.offset)
             + _str(om.metadata or "")
             + _I64.pack(om.commit_timestamp)
             + _I64.pack(om.expire_timestamp)
         )
     return (
-        _I16.pack(3)
+        _I16.pack(OFFSET_VALUE_WITH_EPOCH)
         + _I64.pack(om.offset)
         + _I32.pack(om.leader_epoch)
         + _str(om.metadata or "")
@@ -88,9 +124,9 @@ def parse_key(key: bytes) -> tuple[str, tuple] | None:
     """("offset", (group, topic, partition)) or ("group", (group,)) or None if unknown."""
     r = _Reader(key)
     version = r.i16()
-    if version in (0, 1):
+    if version in OFFSET_KEY_VERSIONS:
         return "offset", (r.string(), r.string(), r.i32())
-    if version == 2:
+    if version == GROUP_KEY_VERSION:
         return "group", (r.string(),)
     return None
 
@@ -99,12 +135,12 @@ def parse_offset_value(value: bytes) -> OffsetAndMetadata:
     r = _Reader(value)
     version = r.i16()
     offset = r.i64()
-    epoch = -1
-    if version >= 3:
+    epoch = NO_LEADER_EPOCH
+    if version >= OFFSET_VALUE_WITH_EPOCH:
         epoch = r.i32()
     metadata = r.string()
     ts = r.i64()
-    expire = r.i64() if version == 1 else None
+    expire = r.i64() if version == OFFSET_VALUE_WITH_EXPIRY else None
     return OffsetAndMetadata(offset, epoch, metadata, ts, expire)
 
 
@@ -112,7 +148,7 @@ def subscription_topics(metadata: bytes) -> set[str]:
     """Topics of a ConsumerProtocolSubscription, read as v0 (the prefix of every version,
     as Kafka's ``ClassicGroup.computeSubscribedTopics`` does). Raises on bad bytes."""
     r = _Reader(metadata)
-    r.i16()
+    r.i16()  # the subscription's version: v0's layout is a prefix of every later one
     n = r.i32()
     if n < 0 or n * 2 > len(metadata):
         raise ValueError("bad subscription")
@@ -151,7 +187,7 @@ class GroupMetadataValue:
 
 
 def _nstr(s: str | None) -> bytes:
-    return _I16.pack(-1) if s is None else _str(s)
+    return _I16.pack(NULL_LENGTH) if s is None else _str(s)
 
 
 def _bytes(b: bytes) -> bytes:
@@ -159,12 +195,12 @@ def _bytes(b: bytes) -> bytes:
 
 
 def group_key(group: str) -> bytes:
-    return _I16.pack(2) + _str(group)
+    return _I16.pack(GROUP_KEY_VERSION) + _str(group)
 
 
 def group_value(v: GroupMetadataValue) -> bytes:
     out = [
-        _I16.pack(3),
+        _I16.pack(GROUP_VALUE_VERSION),
         _str(v.protocol_type),
         _I32.pack(v.generation),
         _nstr(v.protocol),
@@ -189,34 +225,18 @@ def group_value(v: GroupMetadataValue) -> bytes:
 def parse_group_value(value: bytes) -> GroupMetadataValue:
     r = _Reader(value)
     version = r.i16()
-
-    def nstr() -> str | None:
-        (n,) = _I16.unpack_from(r.buf, r.pos)
-        if n < 0:
-            r.pos += 2
-            return None
-        return r.string()
-
-    def raw() -> bytes:
-        n = r.i32()
-        if n < 0:
-            return b""
-        b = r.buf[r.pos : r.pos + n]
-        r.pos += n
-        return bytes(b)
-
     protocol_type = r.string()
     generation = r.i32()
-    protocol = nstr()
-    leader = nstr()
-    ts = r.i64() if version >= 2 else -1
+    protocol = r.nullable_string()
+    leader = r.nullable_string()
+    ts = r.i64() if version >= GROUP_VALUE_WITH_STATE_TIMESTAMP else NO_TIMESTAMP
     members = []
     for _ in range(r.i32()):
         mid = r.string()
-        iid = nstr() if version >= 3 else None
+        iid = r.nullable_string() if version >= GROUP_VALUE_WITH_INSTANCE_ID else None
         cid = r.string()
         host = r.string()
-        rb = r.i32() if version >= 1 else 0
+        rb = r.i32() if version >= GROUP_VALUE_WITH_REBALANCE_TIMEOUT else 0
         sess = r.i32()
-        members.append((mid, iid, cid, host, rb, sess, raw(), raw()))
+        members.append((mid, iid, cid, host, rb, sess, r.nullable_bytes(), r.nullable_bytes()))
     return GroupMetadataValue(protocol_type, generation, protocol, leader, ts, tuple(members))

@@ -1,0 +1,246 @@
+"""The group coordinator's storage: the compacted ``__consumer_offsets`` topic.
+
+Kafka's ``GroupMetadataManager`` storage half: loading replays the topic in offset order
+(``doLoadGroupsAndOffsets``), so a tombstone always wins over the records before it;
+writing appends one batch per call (a commit is atomic), flushed like an acks=all
+produce. Record layouts are in :mod:`kompakt.broker.coordinator.records`. Everything
+here is blocking file I/O: the coordinator calls it from a worker thread and decides,
+under its own write lock, what to write.
+
+Beside the topic, :data:`TOPIC_IDS_FILE` remembers which incarnation of each topic the
+offsets were committed for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from kompakt.broker.coordinator import records as rec
+from kompakt.broker.coordinator.records import OffsetAndMetadata
+from kompakt.broker.coordinator.state import Group
+from kompakt.errors import KompaktError, TopicExistsError
+from kompakt.record.batch import build_simple_batch
+
+log = logging.getLogger("kompakt.broker.coordinator")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+TOPIC_IDS_FILE = "kompakt-offsets-topic-ids.json"
+"""In the data dir: the topic id (from ``partition.metadata``) of each topic that has
+committed offsets, as of the commit. A topic deleted and created again while the broker
+was down (``kompakt topic delete/create --data-dir``) has a new id, so the load knows the
+old offsets belong to a topic that is gone, as Kafka knows from its topic-id deletion
+event (``GroupCoordinator.onPartitionsDeleted``)."""
+
+Records = list[tuple[bytes, bytes | None]]
+Loaded = dict[str, tuple[rec.GroupMetadataValue | None, dict[tuple[str, int], OffsetAndMetadata]]]
+
+
+class OffsetsStorage:
+    """``__consumer_offsets`` in ``logs`` (a :class:`~kompakt.log.manager.LogManager`)."""
+
+    def __init__(self, logs: Any, num_partitions: int, segment_bytes: int):
+        self.logs = logs
+        self.num_partitions = num_partitions
+        self.segment_bytes = segment_bytes
+        self.topic_ids: dict[str, str] = {}
+        """The ids last written to :data:`TOPIC_IDS_FILE`."""
+
+    def partition_for(self, group_id: str) -> int:
+        return rec.partition_for(group_id, self.num_partitions)
+
+    def has_topic(self, topic: str) -> bool:
+        return bool(self.logs.has_topic(topic))
+
+    # -- load ----------------------------------------------------------------------------
+    def load(self) -> Loaded:
+        """Replay ``__consumer_offsets`` in offset order (Kafka's
+        ``doLoadGroupsAndOffsets``), creating it (compacted) if absent: a record sets its
+        key, a tombstone removes it, later wins. The result holds each group with a live
+        metadata record or live offsets; a group whose metadata was tombstoned and whose
+        offsets all were (DeleteGroups, expiry) is gone. Groups live in one partition
+        each, so order within it is total."""
+        logs = self.logs
+        if not logs.has_topic(OFFSETS_TOPIC):
+            try:
+                logs.create_topic(
+                    OFFSETS_TOPIC,
+                    self.num_partitions,
+                    {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)},
+                )
+            except TopicExistsError:
+                pass
+            return {}
+        self.num_partitions = logs.partition_count(OFFSETS_TOPIC)
+        offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
+        metas: dict[str, rec.GroupMetadataValue] = {}
+        for p in range(self.num_partitions):
+            plog = logs.get_log(OFFSETS_TOPIC, p)
+            for batch in plog.iter_batches(plog.log_start_offset):
+                if batch.header.is_control:
+                    continue
+                for r in batch.records():
+                    if r.key is None:
+                        continue
+                    try:
+                        _replay(r.key, r.value, metas, offsets)
+                    except Exception:
+                        log.warning("skipping undecodable %s record at %d", OFFSETS_TOPIC, r.offset)
+        out = {gid: (metas.get(gid), offsets.get(gid, {})) for gid in metas.keys() | offsets}
+        log.info(
+            "loaded %d committed offsets of %d groups from %s",
+            sum(len(o) for o in offsets.values()),
+            len(out),
+            OFFSETS_TOPIC,
+        )
+        return out
+
+    # -- write ---------------------------------------------------------------------------
+    def append_group(self, group_id: str, items: Records) -> None:
+        """Append ``items`` to the partition that holds ``group_id``."""
+        self.append(self.partition_for(group_id), items)
+
+    def append(self, partition: int, items: Records) -> None:
+        """One batch per call (a commit is atomic), flushed like an acks=all produce."""
+        plog = self.logs.get_log(OFFSETS_TOPIC, partition)
+        plog.append(build_simple_batch(items, timestamp=plog.clock()))
+        plog.flush()
+
+    @staticmethod
+    def group_record(g: Group, now: int) -> tuple[bytes, bytes]:
+        """The group's metadata record (Kafka's ``GroupCoordinatorRecordHelpers
+        .newGroupMetadataRecord``): protocol, generation, leader, state time, members."""
+        value = rec.group_value(
+            rec.GroupMetadataValue(
+                g.protocol_type or "",
+                g.generation,
+                g.protocol,
+                g.leader,
+                g.state_timestamp if g.state_timestamp is not None else now,
+                tuple(
+                    (
+                        m.member_id,
+                        m.group_instance_id,
+                        m.client_id,
+                        m.client_host,
+                        m.rebalance_timeout_ms,
+                        m.session_timeout_ms,
+                        m.metadata_for(g.protocol),
+                        m.assignment,
+                    )
+                    for m in g.members.values()
+                ),
+            )
+        )
+        return rec.group_key(g.group_id), value
+
+    # -- which topic the offsets belong to (see TOPIC_IDS_FILE) ----------------------------
+    def _topic_ids_path(self) -> Path:
+        return Path(self.logs.dir) / TOPIC_IDS_FILE
+
+    def incarnation(self, topic: str) -> str | None:
+        """The id of the topic now called ``topic``, from its partition 0's
+        ``partition.metadata`` (the file Kafka and kompakt write when a partition is
+        made); None when the topic is absent or the file unreadable (then unknown)."""
+        logs = self.logs
+        if not logs.has_topic(topic):
+            return None
+        try:
+            text = (logs.get_log(topic, 0).dir / "partition.metadata").read_text()
+        except (OSError, KompaktError, UnicodeDecodeError):
+            return None
+        for line in text.splitlines():
+            name, sep, value = line.partition(":")
+            if sep and name.strip() == "topic_id" and value.strip():
+                return value.strip()
+        return None
+
+    def _read_topic_ids(self) -> dict[str, str]:
+        try:
+            data = json.loads(self._topic_ids_path().read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring unreadable %s: %s", TOPIC_IDS_FILE, exc)
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {str(k): str(v) for k, v in data.items()}
+
+    def gone_topics(self, topics: set[str]) -> set[str]:
+        """Of ``topics`` (those with committed offsets), the ones that no longer exist:
+        absent from the data dir, or present under a different topic id than when the
+        offsets were committed. A topic whose id was never recorded (an older data dir)
+        is kept: only a topic known to be gone loses its offsets."""
+        known = self._read_topic_ids()
+        gone = set()
+        for topic in topics:
+            if not self.logs.has_topic(topic):
+                gone.add(topic)
+                continue
+            was, now = known.get(topic), self.incarnation(topic)
+            if was is not None and now is not None and was != now:
+                log.info("topic %s was deleted and created again (id %s, now %s)", topic, was, now)
+                gone.add(topic)
+        return gone
+
+    def forget_topics(self, topics: set[str]) -> None:
+        for t in topics:
+            self.topic_ids.pop(t, None)
+
+    def save_topic_ids(self, topics: set[str], *, rebuild: bool = False) -> None:
+        """Record the ids of ``topics`` (``rebuild``: of exactly these, forgetting the
+        rest), atomically; called before their offsets are written, so a crash can only
+        leave an id without offsets, never offsets without their id."""
+        changed = rebuild
+        if rebuild:
+            self.topic_ids = {}
+        for t in topics:
+            tid = self.incarnation(t)
+            if tid is not None and self.topic_ids.get(t) != tid:
+                self.topic_ids[t] = tid
+                changed = True
+        if not changed:
+            return
+        path = self._topic_ids_path()
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.topic_ids, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:  # the offsets themselves are safe; only the check weakens
+            log.warning("cannot write %s: %s", path, exc)
+
+
+def _replay(
+    key: bytes,
+    value: bytes | None,
+    metas: dict[str, rec.GroupMetadataValue],
+    offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]],
+) -> None:
+    """Apply one ``__consumer_offsets`` record to the state loaded so far."""
+    parsed = rec.parse_key(key)
+    if parsed is None:
+        return
+    if parsed[0] == "group":
+        group_id = parsed[1][0]
+        if value is None:
+            metas.pop(group_id, None)
+        else:
+            metas[group_id] = rec.parse_group_value(value)
+        return
+    group_id, topic, part = parsed[1]
+    if value is None:
+        mine = offsets.get(group_id)
+        if mine is not None:
+            mine.pop((topic, part), None)
+            if not mine:
+                del offsets[group_id]
+    else:
+        offsets.setdefault(group_id, {})[(topic, part)] = rec.parse_offset_value(value)
