@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .backend import Backend, CliError, DataDirReader, OfflineBackend
+from .backend import Backend, CliError
 
 if TYPE_CHECKING:
     from .broker_backend import BrokerBackend
@@ -96,8 +96,14 @@ def open_backend(
             raise CliError(
                 "use either --data-dir (offline) or --bootstrap-server (a broker), not both"
             )
+        # imported on use: they load the log and record layers (numba), which
+        # `kompakt --help` and the broker verbs do not need
         if read_only:
+            from .reader import DataDirReader
+
             return DataDirReader(data_dir)
+        from .offline import OfflineBackend
+
         return OfflineBackend(data_dir, create=create)
     return open_broker(bootstrap_server, admin_url=admin_url)
 

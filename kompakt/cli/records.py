@@ -11,7 +11,7 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 
-from .backend import CliError, ConsumedRecord, ProducerRecord
+from .backend import CliError, ConsumedRecord, ConsumeRequest, ProduceRequest, ProducerRecord
 from .common import (
     BootstrapServer,
     DataDir,
@@ -149,9 +149,7 @@ def produce(
         partition,
     )
     with open_backend(data_dir, bootstrap_server) as backend:
-        result = backend.produce(
-            topic, records, batch_size=batch_size, compression=compression.value
-        )
+        result = backend.produce(ProduceRequest(topic, records, batch_size, compression.value))
     if json_out:
         emit_json(
             {
@@ -254,9 +252,7 @@ def consume(
         raise CliError(f"use either --json or --format {fmt.value}, not both")
     show = FORMATTERS[ConsumeFormat.json if json_out else fmt or ConsumeFormat.text]
     with open_backend(data_dir, bootstrap_server, read_only=True) as backend:
-        records = backend.consume(
-            topic, partition=partition, offset=offset, max_messages=max_messages, group=group
-        )
+        records = backend.consume(ConsumeRequest(topic, partition, offset, max_messages, group))
         for w in backend.warnings:
             print_warning(w)
         for r in records:
