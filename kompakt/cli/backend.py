@@ -3,7 +3,7 @@
 The typer commands parse arguments, call a :class:`Backend` and print the plain
 dataclasses it returns. This module is that interface: the values passed both ways,
 the :class:`Backend` protocol, and the rules every transport applies (how records are
-routed and batched, which partitions a consume reads, which folders are data dirs), so
+routed and batched, which partitions a consume reads), so
 each rule is written once. The transports live beside it:
 :class:`~kompakt.cli.offline.OfflineBackend` changes a data dir through the embedded
 ``LogManager``; :class:`~kompakt.cli.reader.DataDirReader` reads one without changing a
@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 from kompakt.errors import InvalidRecordError, KompaktError, UnknownTopicError
@@ -304,46 +303,6 @@ def partial_write_error(exc: KompaktError, written: int) -> KompaktError:
     """``exc`` saying how much of a produce had been written when it failed."""
     done = f"{written} earlier records were written" if written else "nothing was written"
     return type(exc)(f"{exc} ({done})")
-
-
-# -- which folders are data dirs ----------------------------------------------------------
-
-
-def require_data_dir(data_dir: Path) -> None:
-    """Refuse, in one line, a ``--data-dir`` that is missing, a file, or a folder that
-    was never a data dir, before anything opens it: opening would make it one (``.lock``,
-    ``meta.properties``, checkpoints, and a partition for every ``NAME-N`` folder)."""
-    from kompakt.log.manager import is_data_dir
-
-    if not data_dir.exists():
-        raise CliError(f"data dir '{data_dir}' does not exist")
-    if not data_dir.is_dir():
-        raise CliError(f"data dir '{data_dir}' is not a directory")
-    if not is_data_dir(data_dir):
-        raise CliError(
-            f"'{data_dir}' is not a kompakt data dir (no meta.properties, "
-            f"kompakt-topics.json or topic folders)"
-        )
-
-
-def check_new_data_dir(data_dir: Path) -> None:
-    """Where a new data dir may be made (``topic create``; as Kafka formats an empty log
-    dir): a missing or empty folder, or an existing data dir; never a folder that holds
-    other things, whose ``NAME-N`` sub-folders would be taken for partitions."""
-    if not data_dir.exists():
-        return
-    if not data_dir.is_dir():
-        raise CliError(f"data dir '{data_dir}' is not a directory")
-    # a freshly formatted volume's root holds only lost+found (no '-': never a partition)
-    if not [p for p in data_dir.iterdir() if p.name != "lost+found"]:
-        return
-    from kompakt.log.manager import is_data_dir
-
-    if not is_data_dir(data_dir):
-        raise CliError(
-            f"'{data_dir}' is not empty and not a kompakt data dir: "
-            "refusing to make a data dir there (use a new or empty folder)"
-        )
 
 
 def limit(records: Iterator[ConsumedRecord], max_messages: int | None) -> Iterator[ConsumedRecord]:

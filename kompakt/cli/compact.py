@@ -32,7 +32,9 @@ from typing import Annotated, Any
 
 import typer
 
-from .backend import CliError, require_data_dir
+from kompakt.log.data_dir import require_data_dir
+
+from .backend import CliError
 from .common import emit, emit_json, print_error, print_table
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what shells report for Ctrl-C

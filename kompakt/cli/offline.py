@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kompakt.errors import KompaktError
 from kompakt.log.config import DYNAMIC_TOPIC_CONFIG
+from kompakt.log.data_dir import check_new_data_dir, require_data_dir
 from kompakt.record import codecs
 from kompakt.record.batch import build_simple_batch
 
@@ -26,9 +27,7 @@ from .backend import (
     ProducerRecord,
     TopicDescription,
     TopicSummary,
-    check_new_data_dir,
     partial_write_error,
-    require_data_dir,
 )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kompakt.errors import LogDirLockedError, UnknownTopicError
 from kompakt.log.config import DYNAMIC_TOPIC_CONFIG, TopicConfig
+from kompakt.log.data_dir import require_data_dir
 from kompakt.record.batch import LOG_OVERHEAD, iter_batches
 
 from .backend import (
@@ -27,7 +28,6 @@ from .backend import (
     ProduceResult,
     TopicDescription,
     TopicSummary,
-    require_data_dir,
 )
 
 

@@ -127,3 +127,43 @@ def test_a_taken_port_is_named_in_the_one_error_line(tmp_path: Path, which: str)
     assert len(errors) == 1, proc.stderr
     assert f"('127.0.0.1', {port})" in errors[0]
     assert "cannot start" in errors[0]
+
+
+def test_python_m_kompakt_broker_refuses_a_folder_that_is_not_a_data_dir(tmp_path: Path):
+    """Bug: ``python -m kompakt.broker`` was a second start-up beside ``kompakt serve``
+    without its data-dir checks, so it turned a folder of other things into a data dir
+    (meta.properties, .lock, partition 2019 of 'photos'). Both now run one start-up
+    (kompakt.broker.__main__.serve) and refuse it in one line, leaving it untouched."""
+    (tmp_path / "photos-2019").mkdir()
+    (tmp_path / "notes.txt").write_text("x")
+    before = snapshot(tmp_path)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kompakt.broker",
+            "--override",
+            f"log.dirs={tmp_path}",
+            "--override",
+            "listeners=PLAINTEXT://127.0.0.1:0",
+            "--override",
+            "kompakt.admin.listener=http://127.0.0.1:0",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        seen = []
+        for line in proc.stderr:  # until it exits, or starts (the bug)
+            seen.append(line)
+            if "kompakt broker listening on" in line:
+                break
+        proc.terminate()
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, "".join(seen)
+    assert len(seen) == 1 and seen[0].startswith("error: "), "".join(seen)
+    assert "is not empty and not a kompakt data dir" in seen[0]
+    assert snapshot(tmp_path) == before
