@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from kompakt.errors import InvalidRecordError, KompaktError, UnknownTopicError
 
@@ -41,6 +41,14 @@ class ConfigValue:
     value: str | None
     source: str
     override: bool  # set on the topic itself, not inherited from broker or Kafka defaults
+
+    @classmethod
+    def of(cls, name: str, value: str | None, source: str) -> ConfigValue:
+        """A config as DescribeConfigs names its source; an override is one whose source
+        is the topic (Kafka's ``DYNAMIC_TOPIC_CONFIG``), offline and from a broker."""
+        from kompakt.log.config import DYNAMIC_TOPIC_CONFIG
+
+        return cls(name, value, source, source == DYNAMIC_TOPIC_CONFIG)
 
 
 @dataclass
@@ -109,6 +117,12 @@ class ConsumedRecord:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
+
+    @classmethod
+    def of(cls, topic: str, partition: int, record: Any) -> ConsumedRecord:
+        """A decoded record of a data dir (``kompakt.record``'s Record) as printed."""
+        r = record
+        return cls(topic, partition, r.offset, r.timestamp, r.key, r.value, list(r.headers))
 
 
 @dataclass

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -36,6 +37,8 @@ def describe_exception(exc: BaseException) -> str:
         return f"{exc.strerror}{where}"
     return str(exc) or type(exc).__name__
 
+
+INTERRUPTED = 130  # exit code after Ctrl-C: 128 + SIGINT, as shells report it
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 TRANSPORT_HELP = (
@@ -124,6 +127,23 @@ def print_warning(message: str) -> None:
     """One line on stderr: ``warning: <message>``."""
     message = " ".join(str(message).split())
     _stderr.print(f"[bold yellow]warning:[/] {escape(message)}")
+
+
+def print_warnings(backend: Backend) -> None:
+    """What the backend noted for the user (:attr:`Backend.warnings`), a line each."""
+    for w in list(backend.warnings):
+        print_warning(w)
+
+
+def emit_listing(items: Sequence[Any], name: Callable[[Any], str], json_out: bool) -> None:
+    """A ``list`` verb's output, as ``kafka-topics.sh --list`` and
+    ``kafka-consumer-groups.sh --list``: one name a line; with ``--json`` every item as
+    an object (its dataclass fields)."""
+    if json_out:
+        emit_json([dataclasses.asdict(i) for i in items])
+        return
+    for i in items:
+        emit(name(i))
 
 
 def parse_configs(pairs: list[str] | None) -> dict[str, str]:

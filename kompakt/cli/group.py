@@ -19,6 +19,7 @@ from .common import (
     JsonFlag,
     emit,
     emit_json,
+    emit_listing,
     open_broker,
     print_error,
     print_table,
@@ -37,11 +38,7 @@ def list_(bootstrap_server: BrokerOnly = DEFAULT_BOOTSTRAP, json_out: JsonFlag =
     """Group ids, one a line (--json adds state and type)."""
     with open_broker(bootstrap_server) as backend:
         groups = backend.list_groups()
-    if json_out:
-        emit_json([dataclasses.asdict(g) for g in groups])
-        return
-    for g in groups:
-        emit(g.group_id)
+    emit_listing(groups, lambda g: g.group_id, json_out)
 
 
 def _dash(value: object) -> str:

@@ -11,7 +11,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from kompakt.errors import KompaktError
-from kompakt.log.config import DYNAMIC_TOPIC_CONFIG
 from kompakt.log.data_dir import check_new_data_dir, require_data_dir
 from kompakt.record import codecs
 from kompakt.record.batch import build_simple_batch
@@ -84,10 +83,7 @@ class OfflineBackend:
         for name in names:
             meta = self.logs.topic_meta(name)
             config = self.logs.topic_config(name)
-            configs = [
-                ConfigValue(e.name, e.value, e.source, e.source == DYNAMIC_TOPIC_CONFIG)
-                for e in config.describe()
-            ]
+            configs = [ConfigValue.of(e.name, e.value, e.source) for e in config.describe()]
             parts = []
             for p in range(meta.partitions):
                 plog = self.logs.get_log(name, p)
@@ -166,6 +162,4 @@ class OfflineBackend:
                 for r in batch.records():
                     if r.offset < start:
                         continue
-                    yield ConsumedRecord(
-                        topic, part, r.offset, r.timestamp, r.key, r.value, list(r.headers)
-                    )
+                    yield ConsumedRecord.of(topic, part, r)

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from kompakt.errors import LogDirLockedError, UnknownTopicError
-from kompakt.log.config import DYNAMIC_TOPIC_CONFIG, TopicConfig
+from kompakt.log.config import TopicConfig
 from kompakt.log.data_dir import require_data_dir
 from kompakt.record.batch import LOG_OVERHEAD, iter_batches
 
@@ -141,8 +141,7 @@ class DataDirReader:
         for name in list(names) if names else sorted(self._topics):
             n_parts, topic_id, overrides = self._require(name)
             configs = [
-                ConfigValue(e.name, e.value, e.source, e.source == DYNAMIC_TOPIC_CONFIG)
-                for e in TopicConfig(overrides).describe()
+                ConfigValue.of(e.name, e.value, e.source) for e in TopicConfig(overrides).describe()
             ]
             parts = []
             for p in range(n_parts):
@@ -189,9 +188,7 @@ class DataDirReader:
                     for r in batch.records():
                         if not begin <= r.offset < end:
                             continue
-                        yield ConsumedRecord(
-                            topic, part, r.offset, r.timestamp, r.key, r.value, list(r.headers)
-                        )
+                        yield ConsumedRecord.of(topic, part, r)
 
 
 def _folder_topic_id(part_dir: Path) -> str:

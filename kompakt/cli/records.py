@@ -13,13 +13,14 @@ import typer
 
 from .backend import CliError, ConsumedRecord, ConsumeRequest, ProduceRequest, ProducerRecord
 from .common import (
+    INTERRUPTED,
     BootstrapServer,
     DataDir,
     JsonFlag,
     emit,
     emit_json,
     open_backend,
-    print_warning,
+    print_warnings,
     text,
 )
 
@@ -177,7 +178,7 @@ def produce(
             f"interrupted: produced the {result.records} record(s) read before it to {topic}",
             file=sys.stderr,
         )
-        raise typer.Exit(130)
+        raise typer.Exit(INTERRUPTED)
 
 
 def consume(
@@ -253,8 +254,7 @@ def consume(
     show = FORMATTERS[ConsumeFormat.json if json_out else fmt or ConsumeFormat.text]
     with open_backend(data_dir, bootstrap_server, read_only=True) as backend:
         records = backend.consume(ConsumeRequest(topic, partition, offset, max_messages, group))
-        for w in backend.warnings:
-            print_warning(w)
+        print_warnings(backend)
         for r in records:
             show(r)
 

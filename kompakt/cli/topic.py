@@ -18,10 +18,11 @@ from .common import (
     JsonFlag,
     emit,
     emit_json,
+    emit_listing,
     open_backend,
     parse_configs,
     print_table,
-    print_warning,
+    print_warnings,
 )
 
 app = typer.Typer(
@@ -89,9 +90,7 @@ def describe(
     """
     with open_backend(data_dir, bootstrap_server, read_only=True, admin_url=admin_url) as backend:
         topics = backend.describe_topics([name] if name else None)
-        warnings = list(backend.warnings)
-    for w in warnings:
-        print_warning(w)
+    print_warnings(backend)
     if json_out:
         emit_json([dataclasses.asdict(t) for t in topics], indent=2)
         return
@@ -163,14 +162,8 @@ def list_(
     """Topic names, one a line."""
     with open_backend(data_dir, bootstrap_server, read_only=True) as backend:
         topics = backend.list_topics()
-        warnings = list(backend.warnings)
-    for w in warnings:
-        print_warning(w)
-    if json_out:
-        emit_json([dataclasses.asdict(t) for t in topics])
-        return
-    for t in topics:
-        emit(t.name)
+    print_warnings(backend)
+    emit_listing(topics, lambda t: t.name, json_out)
 
 
 @app.command("delete")

@@ -48,14 +48,10 @@ def test_properties_are_read_as_iso_8859_1_like_java(tmp_path: Path):
     assert config.spark["spark.escaped"] == "\u2603 snowman"
 
 
-def test_serve_starts_on_an_iso_8859_1_properties_file(tmp_path: Path):
-    """The whole command, as a process: it starts (no UnicodeDecodeError traceback)."""
-    path = tmp_path / "server.properties"
-    path.write_bytes(LATIN1_PROPERTIES.replace(b"DATA", str(tmp_path).encode()))
-    script = Path(sys.executable).with_name("kompakt")
-    proc = subprocess.Popen(
-        [str(script), "serve", str(path)], stderr=subprocess.PIPE, text=True, encoding="utf-8"
-    )
+def stderr_until_started(args: list[str]) -> tuple[int, list[str]]:
+    """Run a broker command; its exit code and stderr lines up to "listening on" (then
+    it is stopped) or a traceback, or all of them when it exits by itself."""
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, encoding="utf-8")
     try:
         seen = []
         for line in proc.stderr:
@@ -67,6 +63,15 @@ def test_serve_starts_on_an_iso_8859_1_properties_file(tmp_path: Path):
     finally:
         if proc.poll() is None:
             proc.kill()
+    return proc.returncode, seen
+
+
+def test_serve_starts_on_an_iso_8859_1_properties_file(tmp_path: Path):
+    """The whole command, as a process: it starts (no UnicodeDecodeError traceback)."""
+    path = tmp_path / "server.properties"
+    path.write_bytes(LATIN1_PROPERTIES.replace(b"DATA", str(tmp_path).encode()))
+    script = Path(sys.executable).with_name("kompakt")
+    _code, seen = stderr_until_started([str(script), "serve", str(path)])
     assert "kompakt broker listening on" in seen[-1], "".join(seen)
     assert (tmp_path / "d\u00e4t\u00e4" / "meta.properties").exists()
 
@@ -137,7 +142,7 @@ def test_python_m_kompakt_broker_refuses_a_folder_that_is_not_a_data_dir(tmp_pat
     (tmp_path / "photos-2019").mkdir()
     (tmp_path / "notes.txt").write_text("x")
     before = snapshot(tmp_path)
-    proc = subprocess.Popen(
+    code, seen = stderr_until_started(
         [
             sys.executable,
             "-m",
@@ -148,22 +153,9 @@ def test_python_m_kompakt_broker_refuses_a_folder_that_is_not_a_data_dir(tmp_pat
             "listeners=PLAINTEXT://127.0.0.1:0",
             "--override",
             "kompakt.admin.listener=http://127.0.0.1:0",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
+        ]
     )
-    try:
-        seen = []
-        for line in proc.stderr:  # until it exits, or starts (the bug)
-            seen.append(line)
-            if "kompakt broker listening on" in line:
-                break
-        proc.terminate()
-        proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, "".join(seen)
+    assert code == 1, "".join(seen)
     assert len(seen) == 1 and seen[0].startswith("error: "), "".join(seen)
     assert "is not empty and not a kompakt data dir" in seen[0]
     assert snapshot(tmp_path) == before

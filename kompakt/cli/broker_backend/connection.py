@@ -20,7 +20,6 @@ from ..backend import CliError, ConfigValue
 
 DEFAULT_TIMEOUT_S = 10.0
 ADMIN_PORT = 9644
-DYNAMIC_TOPIC_CONFIG = "DYNAMIC_TOPIC_CONFIG"
 
 # librdkafka logs connection failures on stderr; a CLI reports one line of its own instead.
 _quiet = logging.getLogger("kompakt.cli.kafka")
@@ -196,8 +195,7 @@ class BrokerConnection:
             values = []
             for name in sorted(entries):
                 e = entries[name]
-                source = ConfigSource(e.source).name
-                values.append(ConfigValue(name, e.value, source, source == DYNAMIC_TOPIC_CONFIG))
+                values.append(ConfigValue.of(name, e.value, ConfigSource(e.source).name))
             out[res.name] = values
         return out
 
