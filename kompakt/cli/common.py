@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
-from .backend import Backend, CliError, DataDirReader, OfflineBackend
+from .backend import Backend, CliError
 
 if TYPE_CHECKING:
     from .broker_backend import BrokerBackend
@@ -31,6 +37,8 @@ def describe_exception(exc: BaseException) -> str:
         return f"{exc.strerror}{where}"
     return str(exc) or type(exc).__name__
 
+
+INTERRUPTED = 130  # exit code after Ctrl-C: 128 + SIGINT, as shells report it
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 TRANSPORT_HELP = (
@@ -96,8 +104,14 @@ def open_backend(
             raise CliError(
                 "use either --data-dir (offline) or --bootstrap-server (a broker), not both"
             )
+        # imported on use: they load the log and record layers (numba), which
+        # `kompakt --help` and the broker verbs do not need
         if read_only:
+            from .reader import DataDirReader
+
             return DataDirReader(data_dir)
+        from .offline import OfflineBackend
+
         return OfflineBackend(data_dir, create=create)
     return open_broker(bootstrap_server, admin_url=admin_url)
 
@@ -113,6 +127,23 @@ def print_warning(message: str) -> None:
     """One line on stderr: ``warning: <message>``."""
     message = " ".join(str(message).split())
     _stderr.print(f"[bold yellow]warning:[/] {escape(message)}")
+
+
+def print_warnings(backend: Backend) -> None:
+    """What the backend noted for the user (:attr:`Backend.warnings`), a line each."""
+    for w in list(backend.warnings):
+        print_warning(w)
+
+
+def emit_listing(items: Sequence[Any], name: Callable[[Any], str], json_out: bool) -> None:
+    """A ``list`` verb's output, as ``kafka-topics.sh --list`` and
+    ``kafka-consumer-groups.sh --list``: one name a line; with ``--json`` every item as
+    an object (its dataclass fields)."""
+    if json_out:
+        emit_json([dataclasses.asdict(i) for i in items])
+        return
+    for i in items:
+        emit(name(i))
 
 
 def parse_configs(pairs: list[str] | None) -> dict[str, str]:
@@ -141,13 +172,56 @@ def emit_json(obj: Any, *, indent: int | None = None) -> None:
     sys.stdout.write(json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
 
 
-def table(rows: list[list[Any]], indent: str = "") -> list[str]:
-    """Left-aligned columns separated by two spaces (stable, no terminal-width wrapping)."""
-    cells = [[str(c) for c in row] for row in rows]
-    if not cells:
-        return []
-    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
-    return [
-        indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in cells
-    ]
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header and which side its cells keep to."""
+
+    header: str
+    justify: Literal["left", "right"] = "left"
+
+
+def print_table(
+    rows: Iterable[Sequence[object]],
+    columns: Sequence[str | Column] | None = None,
+    *,
+    indent: str = "",
+    ruled: bool = False,
+) -> None:
+    """Print rows (under their ``columns``' headers); every table the CLI prints goes
+    through here.
+
+    Rendered by rich, never wrapped to the terminal's width (a pipe or a test reads the
+    same lines), cells separated by two spaces, no trailing blanks. ``ruled`` puts a line
+    under the header (bold on a terminal), as ``topic describe``'s partitions; without
+    it the header is a plain first row, as ``kafka-consumer-groups.sh`` prints its
+    tables; without ``columns`` there is no header. Cells are text, never rich markup:
+    a ``[`` in a topic name prints as it is.
+    """
+    rows = [[Text(str(v)) for v in row] for row in rows]
+    if columns is None:
+        cols = [Column("") for _ in (rows[0] if rows else [])]
+    else:
+        cols = [c if isinstance(c, Column) else Column(c) for c in columns]
+        if not ruled:
+            rows.insert(0, [Text(c.header) for c in cols])
+    if not rows and not ruled:
+        return
+    tbl = Table(
+        box=box.SIMPLE_HEAD if ruled else None,
+        show_header=ruled,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+    )
+    for c in cols:
+        tbl.add_column(Text(c.header), justify=c.justify, no_wrap=True)
+    for row in rows:
+        tbl.add_row(*row)
+    console = Console(file=sys.stdout, width=_NO_WRAP, highlight=False)
+    with console.capture() as captured:
+        console.print(tbl)
+    for line in captured.get().splitlines():
+        emit(indent + line.rstrip())
+
+
+_NO_WRAP = 100_000  # columns: wider than any table, so rich never wraps one

@@ -32,8 +32,10 @@ from typing import Annotated, Any
 
 import typer
 
-from .backend import CliError, require_data_dir
-from .common import emit, emit_json, print_error, table
+from kompakt.log.data_dir import require_data_dir
+
+from .backend import CliError
+from .common import emit, emit_json, print_error, print_table
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
@@ -132,19 +134,8 @@ def compact_remote(
 
 
 def _render(doc: dict[str, Any]) -> None:
-    rows = [
-        [
-            "PARTITION",
-            "STATUS",
-            "READ",
-            "WRITTEN",
-            "RECORDS",
-            "TOMBSTONES-",
-            "SEGMENTS",
-            "DIRTY-FROM",
-        ]
-    ]
     results = doc.get("results", [])
+    rows = []
     for r in results:
         name = f"{r['topic']}-{r['partition']}"
         s = r.get("stats")
@@ -167,9 +158,20 @@ def _render(doc: dict[str, Any]) -> None:
         )
     if not results:
         emit("nothing to compact")
-    elif len(rows) > 1:
-        for line in table(rows):
-            emit(line)
+    elif rows:
+        print_table(rows, REPORT_COLUMNS)
+
+
+REPORT_COLUMNS = [
+    "PARTITION",
+    "STATUS",
+    "READ",
+    "WRITTEN",
+    "RECORDS",
+    "TOMBSTONES-",
+    "SEGMENTS",
+    "DIRTY-FROM",
+]
 
 
 def _quiet_logs(verbose: bool = False) -> None:

@@ -11,24 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from kompakt.errors import CorruptRecordError
-from kompakt.log.index import OffsetIndex, TimeIndex
-from kompakt.log.segment import offset_from_name
-from kompakt.record import codecs
-from kompakt.record.batch import (
-    CONTROL_COMMIT,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    RecordBatch,
-    read_header,
-)
 
 from .common import emit, emit_json, print_error, text
+
+if TYPE_CHECKING:  # the record and log layers load when a file is dumped, not at start
+    from kompakt.record.batch import RecordBatch
 
 
 @dataclass
@@ -42,6 +34,8 @@ class FileDump:
 
 
 def _base_offset(path: Path) -> int | None:
+    from kompakt.log.segment import offset_from_name
+
     try:
         return offset_from_name(path.name)
     except ValueError:
@@ -50,6 +44,9 @@ def _base_offset(path: Path) -> int | None:
 
 def batch_info(batch: RecordBatch, deep: bool) -> tuple[dict[str, Any], str | None]:
     """A batch's header fields (and records when ``deep``); second item: a record error."""
+    from kompakt.record import codecs
+    from kompakt.record.batch import CONTROL_COMMIT, MAGIC
+
     h = batch.header
     crc_valid = h.magic == MAGIC and batch.compute_crc() == h.crc
     info: dict[str, Any] = {
@@ -98,6 +95,8 @@ def batch_info(batch: RecordBatch, deep: bool) -> tuple[dict[str, Any], str | No
 
 
 def dump_log(path: Path, deep: bool) -> FileDump:
+    from kompakt.record.batch import HEADER_SIZE, LOG_OVERHEAD, RecordBatch, read_header
+
     out = FileDump(str(path), "log", _base_offset(path))
     data = path.read_bytes()
     pos = 0
@@ -138,6 +137,8 @@ def dump_log(path: Path, deep: bool) -> FileDump:
 
 def dump_index(path: Path, kind: str) -> FileDump:
     """Entries of an ``.index`` or ``.timeindex`` file (zero-filled preallocation ignored)."""
+    from kompakt.log.index import OffsetIndex, TimeIndex
+
     out = FileDump(str(path), kind, _base_offset(path))
     base = out.base_offset or 0
     cls = OffsetIndex if kind == "index" else TimeIndex

@@ -11,7 +11,9 @@ from typing import Annotated
 
 import typer
 
-from .backend import CliError, require_data_dir
+from kompakt.log.data_dir import require_data_dir
+
+from .backend import CliError
 from .common import emit
 
 FORMATS = ("parquet", "json", "csv")

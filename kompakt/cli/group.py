@@ -19,9 +19,10 @@ from .common import (
     JsonFlag,
     emit,
     emit_json,
+    emit_listing,
     open_broker,
     print_error,
-    table,
+    print_table,
 )
 
 app = typer.Typer(
@@ -37,15 +38,16 @@ def list_(bootstrap_server: BrokerOnly = DEFAULT_BOOTSTRAP, json_out: JsonFlag =
     """Group ids, one a line (--json adds state and type)."""
     with open_broker(bootstrap_server) as backend:
         groups = backend.list_groups()
-    if json_out:
-        emit_json([dataclasses.asdict(g) for g in groups])
-        return
-    for g in groups:
-        emit(g.group_id)
+    emit_listing(groups, lambda g: g.group_id, json_out)
 
 
 def _dash(value: object) -> str:
+    """A missing value as kafka-consumer-groups.sh prints it."""
     return "-" if value is None else str(value)
+
+
+def _assignment(tps: list[tuple[str, int]]) -> str:
+    return ",".join(f"{t}-{p}" for t, p in tps) or "-"
 
 
 @app.command("describe")
@@ -64,32 +66,29 @@ def describe(
     emit(f"Group: {d.group_id}\tState: {d.state}\tAssignor: {d.assignor or '-'}")
     if d.members:
         emit(f"Members ({len(d.members)}):")
-        rows = [["MEMBER-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"]]
-        for m in d.members:
-            assigned = ",".join(f"{t}-{p}" for t, p in m.assignment) or "-"
-            rows.append([m.member_id, m.client_id, m.host, assigned])
-        for line in table(rows, "  "):
-            emit(line)
+        print_table(
+            ([m.member_id, m.client_id, m.host, _assignment(m.assignment)] for m in d.members),
+            ["MEMBER-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"],
+            indent="  ",
+        )
     else:
         emit(f"Consumer group '{d.group_id}' has no active members.")
     if not d.partitions:
         emit("No committed offsets.")
         return
     emit("Offsets:")
-    rows = [["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID"]]
-    for p in d.partitions:
-        rows.append(
+    print_table(
+        (
             [
                 p.topic,
                 p.partition,
-                _dash(p.committed_offset),
-                _dash(p.end_offset),
-                _dash(p.lag),
-                _dash(p.member_id),
+                *map(_dash, [p.committed_offset, p.end_offset, p.lag, p.member_id]),
             ]
-        )
-    for line in table(rows, "  "):
-        emit(line)
+            for p in d.partitions
+        ),
+        ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID"],
+        indent="  ",
+    )
 
 
 @app.command("reset-offsets")
@@ -128,11 +127,10 @@ def reset_offsets(
             {"group": group, "dry_run": dry_run, "offsets": [dataclasses.asdict(r) for r in resets]}
         )
         return
-    rows = [["GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"]]
-    for r in resets:
-        rows.append([group, r.topic, r.partition, _dash(r.previous_offset), r.new_offset])
-    for line in table(rows):
-        emit(line)
+    print_table(
+        ([group, r.topic, r.partition, _dash(r.previous_offset), r.new_offset] for r in resets),
+        ["GROUP", "TOPIC", "PARTITION", "PREVIOUS-OFFSET", "NEW-OFFSET"],
+    )
     if dry_run:
         emit("(dry run: nothing was changed)")
 

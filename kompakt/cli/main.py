@@ -19,9 +19,7 @@ from typer.core import TyperGroup
 
 from kompakt.errors import KompaktError
 
-from .common import describe_exception, print_error
-
-INTERRUPTED = 130  # 128 + SIGINT
+from .common import INTERRUPTED, describe_exception, print_error
 
 
 def _interrupted() -> None:

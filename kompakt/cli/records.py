@@ -11,15 +11,16 @@ from typing import Annotated, Any, BinaryIO
 
 import typer
 
-from .backend import CliError, ConsumedRecord, ProducerRecord
+from .backend import CliError, ConsumedRecord, ConsumeRequest, ProduceRequest, ProducerRecord
 from .common import (
+    INTERRUPTED,
     BootstrapServer,
     DataDir,
     JsonFlag,
     emit,
     emit_json,
     open_backend,
-    print_warning,
+    print_warnings,
     text,
 )
 
@@ -149,9 +150,7 @@ def produce(
         partition,
     )
     with open_backend(data_dir, bootstrap_server) as backend:
-        result = backend.produce(
-            topic, records, batch_size=batch_size, compression=compression.value
-        )
+        result = backend.produce(ProduceRequest(topic, records, batch_size, compression.value))
     if json_out:
         emit_json(
             {
@@ -179,7 +178,7 @@ def produce(
             f"interrupted: produced the {result.records} record(s) read before it to {topic}",
             file=sys.stderr,
         )
-        raise typer.Exit(130)
+        raise typer.Exit(INTERRUPTED)
 
 
 def consume(
@@ -254,11 +253,8 @@ def consume(
         raise CliError(f"use either --json or --format {fmt.value}, not both")
     show = FORMATTERS[ConsumeFormat.json if json_out else fmt or ConsumeFormat.text]
     with open_backend(data_dir, bootstrap_server, read_only=True) as backend:
-        records = backend.consume(
-            topic, partition=partition, offset=offset, max_messages=max_messages, group=group
-        )
-        for w in backend.warnings:
-            print_warning(w)
+        records = backend.consume(ConsumeRequest(topic, partition, offset, max_messages, group))
+        print_warnings(backend)
         for r in records:
             show(r)
 

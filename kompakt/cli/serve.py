@@ -1,17 +1,15 @@
-"""``kompakt serve``: the single-node broker with background compaction."""
+"""``kompakt serve``: the single-node broker with background compaction.
+
+The start-up itself is :func:`kompakt.broker.__main__.serve`, which
+``python -m kompakt.broker`` runs too; this is its typer front end.
+"""
 
 from __future__ import annotations
 
-import logging
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from .backend import check_new_data_dir
-
-INTERRUPTED = 130  # 128 + SIGINT, as a shell and the JVM running Kafka report it
 
 
 def serve(
@@ -30,23 +28,6 @@ def serve(
     a data dir in use by another broker is refused. Ctrl-C stops the broker cleanly
     and exits with 130.
     """
-    from kompakt.broker.app import run
-    from kompakt.broker.config import BrokerConfig
-    from kompakt.log.manager import shared_dir_lock
+    from kompakt.broker.__main__ import serve as serve_broker  # the broker, on use
 
-    config = BrokerConfig.load(properties, override or [])
-    # Refused here in one error line, before the broker makes anything: a folder of
-    # other things (Kafka refuses a log dir holding folders that are not partitions;
-    # a LogManager would take a 'photos-2019' folder for partition 2019) and a dir
-    # another process owns (Kafka's log dir lock).
-    check_new_data_dir(config.data_dir)
-    if config.data_dir.is_dir():
-        with shared_dir_lock(config.data_dir):
-            pass
-    logging.basicConfig(
-        level=logging.INFO, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s"
-    )
-    code = run(config)
-    if code == INTERRUPTED:
-        print("interrupted: the broker stopped cleanly", file=sys.stderr)
-    raise typer.Exit(code)
+    raise typer.Exit(serve_broker(properties, override or []))

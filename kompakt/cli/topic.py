@@ -3,28 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from typing import Annotated
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from .backend import CliError, PartitionDescription, TopicDescription
 from .common import (
     TRANSPORT_HELP,
     AdminUrl,
     BootstrapServer,
+    Column,
     DataDir,
     JsonFlag,
     emit,
     emit_json,
+    emit_listing,
     open_backend,
     parse_configs,
-    print_warning,
-    table,
+    print_table,
+    print_warnings,
 )
 
 app = typer.Typer(
@@ -92,9 +90,7 @@ def describe(
     """
     with open_backend(data_dir, bootstrap_server, read_only=True, admin_url=admin_url) as backend:
         topics = backend.describe_topics([name] if name else None)
-        warnings = list(backend.warnings)
-    for w in warnings:
-        print_warning(w)
+    print_warnings(backend)
     if json_out:
         emit_json([dataclasses.asdict(t) for t in topics], indent=2)
         return
@@ -105,10 +101,10 @@ def describe(
         emit(f"Topic: {t.name}\tTopicId: {t.topic_id}\tPartitionCount: {t.partition_count}")
         emit(f"Overrides: {overrides or '(none)'}")
         emit("Configs ('*' = set on the topic):")
-        for line in table(
-            [["*" if c.override else " ", c.name, c.value, c.source] for c in t.configs], "  "
-        ):
-            emit(line)
+        print_table(
+            [["*" if c.override else " ", c.name, c.value, c.source] for c in t.configs],
+            indent="  ",
+        )
         print_partitions(t)
 
 
@@ -140,9 +136,6 @@ def print_partitions(t: TopicDescription) -> None:
         return any(getattr(p, field) is not None for p in t.partitions)
 
     columns = [c for c in _COLUMNS if shown(c[1])]
-    tbl = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for header, field, _fmt in columns:
-        tbl.add_column(header, justify="left" if field == "uncleanable_reason" else "right")
 
     def cell(p: PartitionDescription, field: str, fmt) -> str:
         value = getattr(p, field)
@@ -150,10 +143,14 @@ def print_partitions(t: TopicDescription) -> None:
             return fmt(value)
         return "-" if value is None else fmt(value)
 
-    for p in t.partitions:
-        tbl.add_row(*(cell(p, field, fmt) for _h, field, fmt in columns))
-    console = Console(file=sys.stdout, width=200 if not sys.stdout.isatty() else None)
-    console.print(tbl)
+    print_table(
+        [[cell(p, field, fmt) for _h, field, fmt in columns] for p in t.partitions],
+        [
+            Column(header, "left" if field == "uncleanable_reason" else "right")
+            for header, field, _fmt in columns
+        ],
+        ruled=True,
+    )
 
 
 @app.command("list")
@@ -165,14 +162,8 @@ def list_(
     """Topic names, one a line."""
     with open_backend(data_dir, bootstrap_server, read_only=True) as backend:
         topics = backend.list_topics()
-        warnings = list(backend.warnings)
-    for w in warnings:
-        print_warning(w)
-    if json_out:
-        emit_json([dataclasses.asdict(t) for t in topics])
-        return
-    for t in topics:
-        emit(t.name)
+    print_warnings(backend)
+    emit_listing(topics, lambda t: t.name, json_out)
 
 
 @app.command("delete")

@@ -148,6 +148,19 @@ def test_produce_consume_round_trip(cli, broker: BrokerThread):
 # -- consumer groups -----------------------------------------------------------------------
 
 
+def test_group_consume_with_max_messages_commits_exactly_what_it_printed(cli):
+    """Kafka's console consumer with --max-messages commits the offsets after the
+    records it printed, so the next run of the group starts at the first one it did
+    not print (the limit closes the group consumer at once, which commits)."""
+    ok(cli("topic", "create", "gmax"))
+    ok(cli("produce", "gmax", input="".join(f"k{i}\tv{i}\n" for i in range(5))))
+    first = ok(cli("consume", "gmax", "--group", "gmax-1", "--max-messages", "2"))
+    assert first.splitlines() == ["k0\tv0", "k1\tv1"]
+    assert [p["committed_offset"] for p in group_json(cli, "gmax-1")["partitions"]] == [2]
+    rest = ok(cli("consume", "gmax", "--group", "gmax-1"))
+    assert rest.splitlines() == ["k2\tv2", "k3\tv3", "k4\tv4"]
+
+
 def test_group_consume_commit_describe_reset_delete(cli):
     ok(cli("topic", "create", "gt", "--partitions", "2"))
     ok(cli("produce", "gt", input="".join(f"k{i}\tv{i}\n" for i in range(10))))

@@ -48,14 +48,10 @@ def test_properties_are_read_as_iso_8859_1_like_java(tmp_path: Path):
     assert config.spark["spark.escaped"] == "\u2603 snowman"
 
 
-def test_serve_starts_on_an_iso_8859_1_properties_file(tmp_path: Path):
-    """The whole command, as a process: it starts (no UnicodeDecodeError traceback)."""
-    path = tmp_path / "server.properties"
-    path.write_bytes(LATIN1_PROPERTIES.replace(b"DATA", str(tmp_path).encode()))
-    script = Path(sys.executable).with_name("kompakt")
-    proc = subprocess.Popen(
-        [str(script), "serve", str(path)], stderr=subprocess.PIPE, text=True, encoding="utf-8"
-    )
+def stderr_until_started(args: list[str]) -> tuple[int, list[str]]:
+    """Run a broker command; its exit code and stderr lines up to "listening on" (then
+    it is stopped) or a traceback, or all of them when it exits by itself."""
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, encoding="utf-8")
     try:
         seen = []
         for line in proc.stderr:
@@ -67,6 +63,15 @@ def test_serve_starts_on_an_iso_8859_1_properties_file(tmp_path: Path):
     finally:
         if proc.poll() is None:
             proc.kill()
+    return proc.returncode, seen
+
+
+def test_serve_starts_on_an_iso_8859_1_properties_file(tmp_path: Path):
+    """The whole command, as a process: it starts (no UnicodeDecodeError traceback)."""
+    path = tmp_path / "server.properties"
+    path.write_bytes(LATIN1_PROPERTIES.replace(b"DATA", str(tmp_path).encode()))
+    script = Path(sys.executable).with_name("kompakt")
+    _code, seen = stderr_until_started([str(script), "serve", str(path)])
     assert "kompakt broker listening on" in seen[-1], "".join(seen)
     assert (tmp_path / "d\u00e4t\u00e4" / "meta.properties").exists()
 
@@ -127,3 +132,30 @@ def test_a_taken_port_is_named_in_the_one_error_line(tmp_path: Path, which: str)
     assert len(errors) == 1, proc.stderr
     assert f"('127.0.0.1', {port})" in errors[0]
     assert "cannot start" in errors[0]
+
+
+def test_python_m_kompakt_broker_refuses_a_folder_that_is_not_a_data_dir(tmp_path: Path):
+    """Bug: ``python -m kompakt.broker`` was a second start-up beside ``kompakt serve``
+    without its data-dir checks, so it turned a folder of other things into a data dir
+    (meta.properties, .lock, partition 2019 of 'photos'). Both now run one start-up
+    (kompakt.broker.__main__.serve) and refuse it in one line, leaving it untouched."""
+    (tmp_path / "photos-2019").mkdir()
+    (tmp_path / "notes.txt").write_text("x")
+    before = snapshot(tmp_path)
+    code, seen = stderr_until_started(
+        [
+            sys.executable,
+            "-m",
+            "kompakt.broker",
+            "--override",
+            f"log.dirs={tmp_path}",
+            "--override",
+            "listeners=PLAINTEXT://127.0.0.1:0",
+            "--override",
+            "kompakt.admin.listener=http://127.0.0.1:0",
+        ]
+    )
+    assert code == 1, "".join(seen)
+    assert len(seen) == 1 and seen[0].startswith("error: "), "".join(seen)
+    assert "is not empty and not a kompakt data dir" in seen[0]
+    assert snapshot(tmp_path) == before
