@@ -1,6 +1,5 @@
 """Raw-socket protocol tests: framing, fuzzing, versions, pipelining, long polling."""
 
-import io
 import random
 import socket
 import struct
@@ -10,11 +9,9 @@ import time
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from raw_kafka import decode_response, encode_request
 
 from kompakt.broker.app import start_test_broker
-from kompakt.broker.protocol import build
 from kompakt.record.batch import build_simple_batch
 
 
@@ -28,24 +25,7 @@ def connect(broker):
 
 
 def encode(api_key, version, corr, body):
-    req_cls = load_request_schema(api_key, version)
-    hdr_cls = req_cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(hdr_cls)(
-        buf,
-        build(
-            hdr_cls,
-            {
-                "request_api_key": api_key,
-                "request_api_version": version,
-                "correlation_id": corr,
-                "client_id": "raw",
-            },
-        ),
-    )
-    entity_writer(req_cls)(buf, build(req_cls, body))
-    data = buf.getvalue()
-    return struct.pack(">i", len(data)) + data
+    return encode_request(api_key, version, body, correlation_id=corr)
 
 
 def recv_frame(s):
@@ -65,16 +45,9 @@ def recv_frame(s):
     return data
 
 
-def decode(api_key, version, frame):
-    resp_cls = load_response_schema(api_key, version)
-    hdr, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
-    body, _ = entity_reader(resp_cls)(frame, used)
-    return hdr.correlation_id, body
-
-
 def call(s, api_key, version, body, corr=1):
     s.sendall(encode(api_key, version, corr, body))
-    return decode(api_key, version, recv_frame(s))
+    return decode_response(api_key, version, recv_frame(s))
 
 
 def closed(s):
@@ -100,7 +73,7 @@ def test_api_versions_unsupported_version_answers_v0(broker):
         # a future ApiVersions v99: header v2 layout, body unknown
         hdr = struct.pack(">hhih", 18, 99, 42, 3) + b"raw" + b"\x00"
         s.sendall(struct.pack(">i", len(hdr)) + hdr)
-        corr, resp = decode(18, 0, recv_frame(s))
+        corr, resp = decode_response(18, 0, recv_frame(s))
     assert corr == 42
     assert resp.error_code == 35
     assert any(k.api_key == 18 and k.max_version == 4 for k in resp.api_keys)
@@ -110,7 +83,7 @@ def test_pipelined_requests_answered_in_order(broker):
     with connect(broker) as s:
         frames = b"".join(encode(3, 12, corr, {"topics": None}) for corr in range(1, 21))
         s.sendall(frames)
-        corrs = [decode(3, 12, recv_frame(s))[0] for _ in range(20)]
+        corrs = [decode_response(3, 12, recv_frame(s))[0] for _ in range(20)]
     assert corrs == list(range(1, 21))
 
 

@@ -1,33 +1,29 @@
 """Fetch (API 1) with long polling, and ListOffsets (API 2).
 
-A fetch with less than ``min_bytes`` ready waits up to ``max_wait_ms`` on an
-asyncio.Event that the partitions' append listeners set (no polling); other connections
-are served meanwhile. Fetch sessions are not kept: every response carries session id 0,
+A fetch with less than ``min_bytes`` ready is answered with a
+:class:`~kompakt.broker.registry.DelayedResponse`: the server waits up to ``max_wait_ms``
+for an append to one of its partitions (no polling) and serves other connections
+meanwhile. Fetch sessions are not kept: every response carries session id 0,
 which tells clients to send full requests (Kafka does this when its session cache is full).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
-from kompakt.broker.handlers.common import (
-    NONE,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    UNSUPPORTED_VERSION,
-    error_of,
-    resolve_topic,
-)
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v4.request import FetchRequest
+from kio.schema.list_offsets.v1.request import ListOffsetsRequest
+
+from kompakt.broker.handlers.common import error_of, resolve_topic, unknown_topic_code
 from kompakt.broker.protocol import ms
-from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.registry import ApiRegistry, DelayedResponse
 from kompakt.broker.state import RequestContext
 from kompakt.errors import UnknownTopicError
 
-FETCH = 1
-LIST_OFFSETS = 2
+INT32_MAX = 2**31 - 1  # FetchRequest.max_bytes before v3 had none: no limit
 
+# ListOffsetsRequest's special timestamps (Kafka's ``ListOffsetsRequest`` constants)
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3
@@ -53,9 +49,7 @@ def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, 
                 "records": b"",
             }
             if name is None:
-                resp["error_code"] = (
-                    UNKNOWN_TOPIC_ID if "topic_id" in key else UNKNOWN_TOPIC_OR_PARTITION
-                )
+                resp["error_code"] = unknown_topic_code("topic_id" in key)
                 parts.append(resp)
                 continue
             try:
@@ -72,7 +66,7 @@ def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, 
                 if limit > 0 or total == 0:
                     data = plog.read(p.fetch_offset, max(limit, 1), min_one_batch=total == 0)
                 resp["records"] = data
-                resp["error_code"] = NONE
+                resp["error_code"] = ErrorCode.none
                 total += len(data)
             except Exception as exc:
                 resp["error_code"], _msg = error_of(exc)
@@ -81,7 +75,10 @@ def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, 
     return out, total
 
 
-async def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | DelayedResponse:
+    """Read once, or, when the client will wait (``max_wait`` > 0), leave the reading to
+    a :class:`DelayedResponse` the server completes on appends or at the timeout
+    (Kafka's ``ReplicaManager.fetchMessages`` parking a ``DelayedFetch``)."""
     v13 = ctx.api_version >= 13
     wanted = []
     keys = []
@@ -95,47 +92,31 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
         wanted.append((name, key, t))
         if name is not None:
             keys += [(name, p.partition) for p in t.partitions]
-    max_bytes = getattr(req, "max_bytes", 2**31 - 1)
+    max_bytes = getattr(req, "max_bytes", INT32_MAX)
     max_wait = ms(req.max_wait) / 1000
-    deadline = time.monotonic() + max(0.0, max_wait)
-    notifier = ctx.state.notifier
-    ev = notifier.register(keys) if notifier is not None and max_wait > 0 else None
-    try:
-        while True:
-            if ev is not None:
-                ev.clear()
-            topics, total = await asyncio.to_thread(_read_all, ctx, wanted, max_bytes)
-            errors = any(p["error_code"] for t in topics for p in t["partitions"])
-            remaining = deadline - time.monotonic()
-            if (
-                total >= req.min_bytes
-                or errors
-                or ev is None
-                or remaining <= 0
-                or ctx.state.closing
-                or not keys
-            ):
-                break
-            try:
-                await asyncio.wait_for(ev.wait(), timeout=remaining)
-            except TimeoutError:
-                topics, total = await asyncio.to_thread(_read_all, ctx, wanted, max_bytes)
-                break
-    finally:
-        if ev is not None and notifier is not None:
-            notifier.unregister(ev, keys)
-    return {
-        "throttle_time": 0,
-        "error_code": NONE,
-        "session_id": 0,
-        "responses": topics,
-    }
+
+    def poll() -> tuple[dict[str, Any], bool]:
+        """The response from one read, and whether it may go out before the timeout:
+        ``min_bytes`` are there or a partition has an error (``DelayedFetch.tryComplete``)."""
+        topics, total = _read_all(ctx, wanted, max_bytes)
+        errors = any(p["error_code"] for t in topics for p in t["partitions"])
+        response = {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "session_id": 0,
+            "responses": topics,
+        }
+        return response, total >= req.min_bytes or errors
+
+    if max_wait <= 0 or not keys:
+        return poll()[0]
+    return DelayedResponse(tuple(keys), max_wait, poll)
 
 
 def _list_offset(ctx: RequestContext, name: str, p: Any, version: int) -> dict[str, Any]:
     resp: dict[str, Any] = {
         "partition_index": p.partition_index,
-        "error_code": NONE,
+        "error_code": ErrorCode.none,
         "timestamp": -1,
         "offset": -1,
         "leader_epoch": 0,
@@ -149,19 +130,19 @@ def _list_offset(ctx: RequestContext, name: str, p: Any, version: int) -> dict[s
             resp["offset"] = plog.high_watermark if ts == LATEST else -1
         elif ts == MAX_TIMESTAMP:
             if version < 7:
-                resp["error_code"] = UNSUPPORTED_VERSION
+                resp["error_code"] = ErrorCode.unsupported_version
             else:
                 found = plog.max_timestamp_offset()
                 if found is not None:
                     resp["offset"], resp["timestamp"] = found
         elif ts < 0:
-            resp["error_code"] = 42  # INVALID_REQUEST
+            resp["error_code"] = ErrorCode.invalid_request
         else:
             found = plog.offset_for_timestamp(ts)
             if found is not None:
                 resp["offset"], resp["timestamp"] = found
     except UnknownTopicError:
-        resp["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        resp["error_code"] = ErrorCode.unknown_topic_or_partition
     except Exception as exc:
         resp["error_code"], _msg = error_of(exc)
     return resp
@@ -174,7 +155,7 @@ def _list_offsets(ctx: RequestContext, req: Any) -> list:
             parts = [
                 {
                     "partition_index": p.partition_index,
-                    "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                    "error_code": ErrorCode.unknown_topic_or_partition,
                     "timestamp": -1,
                     "offset": -1,
                     "leader_epoch": -1,
@@ -187,11 +168,10 @@ def _list_offsets(ctx: RequestContext, req: Any) -> list:
     return out
 
 
-async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    topics = await asyncio.to_thread(_list_offsets, ctx, req)
-    return {"throttle_time": 0, "topics": topics}
+def handle_list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": _list_offsets(ctx, req)}
 
 
 def register(registry: ApiRegistry) -> None:
-    registry.register(FETCH, 4, 18, handle_fetch)
-    registry.register(LIST_OFFSETS, 1, 11, handle_list_offsets)
+    registry.register(FetchRequest.__api_key__, 4, 18, handle_fetch)
+    registry.register(ListOffsetsRequest.__api_key__, 1, 11, handle_list_offsets)
