@@ -10,12 +10,17 @@ from __future__ import annotations
 import io
 import socket
 import struct
+from types import SimpleNamespace
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 
 from kompakt.broker.protocol import build
+
+# Kafka's API keys by name, from kio's table: ``API.produce``, ``API.api_versions``, ...
+API = SimpleNamespace(**{name: key for key, name in api_key_map.items()})
 
 
 def encode_request(

@@ -16,6 +16,10 @@ log = logging.getLogger("kompakt.broker.handlers")
 
 # MetadataResponse.AUTHORIZED_OPERATIONS_OMITTED: the client did not ask for them.
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+# -1 where a response has no offset to give (Kafka's ListOffsetsResponse.UNKNOWN_OFFSET,
+# FetchResponse.INVALID_HIGH_WATERMARK / INVALID_LOG_START_OFFSET, ...).
+UNKNOWN_OFFSET = -1
+LEADER_EPOCH = 0  # this single node has led every partition since epoch 0
 
 
 class AclOperation(enum.IntEnum):
@@ -60,6 +64,11 @@ CLUSTER_OPERATIONS = _bits(
     _Op.ALTER_CONFIGS,
     _Op.IDEMPOTENT_WRITE,
 )
+
+
+def authorized_operations(bits: int, asked: bool) -> int:
+    """An ``*_authorized_operations`` field: ``bits`` if the request asked for them."""
+    return bits if asked else AUTHORIZED_OPERATIONS_OMITTED
 
 
 def error_of(exc: BaseException) -> tuple[ErrorCode, str]:

@@ -15,13 +15,23 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v4.request import FetchRequest
 from kio.schema.list_offsets.v1.request import ListOffsetsRequest
 
-from kompakt.broker.handlers.common import error_of, resolve_topic, unknown_topic_code
+from kompakt.broker.handlers.common import (
+    LEADER_EPOCH,
+    UNKNOWN_OFFSET,
+    error_of,
+    resolve_topic,
+    unknown_topic_code,
+)
 from kompakt.broker.protocol import ms
 from kompakt.broker.registry import ApiRegistry, DelayedResponse
 from kompakt.broker.state import RequestContext
 from kompakt.errors import UnknownTopicError
+from kompakt.record.batch import NO_TIMESTAMP
 
 INT32_MAX = 2**31 - 1  # FetchRequest.max_bytes before v3 had none: no limit
+NO_FETCH_SESSION = 0  # FetchMetadata.INVALID_SESSION_ID: clients send full requests
+NO_PREFERRED_REPLICA = -1  # FetchResponse.INVALID_PREFERRED_REPLICA_ID: read the leader
+NO_LEADER_EPOCH = -1  # RecordBatch.NO_PARTITION_LEADER_EPOCH
 
 # ListOffsetsRequest's special timestamps (Kafka's ``ListOffsetsRequest`` constants)
 EARLIEST = -2
@@ -41,11 +51,11 @@ def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, 
         for p in tdata.partitions:
             resp: dict[str, Any] = {
                 "partition_index": p.partition,
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
+                "high_watermark": UNKNOWN_OFFSET,
+                "last_stable_offset": UNKNOWN_OFFSET,
+                "log_start_offset": UNKNOWN_OFFSET,
                 "aborted_transactions": None,
-                "preferred_read_replica": -1,
+                "preferred_read_replica": NO_PREFERRED_REPLICA,
                 "records": b"",
             }
             if name is None:
@@ -103,7 +113,7 @@ def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | DelayedRespo
         response = {
             "throttle_time": 0,
             "error_code": ErrorCode.none,
-            "session_id": 0,
+            "session_id": NO_FETCH_SESSION,
             "responses": topics,
         }
         return response, total >= req.min_bytes or errors
@@ -117,9 +127,9 @@ def _list_offset(ctx: RequestContext, name: str, p: Any, version: int) -> dict[s
     resp: dict[str, Any] = {
         "partition_index": p.partition_index,
         "error_code": ErrorCode.none,
-        "timestamp": -1,
-        "offset": -1,
-        "leader_epoch": 0,
+        "timestamp": NO_TIMESTAMP,
+        "offset": UNKNOWN_OFFSET,
+        "leader_epoch": LEADER_EPOCH,
     }
     try:
         plog = ctx.logs.get_log(name, p.partition_index)
@@ -127,7 +137,7 @@ def _list_offset(ctx: RequestContext, name: str, p: Any, version: int) -> dict[s
         if ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
             resp["offset"] = plog.log_start_offset
         elif ts in (LATEST, LATEST_TIERED):
-            resp["offset"] = plog.high_watermark if ts == LATEST else -1
+            resp["offset"] = plog.high_watermark if ts == LATEST else UNKNOWN_OFFSET
         elif ts == MAX_TIMESTAMP:
             if version < 7:
                 resp["error_code"] = ErrorCode.unsupported_version
@@ -156,9 +166,9 @@ def _list_offsets(ctx: RequestContext, req: Any) -> list:
                 {
                     "partition_index": p.partition_index,
                     "error_code": ErrorCode.unknown_topic_or_partition,
-                    "timestamp": -1,
-                    "offset": -1,
-                    "leader_epoch": -1,
+                    "timestamp": NO_TIMESTAMP,
+                    "offset": UNKNOWN_OFFSET,
+                    "leader_epoch": NO_LEADER_EPOCH,
                 }
                 for p in t.partitions
             ]

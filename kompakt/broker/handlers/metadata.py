@@ -17,9 +17,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v0.request import MetadataRequest
 
 from kompakt.broker.handlers.common import (
-    AUTHORIZED_OPERATIONS_OMITTED,
     CLUSTER_OPERATIONS,
+    LEADER_EPOCH,
     TOPIC_OPERATIONS,
+    authorized_operations,
     error_of,
     log,
 )
@@ -28,6 +29,10 @@ from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import TopicExistsError
 from kompakt.log.names import is_internal, is_valid_topic_name
+
+# DescribeClusterRequest.endpointType (KIP-919): brokers (1) or controllers (2); before
+# v1 there is no field and the answer lists brokers.
+ENDPOINT_TYPE_BROKERS = 1
 
 
 def make_api_versions_handler(registry: ApiRegistry):
@@ -48,7 +53,7 @@ def _partitions(ctx: RequestContext, name: str) -> list[dict[str, Any]]:
             "error_code": ErrorCode.none,
             "partition_index": i,
             "leader_id": node,
-            "leader_epoch": 0,
+            "leader_epoch": LEADER_EPOCH,
             "replica_nodes": [node],
             "isr_nodes": [node],
             "offline_replicas": [],
@@ -64,9 +69,7 @@ def _topic(ctx: RequestContext, name: str, include_ops: bool) -> dict[str, Any]:
         "topic_id": ctx.state.topic_id(name),
         "is_internal": is_internal(name),
         "partitions": _partitions(ctx, name),
-        "topic_authorized_operations": TOPIC_OPERATIONS
-        if include_ops
-        else AUTHORIZED_OPERATIONS_OMITTED,
+        "topic_authorized_operations": authorized_operations(TOPIC_OPERATIONS, include_ops),
     }
 
 
@@ -156,9 +159,9 @@ def handle_metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
         "cluster_id": ctx.state.cluster_id,
         "controller_id": ctx.state.node_id,
         "topics": topics,
-        "cluster_authorized_operations": CLUSTER_OPERATIONS
-        if include_cluster_ops
-        else AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": authorized_operations(
+            CLUSTER_OPERATIONS, include_cluster_ops
+        ),
         "error_code": ErrorCode.none,
     }
 
@@ -170,7 +173,7 @@ def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict[str, Any]:
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
-        "endpoint_type": getattr(req, "endpoint_type", 1),
+        "endpoint_type": getattr(req, "endpoint_type", ENDPOINT_TYPE_BROKERS),
         "cluster_id": ctx.state.cluster_id,
         "controller_id": ctx.state.node_id,
         "brokers": [
@@ -182,9 +185,7 @@ def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 "is_fenced": False,
             }
         ],
-        "cluster_authorized_operations": CLUSTER_OPERATIONS
-        if ops
-        else AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": authorized_operations(CLUSTER_OPERATIONS, ops),
     }
 
 

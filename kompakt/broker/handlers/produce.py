@@ -14,14 +14,19 @@ from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v0.request import InitProducerIdRequest
 from kio.schema.produce.v3.request import ProduceRequest
 
-from kompakt.broker.handlers.common import error_of, resolve_topic, unknown_topic_code
+from kompakt.broker.handlers.common import (
+    UNKNOWN_OFFSET,
+    error_of,
+    resolve_topic,
+    unknown_topic_code,
+)
 from kompakt.broker.producers import NO_PRODUCER_EPOCH, ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import InvalidTopicError, KafkaStorageError
 from kompakt.log.names import is_internal
 from kompakt.log.partition_log import PartitionLog
-from kompakt.record.batch import NO_PRODUCER_ID, iter_batches
+from kompakt.record.batch import NO_PRODUCER_ID, NO_TIMESTAMP, iter_batches
 
 # ProduceRequest.acks (Kafka's ``ProduceRequest`` doc): no answer, the leader's write,
 # every in-sync replica's (here: the one node's, fsynced).
@@ -55,7 +60,7 @@ def _append(
                         "error_code": ErrorCode.none,
                         "base_offset": dup.first_offset,
                         # Kafka answers a retried duplicate with the original's time
-                        "log_append_time": dup.timestamp if log_append else -1,
+                        "log_append_time": dup.timestamp if log_append else NO_TIMESTAMP,
                         "log_start_offset": plog.log_start_offset,
                     }
         info = plog.append(records)
@@ -93,7 +98,11 @@ def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]],
     for name, key, tdata in topics:
         parts = []
         for p in tdata.partition_data:
-            resp: dict[str, Any] = {"index": p.index, "base_offset": -1, "log_start_offset": -1}
+            resp: dict[str, Any] = {
+                "index": p.index,
+                "base_offset": UNKNOWN_OFFSET,
+                "log_start_offset": UNKNOWN_OFFSET,
+            }
             if name is None:
                 resp["error_code"] = unknown_topic_code("topic_id" in key)
             elif p.records is None or len(p.records) == 0:
@@ -138,7 +147,7 @@ def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
                     {
                         "index": p.index,
                         "error_code": ErrorCode.invalid_required_acks,
-                        "base_offset": -1,
+                        "base_offset": UNKNOWN_OFFSET,
                     }
                     for p in t.partition_data
                 ],

@@ -11,7 +11,12 @@ from kio.schema.delete_records.v0.request import DeleteRecordsRequest
 from kio.schema.delete_topics.v1.request import DeleteTopicsRequest
 from kio.schema.errors import ErrorCode
 
-from kompakt.broker.handlers.common import error_of, resolve_topic, unknown_topic_code
+from kompakt.broker.handlers.common import (
+    UNKNOWN_OFFSET,
+    error_of,
+    resolve_topic,
+    unknown_topic_code,
+)
 from kompakt.broker.handlers.configs import SOURCE_CODES
 from kompakt.broker.protocol import ZERO_UUID, topic_uuid
 from kompakt.broker.registry import ApiRegistry
@@ -20,6 +25,12 @@ from kompakt.errors import KompaktError
 from kompakt.log.config import TopicConfig
 from kompakt.log.names import is_internal
 
+# CreateTopicsRequest.NO_NUM_PARTITIONS / NO_REPLICATION_FACTOR: the broker's default
+# (in a response: not known, e.g. the create failed)
+USE_DEFAULT = -1
+# DeleteRecordsRequest.HIGH_WATERMARK: delete everything below the high watermark
+HIGH_WATERMARK = -1
+
 
 def _create_one(ctx: RequestContext, t: Any, validate_only: bool, dup: bool) -> dict[str, Any]:
     res: dict[str, Any] = {
@@ -27,8 +38,8 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool, dup: bool) -> 
         "topic_id": ZERO_UUID,
         "error_code": ErrorCode.none,
         "error_message": None,
-        "num_partitions": -1,
-        "replication_factor": -1,
+        "num_partitions": USE_DEFAULT,
+        "replication_factor": USE_DEFAULT,
         "configs": [],
     }
     if dup:
@@ -40,7 +51,7 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool, dup: bool) -> 
     n = t.num_partitions
     rf = t.replication_factor
     if t.assignments:
-        if n != -1 or rf != -1:
+        if n != USE_DEFAULT or rf != USE_DEFAULT:
             res["error_code"] = ErrorCode.invalid_request
             res["error_message"] = (
                 "Both numPartitions or replicationFactor and replicasAssignments were set."
@@ -56,9 +67,9 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool, dup: bool) -> 
                 )
                 return res
         rf = 1
-    if n == -1:
+    if n == USE_DEFAULT:
         n = int(ctx.config.get("num.partitions"))
-    if rf == -1:
+    if rf == USE_DEFAULT:
         rf = int(ctx.config.get("default.replication.factor"))
     if n < 1:
         res["error_code"] = ErrorCode.invalid_partitions
@@ -179,7 +190,10 @@ def _delete_records(ctx: RequestContext, req: Any) -> list:
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            res: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1}
+            res: dict[str, Any] = {
+                "partition_index": p.partition_index,
+                "low_watermark": UNKNOWN_OFFSET,
+            }
             if is_internal(t.name):  # Kafka's ReplicaManager.deleteRecordsOnLocalLog
                 res["error_code"] = ErrorCode.invalid_topic_exception
                 parts.append(res)
@@ -193,7 +207,7 @@ def _delete_records(ctx: RequestContext, req: Any) -> list:
                     res["error_code"] = ErrorCode.policy_violation
                     parts.append(res)
                     continue
-                offset = plog.high_watermark if p.offset == -1 else p.offset
+                offset = plog.high_watermark if p.offset == HIGH_WATERMARK else p.offset
                 res["low_watermark"] = plog.delete_records_before(offset)
                 res["error_code"] = ErrorCode.none
             except Exception as exc:
