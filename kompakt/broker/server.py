@@ -26,6 +26,7 @@ from kompakt.broker.metrics import BrokerMetrics, has_error
 from kompakt.broker.protocol import ProtocolError
 from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler, Result
 from kompakt.broker.state import BrokerState, RequestContext
+from kompakt.errors import KompaktError
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +211,7 @@ class KafkaServer:
         deadline = time.monotonic() + max(0.0, delayed.timeout)
         woken = notifier.register(delayed.keys)
         try:
+            await asyncio.to_thread(self._hook, delayed.keys)
             while True:
                 woken.clear()
                 response, complete = await asyncio.to_thread(delayed.poll)
@@ -222,6 +224,17 @@ class KafkaServer:
                     return (await asyncio.to_thread(delayed.poll))[0]
         finally:
             notifier.unregister(woken, delayed.keys)
+
+    def _hook(self, keys: tuple[tuple[str, int], ...]) -> None:
+        """Have the watched partitions' logs announce their appends to the notifier (on a
+        worker thread: opening a log may touch the disk)."""
+        assert self.state.notifier is not None
+        for topic, partition in keys:
+            try:
+                plog = self.state.logs.get_log(topic, partition)
+            except KompaktError:  # deleted meanwhile: the poll answers for it
+                continue
+            self.state.notifier.hook(plog)
 
     def _observe(self, api: str, t0: float, error: bool) -> None:
         if self.metrics is not None:

@@ -64,8 +64,6 @@ def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, 
                 continue
             try:
                 plog = ctx.logs.get_log(name, p.partition)
-                if ctx.state.notifier is not None:
-                    ctx.state.notifier.hook(plog)
                 with plog.lock:
                     hw = plog.high_watermark
                     resp["high_watermark"] = hw
