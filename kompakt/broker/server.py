@@ -203,18 +203,19 @@ class KafkaServer:
 
     async def _complete(self, delayed: DelayedResponse) -> Any:
         """Kafka's ``DelayedOperationPurgatory.tryCompleteElseWatch`` for one operation:
-        watch its partitions first, then poll, so an append between the two still wakes
-        it; poll again after every append and once at the timeout."""
+        watch its partitions, then poll once more, so an append since the handler's read
+        is not missed; poll again after every append and once at the timeout."""
         notifier = self.state.notifier
         if notifier is None:
             return (await asyncio.to_thread(delayed.poll))[0]
         deadline = time.monotonic() + max(0.0, delayed.timeout)
         woken = notifier.register(delayed.keys)
         try:
-            await asyncio.to_thread(self._hook, delayed.keys)
+            first = True
             while True:
                 woken.clear()
-                response, complete = await asyncio.to_thread(delayed.poll)
+                response, complete = await asyncio.to_thread(self._poll, delayed, first)
+                first = False
                 remaining = deadline - time.monotonic()
                 if complete or remaining <= 0 or self.state.closing:
                     return response
@@ -225,16 +226,17 @@ class KafkaServer:
         finally:
             notifier.unregister(woken, delayed.keys)
 
-    def _hook(self, keys: tuple[tuple[str, int], ...]) -> None:
-        """Have the watched partitions' logs announce their appends to the notifier (on a
-        worker thread: opening a log may touch the disk)."""
+    def _poll(self, delayed: DelayedResponse, first: bool) -> tuple[Any, bool]:
+        """``delayed.poll()`` on a worker thread; the first time, after having the watched
+        partitions' logs announce their appends to the notifier."""
         assert self.state.notifier is not None
-        for topic, partition in keys:
+        for topic, partition in delayed.keys if first else ():
             try:
                 plog = self.state.logs.get_log(topic, partition)
             except KompaktError:  # deleted meanwhile: the poll answers for it
                 continue
             self.state.notifier.hook(plog)
+        return delayed.poll()
 
     def _observe(self, api: str, t0: float, error: bool) -> None:
         if self.metrics is not None:

@@ -93,11 +93,11 @@ def test_a_fetch_short_of_min_bytes_waits_and_an_append_completes_it(state):
     assert _partition(answer)["records"]
 
 
-def test_a_fetch_with_min_bytes_already_there_completes_on_its_first_poll(state):
+def test_a_fetch_with_min_bytes_already_there_is_answered_without_waiting(state):
     _append(state, b"v")
-    delayed = handle_fetch(_ctx(state, FetchRequest, 12), _fetch(max_wait_ms=500))
-    assert isinstance(delayed, DelayedResponse)
-    assert delayed.poll()[1]
+    answer = handle_fetch(_ctx(state, FetchRequest, 12), _fetch(max_wait_ms=500))
+    assert isinstance(answer, dict)
+    assert _partition(answer)["records"]
 
 
 def test_a_fetch_of_an_unknown_topic_only_is_answered_at_once(state):

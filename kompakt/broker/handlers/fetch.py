@@ -84,9 +84,10 @@ def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, 
 
 
 def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | DelayedResponse:
-    """Read once, or, when the client will wait (``max_wait`` > 0), leave the reading to
-    a :class:`DelayedResponse` the server completes on appends or at the timeout
-    (Kafka's ``ReplicaManager.fetchMessages`` parking a ``DelayedFetch``)."""
+    """Read once; if that is short of ``min_bytes`` and the client will wait
+    (``max_wait`` > 0), answer with a :class:`DelayedResponse` the server completes on
+    appends or at the timeout (Kafka's ``ReplicaManager.fetchMessages`` reads first and
+    parks a ``DelayedFetch`` only when the read is not enough)."""
     v13 = ctx.api_version >= 13
     wanted = []
     keys = []
@@ -116,8 +117,9 @@ def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | DelayedRespo
         }
         return response, total >= req.min_bytes or errors
 
-    if max_wait <= 0 or not keys:
-        return poll()[0]
+    response, complete = poll()
+    if complete or max_wait <= 0 or not keys:
+        return response
     return DelayedResponse(tuple(keys), max_wait, poll)
 
 
