@@ -10,9 +10,9 @@ idempotent producers:
   A batch whose (epoch, first seq, last seq) equals one of them is a retried duplicate:
   it is not appended again and the original base offset is returned (DUPLICATE_SEQUENCE
   handled as success, like Kafka).
-- An older epoch than the last seen is INVALID_PRODUCER_EPOCH (47); a newer epoch must
+- An older epoch than the last seen is INVALID_PRODUCER_EPOCH; a newer epoch must
   start at sequence 0; otherwise the first sequence must follow the last one (wrapping at
-  Int32.MAX) or the batch is OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+  Int32.MAX) or the batch is OUT_OF_ORDER_SEQUENCE_NUMBER.
 - State is kept in memory and rebuilt lazily, per partition, from the producer fields of
   the batches in its log the first time an idempotent producer writes to it after start.
 """
@@ -27,18 +27,22 @@ from dataclasses import dataclass, field
 
 from kompakt.errors import KompaktError
 from kompakt.log.partition_log import PartitionLog
-from kompakt.record.batch import Header
+from kompakt.record.batch import NO_PRODUCER_ID, Header
 
 NUM_BATCHES_TO_RETAIN = 5
 INT32_MAX = 2**31 - 1
 
 
-class OutOfOrderSequenceError(KompaktError):
-    error_code = 45
+# RecordBatch.NO_PRODUCER_EPOCH: no epoch (InitProducerId's answer when it fails).
+NO_PRODUCER_EPOCH = -1
 
 
-class InvalidProducerEpochError(KompaktError):
-    error_code = 47
+class OutOfOrderSequenceError(KompaktError, code="out_of_order_sequence_number"):
+    """A batch's first sequence does not follow the producer's last one."""
+
+
+class InvalidProducerEpochError(KompaktError, code="invalid_producer_epoch"):
+    """A batch from an epoch older than the producer's last."""
 
 
 @dataclass
@@ -76,7 +80,7 @@ class PartitionProducers:
     def check(self, h: Header) -> BatchMeta | None:
         """Validate one batch; returns the original batch if it is a duplicate."""
         pid = h.producer_id
-        if pid < 0:
+        if pid <= NO_PRODUCER_ID:  # RecordBatch.hasProducerId
             return None
         e = self.entries.get(pid)
         if e is None:
@@ -108,7 +112,7 @@ class PartitionProducers:
 
     def update(self, h: Header, first_offset: int) -> None:
         pid = h.producer_id
-        if pid < 0 or h.is_control:
+        if pid <= NO_PRODUCER_ID or h.is_control:
             return
         e = self.entries.get(pid)
         if e is None or h.producer_epoch != e.epoch:
@@ -145,7 +149,7 @@ class ProducerStateManager:
         state = PartitionProducers()
         for b in plog.iter_batches(0):
             h = b.header
-            if h.producer_id >= 0 and not h.is_control:
+            if h.producer_id > NO_PRODUCER_ID and not h.is_control:
                 state.update(h, h.base_offset)
         with self._lock:
             self._partitions[key] = (plog, state)

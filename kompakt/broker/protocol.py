@@ -1,6 +1,8 @@
-"""Kafka wire codec on top of kio: frames, request parsing, response building.
+"""Kafka wire codec on top of kio: request headers and bodies, response frames.
 
-Handlers describe responses as plain dicts/lists with Kafka field names (kio's snake
+Pure functions over bytes (no sockets): :mod:`kompakt.broker.connection` uses them to
+turn a connection's bytes into requests and handlers' answers into bytes. Handlers
+describe responses as plain dicts/lists with Kafka field names (kio's snake
 case); :func:`build` turns them into kio entities of whatever version the client asked
 for, dropping fields that version lacks and filling missing ones with zero values. That
 keeps one handler for every version of an API.
@@ -12,6 +14,7 @@ import base64
 import dataclasses
 import datetime
 import io
+import logging
 import struct
 import uuid
 from collections.abc import Mapping
@@ -38,8 +41,20 @@ INT32 = struct.Struct(">i")
 API_HEADER = struct.Struct(">hhi")
 
 
-class FrameError(Exception):
-    """The bytes on a connection are not a Kafka request; the connection is closed."""
+class ProtocolError(Exception):
+    """The peer broke the protocol: the bytes on its connection are not a Kafka request
+    we can answer, so the connection is closed (h11's ``RemoteProtocolError``; Kafka's
+    ``InvalidRequestException``/``InvalidReceiveException`` close the channel too).
+
+    ``api`` names the API when the request got far enough to say which (it is counted
+    as that API's error); ``level`` is how loudly the close is logged: a peer that
+    hangs up mid-request is routine, garbage is worth a warning.
+    """
+
+    def __init__(self, message: str, *, api: str | None = None, level: int = logging.WARNING):
+        super().__init__(message)
+        self.api = api
+        self.level = level
 
 
 # -- topic ids ---------------------------------------------------------------------------
@@ -180,17 +195,11 @@ def ms(value: Any) -> int:
 
 
 @cache
-def request_class(api_key: int, version: int) -> type | None:
+def schemas(api_key: int, version: int) -> tuple[type, type] | None:
+    """kio's (request class, response class) for ``api_key`` at ``version``, or None
+    when kio has no schema for that version."""
     try:
-        return load_request_schema(api_key, version)
-    except Exception:
-        return None
-
-
-@cache
-def response_class(api_key: int, version: int) -> type | None:
-    try:
-        return load_response_schema(api_key, version)
+        return load_request_schema(api_key, version), load_response_schema(api_key, version)
     except Exception:
         return None
 
@@ -208,18 +217,20 @@ def _writer(cls: type):
 def peek_header(frame: bytes) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) from the fixed start of every request."""
     if len(frame) < API_HEADER.size:
-        raise FrameError(f"request of {len(frame)} bytes is shorter than a request header")
+        raise ProtocolError(f"request of {len(frame)} bytes is shorter than a request header")
     return API_HEADER.unpack_from(frame, 0)
 
 
 def parse_request(frame: bytes, req_cls: type) -> tuple[Any, Any]:
-    """(header, body) of ``frame``; raises FrameError on anything undecodable."""
+    """(header, body) of ``frame``; raises ProtocolError on anything undecodable."""
     try:
         check_request(frame, req_cls)  # kio would allocate what a count declares
         header, used = _reader(req_cls.__header_schema__)(frame, 0)
         body, used2 = _reader(req_cls)(frame, used)
     except Exception as exc:  # DecodeError, BufferUnderflow, ValueError, ...
-        raise FrameError(f"cannot decode {req_cls.__name__}: {type(exc).__name__}: {exc}") from exc
+        raise ProtocolError(
+            f"cannot decode {req_cls.__name__}: {type(exc).__name__}: {exc}"
+        ) from exc
     # Trailing bytes are tolerated, as Kafka does: librdkafka's Metadata v13 request
     # carries a few (seen with librdkafka 2.x).
     return header, body

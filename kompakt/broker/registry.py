@@ -1,10 +1,15 @@
 """The table of Kafka APIs the broker answers, open to other modules.
 
-A handler is ``async def handler(ctx: RequestContext, request) -> Mapping | None``: it
-gets the decoded kio request and returns the response body as plain data (see
-:func:`kompakt.broker.protocol.build`), or None for no response (Produce acks=0).
+A handler is ``handler(ctx: RequestContext, request) -> response``: it gets the decoded
+kio request and returns the response body as plain data (see
+:func:`kompakt.broker.protocol.build`), None for no response (Produce acks=0), or a
+:class:`DelayedResponse` for an answer that waits for data (a long-polling Fetch). A
+plain function may block on the log: the server runs it on a worker thread, as Kafka's
+request handler threads do. A coroutine function is awaited on the event loop instead;
+that is for code whose state the loop owns (the group coordinator).
+
 Other modules (e.g. the group coordinator) add their APIs with :meth:`ApiRegistry.register`;
-ApiVersions advertises exactly what is registered.
+ApiVersions advertises exactly what is registered (h11-style dispatch from one table).
 """
 
 from __future__ import annotations
@@ -15,7 +20,27 @@ from typing import Any
 
 from kio.schema.index import api_key_map
 
-Handler = Callable[[Any, Any], Awaitable[Mapping[str, Any] | None]]
+Response = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class DelayedResponse:
+    """An answer that waits until enough data is there or ``timeout`` (seconds) passes:
+    Kafka's ``DelayedFetch`` in the fetch purgatory, watched on partition ``keys``.
+
+    ``poll()`` reads once and returns ``(response, complete)``; the server calls it on a
+    worker thread after it starts watching ``keys``, again after each append to one of
+    them, and a last time at the timeout, and answers with the first complete response
+    (or the last one). ``poll`` must be safe to call from any thread.
+    """
+
+    keys: tuple[tuple[str, int], ...]
+    timeout: float
+    poll: Callable[[], tuple[Response, bool]]
+
+
+Result = Response | DelayedResponse | None
+Handler = Callable[[Any, Any], Result] | Callable[[Any, Any], Awaitable[Result]]
 
 
 @dataclass(frozen=True)

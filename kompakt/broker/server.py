@@ -1,38 +1,36 @@
-"""The Kafka protocol server: asyncio TCP, one task per connection.
+"""The Kafka protocol server: the asyncio layer around the sans-IO protocol.
 
-A frame is an int32 size and a request. Requests on one connection are handled one at
-a time, in order (as Kafka does by muting a channel while a request is in flight), so
-pipelined requests are answered in order; a long-polling fetch only holds its own
-connection. A frame larger than ``socket.request.max.bytes``, a truncated frame, an
-unknown API key or an undecodable request closes that connection with a log line; the
-server carries on.
+This module alone does I/O: it accepts connections, reads bytes into a
+:class:`~kompakt.broker.connection.KafkaConnection` (which does the framing and
+decoding), runs each request's handler (a plain function on a worker thread, a
+coroutine on the loop), waits out delayed answers (a long-polling Fetch: Kafka's
+purgatory) and writes the response bytes back. One task per connection; requests on
+one connection are handled one at a time, in order (as Kafka does by muting a channel
+while a request is in flight), so pipelined requests are answered in order and a
+long-polling fetch only holds its own connection. Whatever the protocol object refuses
+(a frame larger than ``socket.request.max.bytes``, a truncated frame, an unknown API
+key, an undecodable request) closes that connection with a log line; the server
+carries on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from typing import Any
 
+from kompakt.broker.connection import CLOSED, NEED_DATA, Answer, KafkaConnection, Request
 from kompakt.broker.metrics import BrokerMetrics, has_error
-from kompakt.broker.protocol import (
-    INT32,
-    FrameError,
-    encode_response,
-    parse_request,
-    peek_header,
-    request_class,
-    response_class,
-)
-from kompakt.broker.registry import ApiRegistry, api_name
+from kompakt.broker.protocol import ProtocolError
+from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler, Result
 from kompakt.broker.state import BrokerState, RequestContext
+from kompakt.errors import KompaktError
 
 log = logging.getLogger(__name__)
 
-API_VERSIONS = 18
-UNSUPPORTED_VERSION = 35
-MIN_FRAME = 8  # api_key, api_version, correlation_id
+READ_SIZE = 1 << 16
 
 
 class _Connection:
@@ -108,7 +106,7 @@ class KafkaServer:
         self._conns[task] = conn
         try:
             await self._serve(conn)
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except ConnectionError:
             pass
         except asyncio.CancelledError:
             pass
@@ -122,31 +120,31 @@ class KafkaServer:
                 pass
 
     async def _serve(self, conn: _Connection) -> None:
+        protocol = KafkaConnection(self.registry, self.max_request_bytes)
         while not self._closing:
+            t0 = time.monotonic()
             try:
-                head = await conn.reader.readexactly(4)
-            except asyncio.IncompleteReadError as exc:
-                if exc.partial:
-                    log.info("closing %s: truncated size prefix", conn.peer)
+                event = protocol.next_event()
+            except ProtocolError as exc:
+                log.log(exc.level, "closing %s: %s", conn.peer, exc)
+                if exc.api is not None:
+                    self._observe(exc.api, t0, True)
                 return
-            (size,) = INT32.unpack(head)
-            if size < MIN_FRAME or size > self.max_request_bytes:
-                log.warning(
-                    "closing %s: request size %d outside [%d, socket.request.max.bytes=%d]",
-                    conn.peer,
-                    size,
-                    MIN_FRAME,
-                    self.max_request_bytes,
-                )
-                return
-            try:
-                frame = await conn.reader.readexactly(size)
-            except asyncio.IncompleteReadError:
-                log.info("closing %s: connection ended inside a %d-byte request", conn.peer, size)
+            if event is NEED_DATA:
+                protocol.receive_data(await conn.reader.read(READ_SIZE))
+                continue
+            if event is CLOSED:
                 return
             conn.busy = True
             try:
-                out = await self._handle(conn, frame)
+                if isinstance(event, Answer):
+                    if event.note:
+                        log.info("%s: %s", conn.peer, event.note)
+                    self._observe(event.api, t0, True)
+                    out: bytes | None = event.data
+                else:
+                    assert isinstance(event, Request)
+                    out = await self._respond(conn, protocol, event, t0)
                 if out is None:
                     return
                 if out:
@@ -155,87 +153,90 @@ class KafkaServer:
             finally:
                 conn.busy = False
 
-    async def _handle(self, conn: _Connection, frame: bytes) -> bytes | None:
+    async def _respond(
+        self, conn: _Connection, protocol: KafkaConnection, req: Request, t0: float
+    ) -> bytes | None:
         """The response bytes, b'' for no response, or None to close the connection."""
-        t0 = time.monotonic()
-        try:
-            api_key, version, correlation_id = peek_header(frame)
-        except FrameError as exc:
-            log.warning("closing %s: %s", conn.peer, exc)
-            return None
-        api = self.registry.get(api_key)
-        name = api_name(api_key)
-        if api is None:
-            log.warning("closing %s: unsupported API key %d", conn.peer, api_key)
-            self._observe(name, t0, True)
-            return None
-        if not api.supports(version):
-            self._observe(name, t0, True)
-            return self._unsupported_version(conn, api_key, version, correlation_id, frame)
-        req_cls = request_class(api_key, version)
-        resp_cls = response_class(api_key, version)
-        if req_cls is None or resp_cls is None:
-            log.warning("closing %s: no schema for %s v%d", conn.peer, name, version)
-            return None
-        try:
-            header, body = parse_request(frame, req_cls)
-        except FrameError as exc:
-            log.warning("closing %s: %s", conn.peer, exc)
-            self._observe(name, t0, True)
-            return None
         ctx = RequestContext(
             self.state,
-            api_key,
-            version,
-            correlation_id,
-            getattr(header, "client_id", None),
+            req.api.api_key,
+            req.api_version,
+            req.correlation_id,
+            req.client_id,
             conn.peer,
         )
         try:
-            result = await api.handler(ctx, body)
+            result = await self._call(req.api.handler, ctx, req.body)
         except Exception:
-            log.exception("%s v%d from %s failed; closing the connection", name, version, conn.peer)
-            self._observe(name, t0, True)
+            log.exception(
+                "%s v%d from %s failed; closing the connection",
+                req.name,
+                req.api_version,
+                conn.peer,
+            )
+            self._observe(req.name, t0, True)
             return None
         if result is None:
-            self._observe(name, t0, False)
+            self._observe(req.name, t0, False)
             return b""
         try:
-            out = encode_response(resp_cls, correlation_id, result)
+            out = protocol.send(req, result)
         except Exception:
-            log.exception("cannot encode %s v%d response; closing %s", name, version, conn.peer)
-            self._observe(name, t0, True)
+            log.exception(
+                "cannot encode %s v%d response; closing %s", req.name, req.api_version, conn.peer
+            )
+            self._observe(req.name, t0, True)
             return None
-        self._observe(name, t0, has_error(result))
+        self._observe(req.name, t0, has_error(result))
         return out
 
-    def _unsupported_version(
-        self, conn: _Connection, api_key: int, version: int, correlation_id: int, frame: bytes
-    ) -> bytes | None:
-        if api_key == API_VERSIONS:
-            # Kafka answers an ApiVersions it cannot parse with v0 + UNSUPPORTED_VERSION and
-            # its version list, so the client can retry with a version both know.
-            body = {
-                "error_code": UNSUPPORTED_VERSION,
-                "api_keys": self.registry.advertised(),
-            }
-            return encode_response(response_class(API_VERSIONS, 0), correlation_id, body)
-        resp_cls = response_class(api_key, version)
-        req_cls = request_class(api_key, version)
-        if resp_cls is not None and req_cls is not None:
-            body: dict[str, Any] = {"error_code": UNSUPPORTED_VERSION}
-            log.info(
-                "%s: %s v%d is not supported; answering UNSUPPORTED_VERSION",
-                conn.peer,
-                api_name(api_key),
-                version,
-            )
+    async def _call(self, handler: Handler, ctx: RequestContext, body: Any) -> Any:
+        """Run a handler where it belongs: a coroutine on the loop, a plain function on a
+        worker thread (it may block on the log); then wait out a delayed answer."""
+        if inspect.iscoroutinefunction(handler):
+            result: Result = await handler(ctx, body)
+        else:
+            result = await asyncio.to_thread(handler, ctx, body)  # type: ignore[arg-type]
+        if isinstance(result, DelayedResponse):
+            return await self._complete(result)
+        return result
+
+    async def _complete(self, delayed: DelayedResponse) -> Any:
+        """Kafka's ``DelayedOperationPurgatory.tryCompleteElseWatch`` for one operation:
+        watch its partitions, then poll once more, so an append since the handler's read
+        is not missed; poll again after every append and once at the timeout."""
+        notifier = self.state.notifier
+        if notifier is None:
+            return (await asyncio.to_thread(delayed.poll))[0]
+        deadline = time.monotonic() + max(0.0, delayed.timeout)
+        woken = notifier.register(delayed.keys)
+        try:
+            first = True
+            while True:
+                woken.clear()
+                response, complete = await asyncio.to_thread(self._poll, delayed, first)
+                first = False
+                remaining = deadline - time.monotonic()
+                if complete or remaining <= 0 or self.state.closing:
+                    return response
+                try:
+                    await asyncio.wait_for(woken.wait(), timeout=remaining)
+                except TimeoutError:
+                    return (await asyncio.to_thread(delayed.poll))[0]
+        finally:
+            notifier.unregister(woken, delayed.keys)
+
+    def _poll(self, delayed: DelayedResponse, first: bool) -> tuple[Any, bool]:
+        """``delayed.poll()`` on a worker thread; the first time, after having the watched
+        partitions' logs announce their appends to the notifier."""
+        assert self.state.notifier is not None
+        for topic, partition in delayed.keys if first else ():
             try:
-                return encode_response(resp_cls, correlation_id, body)
-            except Exception:
-                pass
-        log.warning("closing %s: %s v%d is not supported", conn.peer, api_name(api_key), version)
-        return None
+                plog = self.state.logs.get_log(topic, partition)
+            except KompaktError:  # deleted meanwhile: the poll answers for it
+                continue
+            self.state.notifier.hook(plog)
+        return delayed.poll()
 
     def _observe(self, api: str, t0: float, error: bool) -> None:
         if self.metrics is not None:

@@ -10,7 +10,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from raw_kafka import call
+from kio.schema.errors import ErrorCode
+from raw_kafka import API, call
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import records as R
@@ -19,7 +20,6 @@ from kompakt.record.batch import build_simple_batch
 
 TIMEOUT = 10
 FAST = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1}
-INVALID_TOPIC_EXCEPTION = 17
 
 
 def create(b: BrokerThread, name: str, partitions: int = 2) -> None:
@@ -41,7 +41,7 @@ def commit(b: BrokerThread, group: str, offsets: dict[tuple[str, int], int]) -> 
 
 
 def all_committed(b: BrokerThread, group: str) -> dict[tuple[str, int], int]:
-    r = call(b.port, 9, 8, {"groups": [{"group_id": group, "topics": None}]})
+    r = call(b.port, API.offset_fetch, 8, {"groups": [{"group_id": group, "topics": None}]})
     return {
         (t.name, p.partition_index): p.committed_offset
         for t in r.groups[0].topics
@@ -139,9 +139,9 @@ def test_raw_produce_to_internal_topic_names_the_topic(broker):
             {"name": OFFSETS_TOPIC, "partition_data": [{"index": 0, "records": records}]}
         ],
     }
-    r = call(broker.port, 0, 9, body)
+    r = call(broker.port, API.produce, 9, body)
     part = r.responses[0].partition_responses[0]
-    assert part.error_code == INVALID_TOPIC_EXCEPTION
+    assert part.error_code == ErrorCode.invalid_topic_exception
     assert part.error_message == f"Cannot append to internal topic {OFFSETS_TOPIC}"
     body["acks"] = 0
     assert call_no_answer(broker.port, body)

@@ -12,10 +12,10 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-from raw_kafka import call
+from kio.schema.errors import ErrorCode
+from raw_kafka import API, call
 
 TIMEOUT = 20
-POLICY_VIOLATION = 44
 
 
 def admin(broker) -> AdminClient:
@@ -90,7 +90,7 @@ def test_delete_records_on_compact_only_topic_is_policy_violation_and_keeps_data
     for offset in (3, -1):  # a given offset and "up to the high watermark"
         with pytest.raises(KafkaException) as err:
             delete_records(broker, topic_name, offset)
-        assert err.value.args[0].code() == POLICY_VIOLATION
+        assert err.value.args[0].code() == ErrorCode.policy_violation
     assert broker.logs.get_log(topic_name, 0).log_start_offset == 0
     assert [(k, v) for _o, k, v, _t in consume_all(broker, topic_name)] == items
 
@@ -111,7 +111,7 @@ def test_delete_records_on_topic_with_empty_policy_is_refused(broker, topic_name
     produce(broker, topic_name, [(b"k", b"v")] * 3)
     with pytest.raises(KafkaException) as err:
         delete_records(broker, topic_name, 2)
-    assert err.value.args[0].code() == POLICY_VIOLATION
+    assert err.value.args[0].code() == ErrorCode.policy_violation
     assert len(consume_all(broker, topic_name)) == 3
 
 
@@ -178,7 +178,7 @@ def raw_produce(broker, topic_data: dict[str, dict[int, bytes]], version: int = 
             for t, parts in topic_data.items()
         ],
     }
-    r = _call(broker, 0, version, body)
+    r = _call(broker, API.produce, version, body)
     return {(t.name, p.index): p for t in r.responses for p in t.partition_responses}
 
 
@@ -210,7 +210,7 @@ def test_produce_stamped_in_2100_is_invalid_timestamp_with_record_errors(broker,
     items = [(b"k%d" % i, b"v") for i in range(4)]
     got = raw_produce(broker, {topic_name: {0: batch(items, [now, YEAR_2100, now, YEAR_2100])}})
     p = got[(topic_name, 0)]
-    assert p.error_code == 32
+    assert p.error_code == ErrorCode.invalid_timestamp
     assert [e.batch_index for e in p.record_errors] == [1, 3]
     assert "out of range" in p.record_errors[0].batch_index_error_message
     assert p.error_message == "One or more records have been rejected due to invalid timestamp"
@@ -238,11 +238,11 @@ def test_topic_timestamp_bounds_are_honoured_per_topic(broker, topic_name):
         broker,
         {topic_name: {0: batch(old, [now_ms() - 3_600_000])}},
     )
-    assert got[(topic_name, 0)].error_code == 32
+    assert got[(topic_name, 0)].error_code == ErrorCode.invalid_timestamp
     other = topic_name + "-default"
     create(broker, other)
     got = raw_produce(broker, {other: {0: batch(old, [now_ms() - 3_600_000])}})
-    assert got[(other, 0)].error_code == 0
+    assert got[(other, 0)].error_code == ErrorCode.none
 
 
 def test_log_append_time_end_to_end_with_confluent_and_kafka_python(broker, topic_name):
@@ -254,7 +254,7 @@ def test_log_append_time_end_to_end_with_confluent_and_kafka_python(broker, topi
     got = raw_produce(broker, {topic_name: {0: batch([(b"a", b"1"), (b"b", b"2")], [5, 6])}})
     after = now_ms()
     p = got[(topic_name, 0)]
-    assert p.error_code == 0
+    assert p.error_code == ErrorCode.none
     append_ms = round(p.log_append_time.timestamp() * 1000)
     assert before <= append_ms <= after
     [b] = list(broker.logs.get_log(topic_name, 0).iter_batches())
@@ -296,7 +296,7 @@ def test_null_key_in_record_3_of_5_on_compacted_topic_names_index_3(broker, topi
     items = [(b"a", b"1"), (b"b", b"2"), (b"c", b"3"), (None, b"4"), (b"e", b"5")]
     got = raw_produce(broker, {topic_name: {0: batch(items)}})
     p = got[(topic_name, 0)]
-    assert p.error_code == 87
+    assert p.error_code == ErrorCode.invalid_record
     assert [e.batch_index for e in p.record_errors] == [3]
     assert "without key" in p.record_errors[0].batch_index_error_message
     assert p.error_message.startswith("One or more records have been rejected due to 1 record")
@@ -329,20 +329,22 @@ def test_a_bad_partition_in_a_request_does_not_block_or_touch_the_others(broker,
             other: {0: batch([(b"k", b"v")], [YEAR_2100])},
         },
     )
-    assert got[(topic_name, 0)].error_code == 87
-    assert got[(topic_name, 1)].error_code == 0
-    assert got[(other, 0)].error_code == 32
+    assert got[(topic_name, 0)].error_code == ErrorCode.invalid_record
+    assert got[(topic_name, 1)].error_code == ErrorCode.none
+    assert got[(other, 0)].error_code == ErrorCode.invalid_timestamp
     ends = [broker.logs.get_log(topic_name, p).log_end_offset for p in (0, 1)]
     assert ends == [0, 1] and broker.logs.get_log(other, 0).log_end_offset == 0
     got = raw_produce(broker, {other: {0: good}})
-    assert got[(other, 0)].error_code == 0
+    assert got[(other, 0)].error_code == ErrorCode.none
 
 
 def test_retried_duplicate_on_log_append_time_topic_answers_the_original_time(broker, topic_name):
     """Kafka UnifiedLog.append for a duplicate batch: the original's offset and its
     append time (not -1), so a retrying idempotent producer learns the stored time."""
     create(broker, topic_name, message_timestamp_type="LogAppendTime")
-    init = _call(broker, 22, 4, {"transactional_id": None, "transaction_timeout": 60000})
+    init = _call(
+        broker, API.init_producer_id, 4, {"transactional_id": None, "transaction_timeout": 60000}
+    )
     data = batch([(b"k", b"v")], producer_id=init.producer_id, producer_epoch=0, base_sequence=0)
     first = raw_produce(broker, {topic_name: {0: data}})[(topic_name, 0)]
     time.sleep(0.01)

@@ -1,6 +1,5 @@
 """Raw-socket protocol tests: framing, fuzzing, versions, pipelining, long polling."""
 
-import io
 import random
 import socket
 import struct
@@ -10,11 +9,11 @@ import time
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
+from kio.schema.errors import ErrorCode
+from raw_kafka import API, encode_request
+from raw_kafka import decode_response as decode
 
 from kompakt.broker.app import start_test_broker
-from kompakt.broker.protocol import build
 from kompakt.record.batch import build_simple_batch
 
 
@@ -28,24 +27,7 @@ def connect(broker):
 
 
 def encode(api_key, version, corr, body):
-    req_cls = load_request_schema(api_key, version)
-    hdr_cls = req_cls.__header_schema__
-    buf = io.BytesIO()
-    entity_writer(hdr_cls)(
-        buf,
-        build(
-            hdr_cls,
-            {
-                "request_api_key": api_key,
-                "request_api_version": version,
-                "correlation_id": corr,
-                "client_id": "raw",
-            },
-        ),
-    )
-    entity_writer(req_cls)(buf, build(req_cls, body))
-    data = buf.getvalue()
-    return struct.pack(">i", len(data)) + data
+    return encode_request(api_key, version, body, correlation_id=corr)
 
 
 def recv_frame(s):
@@ -65,13 +47,6 @@ def recv_frame(s):
     return data
 
 
-def decode(api_key, version, frame):
-    resp_cls = load_response_schema(api_key, version)
-    hdr, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
-    body, _ = entity_reader(resp_cls)(frame, used)
-    return hdr.correlation_id, body
-
-
 def call(s, api_key, version, body, corr=1):
     s.sendall(encode(api_key, version, corr, body))
     return decode(api_key, version, recv_frame(s))
@@ -87,37 +62,39 @@ def closed(s):
 
 def test_api_versions_advertises_produce_from_v0(broker):
     with connect(broker) as s:
-        _c, resp = call(s, 18, 3, {"client_software_name": "raw", "client_software_version": "1"})
-    assert resp.error_code == 0
+        _c, resp = call(
+            s, API.api_versions, 3, {"client_software_name": "raw", "client_software_version": "1"}
+        )
+    assert resp.error_code == ErrorCode.none
     keys = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert keys[0][0] == 0 and keys[0][1] >= 9
-    assert keys[3] == (0, 13)
-    assert 10 in keys  # FindCoordinator: the group coordinator is registered
+    assert keys[API.produce][0] == 0 and keys[API.produce][1] >= 9
+    assert keys[API.metadata] == (0, 13)
+    assert API.find_coordinator in keys  # the group coordinator is registered
 
 
 def test_api_versions_unsupported_version_answers_v0(broker):
     with connect(broker) as s:
         # a future ApiVersions v99: header v2 layout, body unknown
-        hdr = struct.pack(">hhih", 18, 99, 42, 3) + b"raw" + b"\x00"
+        hdr = struct.pack(">hhih", API.api_versions, 99, 42, 3) + b"raw" + b"\x00"
         s.sendall(struct.pack(">i", len(hdr)) + hdr)
-        corr, resp = decode(18, 0, recv_frame(s))
+        corr, resp = decode(API.api_versions, 0, recv_frame(s))
     assert corr == 42
-    assert resp.error_code == 35
-    assert any(k.api_key == 18 and k.max_version == 4 for k in resp.api_keys)
+    assert resp.error_code == ErrorCode.unsupported_version
+    assert any(k.api_key == API.api_versions and k.max_version == 4 for k in resp.api_keys)
 
 
 def test_pipelined_requests_answered_in_order(broker):
     with connect(broker) as s:
-        frames = b"".join(encode(3, 12, corr, {"topics": None}) for corr in range(1, 21))
+        frames = b"".join(encode(API.metadata, 12, corr, {"topics": None}) for corr in range(1, 21))
         s.sendall(frames)
-        corrs = [decode(3, 12, recv_frame(s))[0] for _ in range(20)]
+        corrs = [decode(API.metadata, 12, recv_frame(s))[0] for _ in range(20)]
     assert corrs == list(range(1, 21))
 
 
 def test_produce_v2_is_rejected_and_acks_0_has_no_response(broker, topic_name):
     broker.logs.create_topic(topic_name)
     with connect(broker) as s:
-        hdr = struct.pack(">hhih", 0, 2, 7, 3) + b"raw" + b"\x00\x01" + b"\x00" * 10
+        hdr = struct.pack(">hhih", API.produce, 2, 7, 3) + b"raw" + b"\x00\x01" + b"\x00" * 10
         s.sendall(struct.pack(">i", len(hdr)) + hdr)
         assert closed(s)
 
@@ -188,8 +165,8 @@ def test_long_poll_fetch_wakes_on_append(broker, topic_name):
     # offset out of range
     with connect(broker) as s:
         body["topics"][0]["partitions"][0]["fetch_offset"] = 99
-        _c, resp = call(s, 1, 12, body)
-    assert resp.responses[0].partitions[0].error_code == 1
+        _c, resp = call(s, API.fetch, 12, body)
+    assert resp.responses[0].partitions[0].error_code == ErrorCode.offset_out_of_range
 
 
 def test_fetch_by_topic_id_v13(broker, topic_name):
@@ -213,7 +190,7 @@ def test_fetch_by_topic_id_v13(broker, topic_name):
                 }
             ],
         }
-        _c, resp = call(s, 1, 16, body)
+        _c, resp = call(s, API.fetch, 16, body)
     assert resp.responses[0].topic_id == tid
     assert resp.responses[0].partitions[0].high_watermark == 1
 
@@ -221,7 +198,9 @@ def test_fetch_by_topic_id_v13(broker, topic_name):
 def test_idempotent_sequence_checks(broker, topic_name):
     broker.logs.create_topic(topic_name)
     with connect(broker) as s:
-        _c, init = call(s, 22, 4, {"transactional_id": None, "transaction_timeout": 60000})
+        _c, init = call(
+            s, API.init_producer_id, 4, {"transactional_id": None, "transaction_timeout": 60000}
+        )
         pid = init.producer_id
 
         def produce(seq, n=1, epoch=0):
@@ -238,17 +217,17 @@ def test_idempotent_sequence_checks(broker, topic_name):
                     {"name": topic_name, "partition_data": [{"index": 0, "records": batch}]}
                 ],
             }
-            _c, r = call(s, 0, 9, body)
+            _c, r = call(s, API.produce, 9, body)
             p = r.responses[0].partition_responses[0]
             return p.error_code, p.base_offset
 
         assert produce(0, 2) == (0, 0)
         assert produce(2, 3) == (0, 2)
         assert produce(0, 2) == (0, 0)  # duplicate: original offset, not appended
-        assert produce(9)[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert produce(9)[0] == ErrorCode.out_of_order_sequence_number
         assert produce(5, 1) == (0, 5)
         assert produce(0, 1, epoch=1) == (0, 6)  # new epoch starts at 0
-        assert produce(6, 1, epoch=0)[0] == 47  # INVALID_PRODUCER_EPOCH
+        assert produce(6, 1, epoch=0)[0] == ErrorCode.invalid_producer_epoch
     assert broker.logs.get_log(topic_name, 0).log_end_offset == 7
 
 
@@ -271,7 +250,7 @@ def test_unknown_topic_with_auto_create_off(tmp_path):
             _c, md = call(
                 s, 3, 12, {"topics": [{"name": "nope"}], "allow_auto_topic_creation": True}
             )
-        assert md.topics[0].error_code == 3
+        assert md.topics[0].error_code == ErrorCode.unknown_topic_or_partition
     finally:
         b.stop()
 
@@ -280,7 +259,7 @@ def test_unknown_topic_with_auto_create_off(tmp_path):
 def test_metadata_versions(broker, version):
     with connect(broker) as s:
         body = {"topics": [] if version == 0 else None}
-        _c, md = call(s, 3, version, body)
+        _c, md = call(s, API.metadata, version, body)
     assert md.brokers[0].port == broker.port
 
 
@@ -297,12 +276,14 @@ def test_create_topics_edge_cases_and_list_offsets(broker, topic_name):
         },
     ]
     with connect(broker) as s:
-        _c, r = call(s, 19, 7, {"topics": topics[:3], "timeout": 5000})
+        _c, r = call(s, API.create_topics, 7, {"topics": topics[:3], "timeout": 5000})
         codes = [t.error_code for t in r.topics]
         assert codes == [0, 17, 37]
         assert r.topics[0].num_partitions == 1  # num.partitions default
-        _c, r = call(s, 19, 7, {"topics": topics[3:], "timeout": 5000, "validate_only": True})
-        assert r.topics[0].error_code == 0
+        _c, r = call(
+            s, API.create_topics, 7, {"topics": topics[3:], "timeout": 5000, "validate_only": True}
+        )
+        assert r.topics[0].error_code == ErrorCode.none
         assert not broker.logs.has_topic(topic_name + "-v")
         # a batch larger than max.message.bytes
         broker.logs.alter_topic_config(topic_name, {"max.message.bytes": "100"})
@@ -312,8 +293,8 @@ def test_create_topics_edge_cases_and_list_offsets(broker, topic_name):
             "timeout": 5000,
             "topic_data": [{"name": topic_name, "partition_data": [{"index": 0, "records": big}]}],
         }
-        _c, r = call(s, 0, 9, body)
-        assert r.responses[0].partition_responses[0].error_code == 10
+        _c, r = call(s, API.produce, 9, body)
+        assert r.responses[0].partition_responses[0].error_code == ErrorCode.message_too_large
         broker.logs.alter_topic_config(topic_name, delete=["max.message.bytes"])
         for ts in (1000, 5000, 3000):
             broker.logs.get_log(topic_name, 0).append(
@@ -325,7 +306,7 @@ def test_create_topics_edge_cases_and_list_offsets(broker, topic_name):
             "isolation_level": 0,
             "topics": [{"name": topic_name, "partitions": parts}],
         }
-        _c, r = call(s, 2, 7, body)
+        _c, r = call(s, API.list_offsets, 7, body)
         got = [(p.offset, p.timestamp) for p in r.topics[0].partitions]
         assert got == [(0, -1), (3, -1), (1, 5000), (1, 5000), (-1, -1)]
         _c, r = call(
@@ -353,7 +334,7 @@ def test_null_in_a_non_nullable_array_closes_only_that_connection(broker, caplog
     """Kafka's generated readers refuse -1 for a non-nullable field ("non-nullable field
     groups was serialized as null") and the request is dropped; found by the kio fuzzer,
     where handlers crashed iterating None."""
-    hdr = struct.pack(">hhih", 15, 1, 7, 3) + b"raw"  # DescribeGroups v1, header v1
+    hdr = struct.pack(">hhih", API.describe_groups, 1, 7, 3) + b"raw"  # v1, header v1
     frame = hdr + struct.pack(">i", -1)  # groups: array of string, not nullable
     caplog.set_level("WARNING", logger="kompakt")
     with connect(broker) as s:
@@ -363,7 +344,7 @@ def test_null_in_a_non_nullable_array_closes_only_that_connection(broker, caplog
     assert logged and all(r.levelname == "WARNING" for r in logged)
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
     with connect(broker) as s:
-        _c, resp = call(s, 15, 1, {"groups": []})
+        _c, resp = call(s, API.describe_groups, 1, {"groups": []})
         assert list(resp.groups) == []
 
 
@@ -383,4 +364,4 @@ def test_metadata_unknown_topic_id_before_v12_answers_an_empty_name(broker, vers
                 "include_topic_authorized_operations": False,
             },
         )
-    assert md.topics[0].error_code == 100 and md.topics[0].name == ""
+    assert md.topics[0].error_code == ErrorCode.unknown_topic_id and md.topics[0].name == ""

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
-from raw_kafka import call
+from kio.schema.errors import ErrorCode
+from raw_kafka import API, call
 from typer.testing import CliRunner
 
 from kompakt.cli.main import app
@@ -17,7 +18,6 @@ from kompakt.errors import InvalidTopicError, TopicExistsError
 from kompakt.log.manager import LogManager
 
 TIMEOUT = 10
-INVALID_TOPIC_EXCEPTION = 17
 
 
 def test_log_manager_refuses_a_colliding_name_and_allows_it_after_delete(tmp_path):
@@ -73,9 +73,9 @@ def test_metadata_auto_create_refuses_a_colliding_name(broker):
         "allow_auto_topic_creation": True,
         "include_topic_authorized_operations": False,
     }
-    r = call(broker.port, 3, 12, body)
+    r = call(broker.port, API.metadata, 12, body)
     codes = {t.name: t.error_code for t in r.topics}
-    assert codes == {"auto.two": INVALID_TOPIC_EXCEPTION, "auto.three": 0}
+    assert codes == {"auto.two": ErrorCode.invalid_topic_exception, "auto.three": ErrorCode.none}
     assert not broker.broker.logs.has_topic("auto.two")
     assert broker.broker.logs.has_topic("auto.three")
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import uuid
-from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from kompakt.broker.protocol import ZERO_UUID
 from kompakt.broker.state import RequestContext
@@ -12,36 +14,70 @@ from kompakt.errors import KompaktError
 
 log = logging.getLogger("kompakt.broker.handlers")
 
-NONE = 0
-UNKNOWN_SERVER_ERROR = -1
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_REQUIRED_ACKS = 21
-INVALID_TOPIC_EXCEPTION = 17
-UNSUPPORTED_VERSION = 35
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_REPLICATION_FACTOR = 38
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
-POLICY_VIOLATION = 44
-INVALID_PRODUCER_EPOCH = 47
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-UNKNOWN_TOPIC_ID = 100
-INT32_MIN = -(2**31)
-
-# AclOperation codes (for *_authorized_operations bitfields)
-TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+# MetadataResponse.AUTHORIZED_OPERATIONS_OMITTED: the client did not ask for them.
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+# -1 where a response has no offset to give (Kafka's ListOffsetsResponse.UNKNOWN_OFFSET,
+# FetchResponse.INVALID_HIGH_WATERMARK / INVALID_LOG_START_OFFSET, ...).
+UNKNOWN_OFFSET = -1
+LEADER_EPOCH = 0  # this single node has led every partition since epoch 0
 
 
-def error_of(exc: BaseException) -> tuple[int, str]:
+class AclOperation(enum.IntEnum):
+    """Kafka's ``org.apache.kafka.common.acl.AclOperation`` codes (kio has none); bit
+    ``1 << code`` of a ``*_authorized_operations`` field says the operation is allowed."""
+
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+
+
+def _bits(*ops: AclOperation) -> int:
+    return sum(1 << op for op in ops)
+
+
+# Without an authorizer every operation is allowed: Kafka's AclEntry.supportedOperations
+# for the TOPIC and CLUSTER resource types.
+_Op = AclOperation
+TOPIC_OPERATIONS = _bits(
+    _Op.READ,
+    _Op.WRITE,
+    _Op.CREATE,
+    _Op.DELETE,
+    _Op.ALTER,
+    _Op.DESCRIBE,
+    _Op.DESCRIBE_CONFIGS,
+    _Op.ALTER_CONFIGS,
+)
+CLUSTER_OPERATIONS = _bits(
+    _Op.CREATE,
+    _Op.ALTER,
+    _Op.DESCRIBE,
+    _Op.CLUSTER_ACTION,
+    _Op.DESCRIBE_CONFIGS,
+    _Op.ALTER_CONFIGS,
+    _Op.IDEMPOTENT_WRITE,
+)
+
+
+def authorized_operations(bits: int, asked: bool) -> int:
+    """An ``*_authorized_operations`` field: ``bits`` if the request asked for them."""
+    return bits if asked else AUTHORIZED_OPERATIONS_OMITTED
+
+
+def error_of(exc: BaseException) -> tuple[ErrorCode, str]:
+    """The Kafka error code and message to answer ``exc`` with; anything that is not a
+    :class:`KompaktError` is our bug, logged with its traceback (UNKNOWN_SERVER_ERROR)."""
     if isinstance(exc, KompaktError):
-        code = exc.error_code if exc.error_code != -1 else UNKNOWN_SERVER_ERROR
-        return code, str(exc)
+        return ErrorCode(exc.error_code), str(exc)
     log.exception("unexpected error in a request handler", exc_info=exc)
-    return UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
+    return ErrorCode.unknown_server_error, f"{type(exc).__name__}: {exc}"
 
 
 def resolve_topic(
@@ -57,6 +93,7 @@ def resolve_topic(
     return None, topic_id or ZERO_UUID
 
 
-def throttle(body: dict[str, Any]) -> dict[str, Any]:
-    body.setdefault("throttle_time", 0)
-    return body
+def unknown_topic_code(by_id: bool) -> ErrorCode:
+    """UNKNOWN_TOPIC_ID for a request that named the topic by id (KIP-516), else
+    UNKNOWN_TOPIC_OR_PARTITION."""
+    return ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition

@@ -18,16 +18,11 @@ from typing import Any
 
 from kio.schema.alter_configs.v2.request import AlterConfigsRequest
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
+from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
 
 from kompakt.broker.config import BrokerConfig, broker_key
-from kompakt.broker.handlers.common import (
-    INVALID_REQUEST,
-    INVALID_TOPIC_EXCEPTION,
-    NONE,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    error_of,
-)
+from kompakt.broker.handlers.common import error_of
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import InvalidConfigError
@@ -119,7 +114,7 @@ def _config_entry(
 
 def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> dict[str, Any]:
     res: dict[str, Any] = {
-        "error_code": NONE,
+        "error_code": ErrorCode.none,
         "error_message": None,
         "resource_type": r.resource_type,
         "resource_name": r.resource_name,
@@ -127,11 +122,11 @@ def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> 
     }
     reason = invalid_topic_reason(r.resource_name or "")
     if reason is not None:  # Kafka's ConfigHelper.describeConfigs calls Topic.validate
-        res["error_code"] = INVALID_TOPIC_EXCEPTION
+        res["error_code"] = ErrorCode.invalid_topic_exception
         res["error_message"] = f"Topic name is invalid: {reason}"
         return res
     if not ctx.logs.has_topic(r.resource_name):
-        res["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        res["error_code"] = ErrorCode.unknown_topic_or_partition
         res["error_message"] = f"Topic {r.resource_name} does not exist."
         return res
     keys = None if r.configuration_keys is None else set(r.configuration_keys)
@@ -150,14 +145,14 @@ def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> 
 
 def _describe_broker(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> dict[str, Any]:
     res: dict[str, Any] = {
-        "error_code": NONE,
+        "error_code": ErrorCode.none,
         "error_message": None,
         "resource_type": r.resource_type,
         "resource_name": r.resource_name,
         "configs": [],
     }
     if r.resource_name not in ("", str(ctx.state.node_id)):
-        res["error_code"] = INVALID_REQUEST
+        res["error_code"] = ErrorCode.invalid_request
         res["error_message"] = (
             f"Unexpected broker id, expected {ctx.state.node_id} or empty string, "
             f"but received {r.resource_name}"
@@ -197,7 +192,7 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict[str, An
             else:
                 out.append(
                     {
-                        "error_code": INVALID_REQUEST,
+                        "error_code": ErrorCode.invalid_request,
                         "error_message": f"Unsupported resource type {r.resource_type}",
                         "resource_type": r.resource_type,
                         "resource_name": r.resource_name,
@@ -209,7 +204,7 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict[str, An
     return {"throttle_time": 0, "results": await asyncio.to_thread(run)}
 
 
-def _result(r: Any, code: int = NONE, msg: str | None = None) -> dict[str, Any]:
+def _result(r: Any, code: int = ErrorCode.none, msg: str | None = None) -> dict[str, Any]:
     return {
         "error_code": code,
         "error_message": msg,
@@ -220,15 +215,17 @@ def _result(r: Any, code: int = NONE, msg: str | None = None) -> dict[str, Any]:
 
 def _not_topic(ctx: RequestContext, r: Any) -> dict[str, Any] | None:
     if r.resource_type != ResourceType.TOPIC:
-        return _result(r, INVALID_REQUEST, f"Unsupported resource type {r.resource_type}")
+        return _result(r, ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}")
     # Kafka's ControllerConfigurationValidator.validateTopicName
     if not r.resource_name:
-        return _result(r, INVALID_REQUEST, "Default topic resources are not allowed.")
+        return _result(r, ErrorCode.invalid_request, "Default topic resources are not allowed.")
     reason = invalid_topic_reason(r.resource_name)
     if reason is not None:
-        return _result(r, INVALID_TOPIC_EXCEPTION, f"Topic name is invalid: {reason}")
+        return _result(r, ErrorCode.invalid_topic_exception, f"Topic name is invalid: {reason}")
     if not ctx.logs.has_topic(r.resource_name):
-        return _result(r, UNKNOWN_TOPIC_OR_PARTITION, f"Topic {r.resource_name} does not exist.")
+        return _result(
+            r, ErrorCode.unknown_topic_or_partition, f"Topic {r.resource_name} does not exist."
+        )
     return None
 
 
@@ -259,13 +256,17 @@ async def _alter(
         ids = [(r.resource_type, r.resource_name) for r in req.resources]
         for r in req.resources:
             if ids.count((r.resource_type, r.resource_name)) > 1:  # ConfigAdminManager
-                out.append(_result(r, INVALID_REQUEST, "Each resource must appear at most once."))
+                out.append(
+                    _result(r, ErrorCode.invalid_request, "Each resource must appear at most once.")
+                )
                 continue
             if r.resource_type == ResourceType.BROKER:
                 out.append(_alter_broker(ctx, r, broker_layer_for, bool(req.validate_only)))
                 continue
             if r.resource_type == ResourceType.BROKER_LOGGER:
-                out.append(_result(r, INVALID_REQUEST, "kompakt has no dynamic broker loggers"))
+                out.append(
+                    _result(r, ErrorCode.invalid_request, "kompakt has no dynamic broker loggers")
+                )
                 continue
             bad = _not_topic(ctx, r)
             if bad is not None:
@@ -380,7 +381,7 @@ def _incremental(ctx: RequestContext, name: str, ops: Any) -> dict[str, str]:
 
 
 class _InvalidRequest(InvalidConfigError):
-    error_code = INVALID_REQUEST
+    error_code = ErrorCode.invalid_request
 
 
 def _broker_incremental(layer: dict[str, str], r: Any) -> dict[str, str]:

@@ -1,33 +1,39 @@
 """Fetch (API 1) with long polling, and ListOffsets (API 2).
 
-A fetch with less than ``min_bytes`` ready waits up to ``max_wait_ms`` on an
-asyncio.Event that the partitions' append listeners set (no polling); other connections
-are served meanwhile. Fetch sessions are not kept: every response carries session id 0,
+A fetch with less than ``min_bytes`` ready is answered with a
+:class:`~kompakt.broker.registry.DelayedResponse`: the server waits up to ``max_wait_ms``
+for an append to one of its partitions (no polling) and serves other connections
+meanwhile. Fetch sessions are not kept: every response carries session id 0,
 which tells clients to send full requests (Kafka does this when its session cache is full).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v4.request import FetchRequest
+from kio.schema.list_offsets.v1.request import ListOffsetsRequest
+
 from kompakt.broker.handlers.common import (
-    NONE,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
-    UNSUPPORTED_VERSION,
+    LEADER_EPOCH,
+    UNKNOWN_OFFSET,
     error_of,
     resolve_topic,
+    unknown_topic_code,
 )
 from kompakt.broker.protocol import ms
-from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.registry import ApiRegistry, DelayedResponse
 from kompakt.broker.state import RequestContext
 from kompakt.errors import UnknownTopicError
+from kompakt.record.batch import NO_TIMESTAMP
 
-FETCH = 1
-LIST_OFFSETS = 2
+INT32_MAX = 2**31 - 1  # FetchRequest.max_bytes before v3 had none: no limit
+NO_FETCH_SESSION = 0  # FetchMetadata.INVALID_SESSION_ID: clients send full requests
+NO_PREFERRED_REPLICA = -1  # FetchResponse.INVALID_PREFERRED_REPLICA_ID: read the leader
+NO_LEADER_EPOCH = -1  # RecordBatch.NO_PARTITION_LEADER_EPOCH
 
+# ListOffsetsRequest's special timestamps (Kafka's ``ListOffsetsRequest`` constants)
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3
@@ -45,23 +51,19 @@ def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, 
         for p in tdata.partitions:
             resp: dict[str, Any] = {
                 "partition_index": p.partition,
-                "high_watermark": -1,
-                "last_stable_offset": -1,
-                "log_start_offset": -1,
+                "high_watermark": UNKNOWN_OFFSET,
+                "last_stable_offset": UNKNOWN_OFFSET,
+                "log_start_offset": UNKNOWN_OFFSET,
                 "aborted_transactions": None,
-                "preferred_read_replica": -1,
+                "preferred_read_replica": NO_PREFERRED_REPLICA,
                 "records": b"",
             }
             if name is None:
-                resp["error_code"] = (
-                    UNKNOWN_TOPIC_ID if "topic_id" in key else UNKNOWN_TOPIC_OR_PARTITION
-                )
+                resp["error_code"] = unknown_topic_code("topic_id" in key)
                 parts.append(resp)
                 continue
             try:
                 plog = ctx.logs.get_log(name, p.partition)
-                if ctx.state.notifier is not None:
-                    ctx.state.notifier.hook(plog)
                 with plog.lock:
                     hw = plog.high_watermark
                     resp["high_watermark"] = hw
@@ -72,7 +74,7 @@ def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, 
                 if limit > 0 or total == 0:
                     data = plog.read(p.fetch_offset, max(limit, 1), min_one_batch=total == 0)
                 resp["records"] = data
-                resp["error_code"] = NONE
+                resp["error_code"] = ErrorCode.none
                 total += len(data)
             except Exception as exc:
                 resp["error_code"], _msg = error_of(exc)
@@ -81,7 +83,11 @@ def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, 
     return out, total
 
 
-async def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
+def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | DelayedResponse:
+    """Read once; if that is short of ``min_bytes`` and the client will wait
+    (``max_wait`` > 0), answer with a :class:`DelayedResponse` the server completes on
+    appends or at the timeout (Kafka's ``ReplicaManager.fetchMessages`` reads first and
+    parks a ``DelayedFetch`` only when the read is not enough)."""
     v13 = ctx.api_version >= 13
     wanted = []
     keys = []
@@ -95,50 +101,35 @@ async def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
         wanted.append((name, key, t))
         if name is not None:
             keys += [(name, p.partition) for p in t.partitions]
-    max_bytes = getattr(req, "max_bytes", 2**31 - 1)
+    max_bytes = getattr(req, "max_bytes", INT32_MAX)
     max_wait = ms(req.max_wait) / 1000
-    deadline = time.monotonic() + max(0.0, max_wait)
-    notifier = ctx.state.notifier
-    ev = notifier.register(keys) if notifier is not None and max_wait > 0 else None
-    try:
-        while True:
-            if ev is not None:
-                ev.clear()
-            topics, total = await asyncio.to_thread(_read_all, ctx, wanted, max_bytes)
-            errors = any(p["error_code"] for t in topics for p in t["partitions"])
-            remaining = deadline - time.monotonic()
-            if (
-                total >= req.min_bytes
-                or errors
-                or ev is None
-                or remaining <= 0
-                or ctx.state.closing
-                or not keys
-            ):
-                break
-            try:
-                await asyncio.wait_for(ev.wait(), timeout=remaining)
-            except TimeoutError:
-                topics, total = await asyncio.to_thread(_read_all, ctx, wanted, max_bytes)
-                break
-    finally:
-        if ev is not None and notifier is not None:
-            notifier.unregister(ev, keys)
-    return {
-        "throttle_time": 0,
-        "error_code": NONE,
-        "session_id": 0,
-        "responses": topics,
-    }
+
+    def poll() -> tuple[dict[str, Any], bool]:
+        """The response from one read, and whether it may go out before the timeout:
+        ``min_bytes`` are there or a partition has an error (``DelayedFetch.tryComplete``)."""
+        topics, total = _read_all(ctx, wanted, max_bytes)
+        errors = any(p["error_code"] for t in topics for p in t["partitions"])
+        response = {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "session_id": NO_FETCH_SESSION,
+            "responses": topics,
+        }
+        return response, total >= req.min_bytes or errors
+
+    response, complete = poll()
+    if complete or max_wait <= 0 or not keys:
+        return response
+    return DelayedResponse(tuple(keys), max_wait, poll)
 
 
 def _list_offset(ctx: RequestContext, name: str, p: Any, version: int) -> dict[str, Any]:
     resp: dict[str, Any] = {
         "partition_index": p.partition_index,
-        "error_code": NONE,
-        "timestamp": -1,
-        "offset": -1,
-        "leader_epoch": 0,
+        "error_code": ErrorCode.none,
+        "timestamp": NO_TIMESTAMP,
+        "offset": UNKNOWN_OFFSET,
+        "leader_epoch": LEADER_EPOCH,
     }
     try:
         plog = ctx.logs.get_log(name, p.partition_index)
@@ -146,22 +137,22 @@ def _list_offset(ctx: RequestContext, name: str, p: Any, version: int) -> dict[s
         if ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
             resp["offset"] = plog.log_start_offset
         elif ts in (LATEST, LATEST_TIERED):
-            resp["offset"] = plog.high_watermark if ts == LATEST else -1
+            resp["offset"] = plog.high_watermark if ts == LATEST else UNKNOWN_OFFSET
         elif ts == MAX_TIMESTAMP:
             if version < 7:
-                resp["error_code"] = UNSUPPORTED_VERSION
+                resp["error_code"] = ErrorCode.unsupported_version
             else:
                 found = plog.max_timestamp_offset()
                 if found is not None:
                     resp["offset"], resp["timestamp"] = found
         elif ts < 0:
-            resp["error_code"] = 42  # INVALID_REQUEST
+            resp["error_code"] = ErrorCode.invalid_request
         else:
             found = plog.offset_for_timestamp(ts)
             if found is not None:
                 resp["offset"], resp["timestamp"] = found
     except UnknownTopicError:
-        resp["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+        resp["error_code"] = ErrorCode.unknown_topic_or_partition
     except Exception as exc:
         resp["error_code"], _msg = error_of(exc)
     return resp
@@ -174,10 +165,10 @@ def _list_offsets(ctx: RequestContext, req: Any) -> list:
             parts = [
                 {
                     "partition_index": p.partition_index,
-                    "error_code": UNKNOWN_TOPIC_OR_PARTITION,
-                    "timestamp": -1,
-                    "offset": -1,
-                    "leader_epoch": -1,
+                    "error_code": ErrorCode.unknown_topic_or_partition,
+                    "timestamp": NO_TIMESTAMP,
+                    "offset": UNKNOWN_OFFSET,
+                    "leader_epoch": NO_LEADER_EPOCH,
                 }
                 for p in t.partitions
             ]
@@ -187,11 +178,10 @@ def _list_offsets(ctx: RequestContext, req: Any) -> list:
     return out
 
 
-async def handle_list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    topics = await asyncio.to_thread(_list_offsets, ctx, req)
-    return {"throttle_time": 0, "topics": topics}
+def handle_list_offsets(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": _list_offsets(ctx, req)}
 
 
 def register(registry: ApiRegistry) -> None:
-    registry.register(FETCH, 4, 18, handle_fetch)
-    registry.register(LIST_OFFSETS, 1, 11, handle_list_offsets)
+    registry.register(FetchRequest.__api_key__, 4, 18, handle_fetch)
+    registry.register(ListOffsetsRequest.__api_key__, 1, 11, handle_list_offsets)

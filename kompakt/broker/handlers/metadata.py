@@ -9,18 +9,18 @@ LEADER_NOT_AVAILABLE first and lets the client retry).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
+
+from kio.schema.api_versions.v0.request import ApiVersionsRequest
+from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v0.request import MetadataRequest
 
 from kompakt.broker.handlers.common import (
     CLUSTER_OPERATIONS,
-    INT32_MIN,
-    INVALID_REQUEST,
-    INVALID_TOPIC_EXCEPTION,
-    NONE,
+    LEADER_EPOCH,
     TOPIC_OPERATIONS,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
+    authorized_operations,
     error_of,
     log,
 )
@@ -30,15 +30,15 @@ from kompakt.broker.state import RequestContext
 from kompakt.errors import TopicExistsError
 from kompakt.log.names import is_internal, is_valid_topic_name
 
-API_VERSIONS = 18
-METADATA = 3
-DESCRIBE_CLUSTER = 60
+# DescribeClusterRequest.endpointType (KIP-919): brokers (1) or controllers (2); before
+# v1 there is no field and the answer lists brokers.
+ENDPOINT_TYPE_BROKERS = 1
 
 
 def make_api_versions_handler(registry: ApiRegistry):
-    async def handle_api_versions(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    def handle_api_versions(ctx: RequestContext, req: Any) -> dict[str, Any]:
         return {
-            "error_code": NONE,
+            "error_code": ErrorCode.none,
             "api_keys": registry.advertised(),
             "throttle_time": 0,
         }
@@ -50,10 +50,10 @@ def _partitions(ctx: RequestContext, name: str) -> list[dict[str, Any]]:
     node = ctx.state.node_id
     return [
         {
-            "error_code": NONE,
+            "error_code": ErrorCode.none,
             "partition_index": i,
             "leader_id": node,
-            "leader_epoch": 0,
+            "leader_epoch": LEADER_EPOCH,
             "replica_nodes": [node],
             "isr_nodes": [node],
             "offline_replicas": [],
@@ -64,16 +64,16 @@ def _partitions(ctx: RequestContext, name: str) -> list[dict[str, Any]]:
 
 def _topic(ctx: RequestContext, name: str, include_ops: bool) -> dict[str, Any]:
     return {
-        "error_code": NONE,
+        "error_code": ErrorCode.none,
         "name": name,
         "topic_id": ctx.state.topic_id(name),
         "is_internal": is_internal(name),
         "partitions": _partitions(ctx, name),
-        "topic_authorized_operations": TOPIC_OPERATIONS if include_ops else INT32_MIN,
+        "topic_authorized_operations": authorized_operations(TOPIC_OPERATIONS, include_ops),
     }
 
 
-def _metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
+def handle_metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
     include_ops = bool(getattr(req, "include_topic_authorized_operations", False))
     allow_auto = bool(getattr(req, "allow_auto_topic_creation", True)) and bool(
         ctx.config.get("auto.create.topics.enable")
@@ -97,7 +97,7 @@ def _metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                 if found is None:
                     topics.append(
                         {
-                            "error_code": UNKNOWN_TOPIC_ID,
+                            "error_code": ErrorCode.unknown_topic_id,
                             # nullable only from v12: before it, "" on the wire
                             "name": None if ctx.api_version >= 12 else "",
                             "topic_id": tid,
@@ -109,7 +109,7 @@ def _metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
             if name is None:  # neither a name nor an id (Kafka: InvalidRequestException)
                 topics.append(
                     {
-                        "error_code": INVALID_REQUEST,
+                        "error_code": ErrorCode.invalid_request,
                         "name": "",
                         "topic_id": ZERO_UUID,
                         "partitions": [],
@@ -121,9 +121,9 @@ def _metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     # KafkaApis.getTopicMetadata: Topic.validate decides between the two
                     topics.append(
                         {
-                            "error_code": UNKNOWN_TOPIC_OR_PARTITION
+                            "error_code": ErrorCode.unknown_topic_or_partition
                             if is_valid_topic_name(name)
-                            else INVALID_TOPIC_EXCEPTION,
+                            else ErrorCode.invalid_topic_exception,
                             "name": name,
                             "topic_id": ZERO_UUID,
                             "partitions": [],
@@ -146,7 +146,7 @@ def _metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
             except Exception:
                 topics.append(
                     {
-                        "error_code": UNKNOWN_TOPIC_OR_PARTITION,
+                        "error_code": ErrorCode.unknown_topic_or_partition,
                         "name": name,
                         "topic_id": ZERO_UUID,
                         "partitions": [],
@@ -159,23 +159,21 @@ def _metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
         "cluster_id": ctx.state.cluster_id,
         "controller_id": ctx.state.node_id,
         "topics": topics,
-        "cluster_authorized_operations": CLUSTER_OPERATIONS if include_cluster_ops else INT32_MIN,
-        "error_code": NONE,
+        "cluster_authorized_operations": authorized_operations(
+            CLUSTER_OPERATIONS, include_cluster_ops
+        ),
+        "error_code": ErrorCode.none,
     }
 
 
-async def handle_metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    return await asyncio.to_thread(_metadata, ctx, req)
-
-
-async def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict[str, Any]:
+def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict[str, Any]:
     ops = bool(getattr(req, "include_cluster_authorized_operations", False))
     ep = ctx.state.broker_endpoint()
     return {
         "throttle_time": 0,
-        "error_code": NONE,
+        "error_code": ErrorCode.none,
         "error_message": None,
-        "endpoint_type": getattr(req, "endpoint_type", 1),
+        "endpoint_type": getattr(req, "endpoint_type", ENDPOINT_TYPE_BROKERS),
         "cluster_id": ctx.state.cluster_id,
         "controller_id": ctx.state.node_id,
         "brokers": [
@@ -187,11 +185,11 @@ async def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict[str, An
                 "is_fenced": False,
             }
         ],
-        "cluster_authorized_operations": CLUSTER_OPERATIONS if ops else INT32_MIN,
+        "cluster_authorized_operations": authorized_operations(CLUSTER_OPERATIONS, ops),
     }
 
 
 def register(registry: ApiRegistry) -> None:
-    registry.register(API_VERSIONS, 0, 4, make_api_versions_handler(registry))
-    registry.register(METADATA, 0, 13, handle_metadata)
-    registry.register(DESCRIBE_CLUSTER, 0, 2, handle_describe_cluster)
+    registry.register(ApiVersionsRequest.__api_key__, 0, 4, make_api_versions_handler(registry))
+    registry.register(MetadataRequest.__api_key__, 0, 13, handle_metadata)
+    registry.register(DescribeClusterRequest.__api_key__, 0, 2, handle_describe_cluster)

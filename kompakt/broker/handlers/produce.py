@@ -8,35 +8,37 @@ that; a single node can only rely on the disk).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+from kio.schema.init_producer_id.v0.request import InitProducerIdRequest
+from kio.schema.produce.v3.request import ProduceRequest
+
 from kompakt.broker.handlers.common import (
-    CORRUPT_MESSAGE,
-    INVALID_REQUIRED_ACKS,
-    NONE,
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
+    UNKNOWN_OFFSET,
     error_of,
     resolve_topic,
+    unknown_topic_code,
 )
-from kompakt.broker.producers import ProducerStateManager
+from kompakt.broker.producers import NO_PRODUCER_EPOCH, ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import InvalidTopicError, KafkaStorageError
 from kompakt.log.names import is_internal
 from kompakt.log.partition_log import PartitionLog
-from kompakt.record.batch import iter_batches
+from kompakt.record.batch import NO_PRODUCER_ID, NO_TIMESTAMP, iter_batches
 
-PRODUCE = 0
-INIT_PRODUCER_ID = 22
+# ProduceRequest.acks (Kafka's ``ProduceRequest`` doc): no answer, the leader's write,
+# every in-sync replica's (here: the one node's, fsynced).
+ACKS_NONE = 0
+ACKS_LEADER = 1
+ACKS_ALL = -1
 
 
 def _flush(plog: PartitionLog) -> None:
     try:
         plog.flush()
-    except OSError as exc:  # fsync failed: the write is not durable (Kafka: 56)
+    except OSError as exc:  # fsync failed: the write is not durable (KAFKA_STORAGE_ERROR)
         raise KafkaStorageError(f"cannot flush {plog.name}: {exc}") from exc
 
 
@@ -44,7 +46,7 @@ def _append(
     plog: PartitionLog, producers: ProducerStateManager, records: bytes, flush: bool
 ) -> dict[str, Any]:
     headers = [b.header for b in iter_batches(records)]
-    idempotent = any(h.producer_id >= 0 for h in headers)
+    idempotent = any(h.producer_id > NO_PRODUCER_ID for h in headers)
     log_append = plog.config.message_timestamp_type == "LogAppendTime"
     with plog.lock:
         state = producers.for_log(plog) if idempotent else None
@@ -55,10 +57,10 @@ def _append(
                     if flush:  # the original's fsync may have failed: acks=all means durable
                         _flush(plog)
                     return {
-                        "error_code": NONE,
+                        "error_code": ErrorCode.none,
                         "base_offset": dup.first_offset,
                         # Kafka answers a retried duplicate with the original's time
-                        "log_append_time": dup.timestamp if log_append else -1,
+                        "log_append_time": dup.timestamp if log_append else NO_TIMESTAMP,
                         "log_start_offset": plog.log_start_offset,
                     }
         info = plog.append(records)
@@ -72,7 +74,7 @@ def _append(
         if flush:
             _flush(plog)
     return {
-        "error_code": NONE,
+        "error_code": ErrorCode.none,
         "base_offset": info.first_offset,
         "log_append_time": info.log_append_time,
         "log_start_offset": info.log_start_offset,
@@ -96,13 +98,15 @@ def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]],
     for name, key, tdata in topics:
         parts = []
         for p in tdata.partition_data:
-            resp: dict[str, Any] = {"index": p.index, "base_offset": -1, "log_start_offset": -1}
+            resp: dict[str, Any] = {
+                "index": p.index,
+                "base_offset": UNKNOWN_OFFSET,
+                "log_start_offset": UNKNOWN_OFFSET,
+            }
             if name is None:
-                resp["error_code"] = (
-                    UNKNOWN_TOPIC_ID if "topic_id" in key else UNKNOWN_TOPIC_OR_PARTITION
-                )
+                resp["error_code"] = unknown_topic_code("topic_id" in key)
             elif p.records is None or len(p.records) == 0:
-                resp["error_code"] = CORRUPT_MESSAGE
+                resp["error_code"] = ErrorCode.corrupt_message
                 resp["error_message"] = "empty record set"
             else:
                 try:
@@ -113,7 +117,7 @@ def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]],
                         # group's offsets at the next load. The coordinator appends to the
                         # log directly and never comes through here.
                         raise InvalidTopicError(f"Cannot append to internal topic {name}")
-                    resp.update(_append(plog, producers, bytes(p.records), acks == -1))
+                    resp.update(_append(plog, producers, bytes(p.records), acks == ACKS_ALL))
                 except Exception as exc:
                     code, msg = error_of(exc)
                     resp["error_code"] = code
@@ -124,7 +128,7 @@ def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]],
     return out
 
 
-async def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
+def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     acks = req.acks
     topics = []
     for t in req.topic_data:
@@ -135,38 +139,47 @@ async def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None
             else {"name": t.name}
         )
         topics.append((name, key, t))
-    if acks not in (0, 1, -1):
+    if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
         responses = [
             {
                 **key,
                 "partition_responses": [
-                    {"index": p.index, "error_code": INVALID_REQUIRED_ACKS, "base_offset": -1}
+                    {
+                        "index": p.index,
+                        "error_code": ErrorCode.invalid_required_acks,
+                        "base_offset": UNKNOWN_OFFSET,
+                    }
                     for p in t.partition_data
                 ],
             }
             for _n, key, t in topics
         ]
         return {"responses": responses, "throttle_time": 0}
-    responses = await asyncio.to_thread(_produce_all, ctx, topics, acks)
-    if acks == 0:
+    responses = _produce_all(ctx, topics, acks)
+    if acks == ACKS_NONE:
         return None
     return {"responses": responses, "throttle_time": 0}
 
 
-async def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
+def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
     if req.transactional_id is not None:
         return {
             "throttle_time": 0,
-            "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "producer_id": -1,
-            "producer_epoch": -1,
+            "error_code": ErrorCode.transactional_id_authorization_failed,
+            "producer_id": NO_PRODUCER_ID,
+            "producer_epoch": NO_PRODUCER_EPOCH,
         }
     pid = ctx.state.producers.new_producer_id()
-    return {"throttle_time": 0, "error_code": NONE, "producer_id": pid, "producer_epoch": 0}
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "producer_id": pid,
+        "producer_epoch": 0,
+    }
 
 
 def register(registry: ApiRegistry) -> None:
     # Kafka 4 advertises Produce from v0 (old librdkafka probes compression support
     # with it) but rejects v0-2 (KAFKA-18659); kio has no schema below v3 anyway.
-    registry.register(PRODUCE, 3, 13, handle_produce, advertised_min=0)
-    registry.register(INIT_PRODUCER_ID, 0, 6, handle_init_producer_id)
+    registry.register(ProduceRequest.__api_key__, 3, 13, handle_produce, advertised_min=0)
+    registry.register(InitProducerIdRequest.__api_key__, 0, 6, handle_init_producer_id)

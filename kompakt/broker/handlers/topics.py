@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from kio.schema.create_partitions.v0.request import CreatePartitionsRequest
+from kio.schema.create_topics.v2.request import CreateTopicsRequest
+from kio.schema.delete_records.v0.request import DeleteRecordsRequest
+from kio.schema.delete_topics.v1.request import DeleteTopicsRequest
+from kio.schema.errors import ErrorCode
+
 from kompakt.broker.handlers.common import (
-    INVALID_PARTITIONS,
-    INVALID_REPLICATION_FACTOR,
-    INVALID_REQUEST,
-    INVALID_TOPIC_EXCEPTION,
-    NONE,
-    POLICY_VIOLATION,
-    UNKNOWN_TOPIC_ID,
-    UNKNOWN_TOPIC_OR_PARTITION,
+    UNKNOWN_OFFSET,
     error_of,
     resolve_topic,
+    unknown_topic_code,
 )
 from kompakt.broker.handlers.configs import SOURCE_CODES
 from kompakt.broker.protocol import ZERO_UUID, topic_uuid
@@ -25,24 +25,25 @@ from kompakt.errors import KompaktError
 from kompakt.log.config import TopicConfig
 from kompakt.log.names import is_internal
 
-CREATE_TOPICS = 19
-DELETE_TOPICS = 20
-DELETE_RECORDS = 21
-CREATE_PARTITIONS = 37
+# CreateTopicsRequest.NO_NUM_PARTITIONS / NO_REPLICATION_FACTOR: the broker's default
+# (in a response: not known, e.g. the create failed)
+USE_DEFAULT = -1
+# DeleteRecordsRequest.HIGH_WATERMARK: delete everything below the high watermark
+HIGH_WATERMARK = -1
 
 
 def _create_one(ctx: RequestContext, t: Any, validate_only: bool, dup: bool) -> dict[str, Any]:
     res: dict[str, Any] = {
         "name": t.name,
         "topic_id": ZERO_UUID,
-        "error_code": NONE,
+        "error_code": ErrorCode.none,
         "error_message": None,
-        "num_partitions": -1,
-        "replication_factor": -1,
+        "num_partitions": USE_DEFAULT,
+        "replication_factor": USE_DEFAULT,
         "configs": [],
     }
     if dup:
-        res["error_code"] = INVALID_REQUEST
+        res["error_code"] = ErrorCode.invalid_request
         res["error_message"] = (
             f"Create topics request from client contains {t.name} more than once."
         )
@@ -50,8 +51,8 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool, dup: bool) -> 
     n = t.num_partitions
     rf = t.replication_factor
     if t.assignments:
-        if n != -1 or rf != -1:
-            res["error_code"] = INVALID_REQUEST
+        if n != USE_DEFAULT or rf != USE_DEFAULT:
+            res["error_code"] = ErrorCode.invalid_request
             res["error_message"] = (
                 "Both numPartitions or replicationFactor and replicasAssignments were set."
             )
@@ -59,29 +60,29 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool, dup: bool) -> 
         n = len(t.assignments)
         for a in t.assignments:
             if list(a.broker_ids) != [ctx.state.node_id]:
-                res["error_code"] = INVALID_REPLICATION_FACTOR
+                res["error_code"] = ErrorCode.invalid_replication_factor
                 res["error_message"] = (
                     f"replica assignment {list(a.broker_ids)} names brokers other than the "
                     f"single node {ctx.state.node_id}"
                 )
                 return res
         rf = 1
-    if n == -1:
+    if n == USE_DEFAULT:
         n = int(ctx.config.get("num.partitions"))
-    if rf == -1:
+    if rf == USE_DEFAULT:
         rf = int(ctx.config.get("default.replication.factor"))
     if n < 1:
-        res["error_code"] = INVALID_PARTITIONS
+        res["error_code"] = ErrorCode.invalid_partitions
         res["error_message"] = "Number of partitions was set to an invalid non-positive value."
         return res
     if rf < 1:
-        res["error_code"] = INVALID_REPLICATION_FACTOR
+        res["error_code"] = ErrorCode.invalid_replication_factor
         res["error_message"] = (
             "Replication factor must be larger than 0, or -1 to use the default value."
         )
         return res
     if rf > 1:
-        res["error_code"] = INVALID_REPLICATION_FACTOR
+        res["error_code"] = ErrorCode.invalid_replication_factor
         res["error_message"] = (
             f"Unable to replicate the partition {rf} time(s): The target replication factor "
             f"of {rf} cannot be reached because only 1 broker(s) are registered."
@@ -118,8 +119,8 @@ def _create_topics(ctx: RequestContext, req: Any) -> list:
     ]
 
 
-async def handle_create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "topics": await asyncio.to_thread(_create_topics, ctx, req)}
+def handle_create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "topics": _create_topics(ctx, req)}
 
 
 def _delete_topics(ctx: RequestContext, req: Any) -> list:
@@ -133,11 +134,11 @@ def _delete_topics(ctx: RequestContext, req: Any) -> list:
         res: dict[str, Any] = {"name": found or name, "topic_id": real_id, "error_message": None}
         if found is None:
             by_id = not name and tid is not None and tid != ZERO_UUID
-            res["error_code"] = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
+            res["error_code"] = unknown_topic_code(by_id)
         else:
             try:
                 ctx.logs.delete_topic(found)
-                res["error_code"] = NONE
+                res["error_code"] = ErrorCode.none
             except Exception as exc:
                 res["error_code"], res["error_message"] = error_of(exc)
         out.append(res)
@@ -145,8 +146,10 @@ def _delete_topics(ctx: RequestContext, req: Any) -> list:
 
 
 async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """A coroutine, unlike the other topic handlers: once the logs are gone (on a worker
+    thread) the group coordinator, whose state the event loop owns, drops their offsets."""
     responses = await asyncio.to_thread(_delete_topics, ctx, req)
-    deleted = {r["name"] for r in responses if r["error_code"] == NONE}
+    deleted = {r["name"] for r in responses if r["error_code"] == ErrorCode.none}
     if deleted:  # Kafka's GroupCoordinator.onPartitionsDeleted: the offsets go too
         # imported here: the coordinator's handlers import this package (a cycle)
         from kompakt.broker.coordinator.handlers import topics_deleted
@@ -158,7 +161,7 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
 def _create_partitions(ctx: RequestContext, req: Any) -> list:
     out = []
     for t in req.topics:
-        res: dict[str, Any] = {"name": t.name, "error_code": NONE, "error_message": None}
+        res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
         try:
             if t.assignments:
                 for a in t.assignments:
@@ -174,12 +177,12 @@ def _create_partitions(ctx: RequestContext, req: Any) -> list:
     return out
 
 
-class _InvalidAssignment(KompaktError):
-    error_code = 39  # INVALID_REPLICA_ASSIGNMENT
+class _InvalidAssignment(KompaktError, code="invalid_replica_assignment"):
+    """A replica assignment naming brokers other than this node."""
 
 
-async def handle_create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    return {"throttle_time": 0, "results": await asyncio.to_thread(_create_partitions, ctx, req)}
+def handle_create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    return {"throttle_time": 0, "results": _create_partitions(ctx, req)}
 
 
 def _delete_records(ctx: RequestContext, req: Any) -> list:
@@ -187,9 +190,12 @@ def _delete_records(ctx: RequestContext, req: Any) -> list:
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            res: dict[str, Any] = {"partition_index": p.partition_index, "low_watermark": -1}
+            res: dict[str, Any] = {
+                "partition_index": p.partition_index,
+                "low_watermark": UNKNOWN_OFFSET,
+            }
             if is_internal(t.name):  # Kafka's ReplicaManager.deleteRecordsOnLocalLog
-                res["error_code"] = INVALID_TOPIC_EXCEPTION
+                res["error_code"] = ErrorCode.invalid_topic_exception
                 parts.append(res)
                 continue
             try:
@@ -198,12 +204,12 @@ def _delete_records(ctx: RequestContext, req: Any) -> list:
                     # Kafka's Partition.deleteRecordsOnLeader: only a policy with "delete"
                     # lets records go by request; on compact alone it would cut the
                     # latest value of keys off the front of the log.
-                    res["error_code"] = POLICY_VIOLATION
+                    res["error_code"] = ErrorCode.policy_violation
                     parts.append(res)
                     continue
-                offset = plog.high_watermark if p.offset == -1 else p.offset
+                offset = plog.high_watermark if p.offset == HIGH_WATERMARK else p.offset
                 res["low_watermark"] = plog.delete_records_before(offset)
-                res["error_code"] = NONE
+                res["error_code"] = ErrorCode.none
             except Exception as exc:
                 res["error_code"], _msg = error_of(exc)
             parts.append(res)
@@ -211,15 +217,15 @@ def _delete_records(ctx: RequestContext, req: Any) -> list:
     return out
 
 
-async def handle_delete_records(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    topics = await asyncio.to_thread(_delete_records, ctx, req)
+def handle_delete_records(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    topics = _delete_records(ctx, req)
     if ctx.state.logs is not None:
-        await asyncio.to_thread(ctx.logs.checkpoint)
+        ctx.logs.checkpoint()
     return {"throttle_time": 0, "topics": topics}
 
 
 def register(registry: ApiRegistry) -> None:
-    registry.register(CREATE_TOPICS, 2, 7, handle_create_topics)
-    registry.register(DELETE_TOPICS, 1, 6, handle_delete_topics)
-    registry.register(DELETE_RECORDS, 0, 2, handle_delete_records)
-    registry.register(CREATE_PARTITIONS, 0, 3, handle_create_partitions)
+    registry.register(CreateTopicsRequest.__api_key__, 2, 7, handle_create_topics)
+    registry.register(DeleteTopicsRequest.__api_key__, 1, 6, handle_delete_topics)
+    registry.register(DeleteRecordsRequest.__api_key__, 0, 2, handle_delete_records)
+    registry.register(CreatePartitionsRequest.__api_key__, 0, 3, handle_create_partitions)
