@@ -105,7 +105,7 @@ class TopicVerbs(BrokerConnection):
         warning) when it cannot be reached: describe must still work without it."""
         url = self.admin_url + "/v1/partitions"
         try:
-            with urllib.request.urlopen(url, timeout=min(self.timeout, 3.0)) as resp:
+            with urllib.request.urlopen(url, timeout=self.timeout) as resp:
                 data = json.loads(resp.read())
             return {(d["topic"], int(d["partition"])): d for d in data["partitions"]}
         except (OSError, ValueError, KeyError, TypeError) as exc:
