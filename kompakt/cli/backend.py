@@ -25,7 +25,9 @@ from typing import Protocol
 from kompakt.errors import InvalidRecordError, KompaktError, LogDirLockedError, UnknownTopicError
 from kompakt.log.config import DYNAMIC_TOPIC_CONFIG, TopicConfig
 from kompakt.record import codecs
-from kompakt.record.batch import LOG_OVERHEAD, build_simple_batch, iter_batches
+from kompakt.record.decode import iter_batches
+from kompakt.record.encode import build_simple_batch
+from kompakt.record.header import LOG_OVERHEAD
 from kompakt.record.partitioner import partition_for_key
 
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")

@@ -19,14 +19,8 @@ from kompakt.errors import CorruptRecordError
 from kompakt.log.index import OffsetIndex, TimeIndex
 from kompakt.log.segment import offset_from_name
 from kompakt.record import codecs
-from kompakt.record.batch import (
-    CONTROL_COMMIT,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    RecordBatch,
-    read_header,
-)
+from kompakt.record.decode import RecordBatch
+from kompakt.record.header import CONTROL_COMMIT, HEADER_SIZE, LOG_OVERHEAD, MAGIC, read_header
 
 from .common import emit, emit_json, print_error, text
 

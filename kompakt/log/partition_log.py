@@ -41,17 +41,17 @@ from kompakt.log.segment import (
     TIMEINDEX_SUFFIX,
     LogSegment,
     offset_from_name,
+    segment_file,
 )
 from kompakt.record import codecs
-from kompakt.record.batch import (
+from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.encode import build_batch_like
+from kompakt.record.header import (
     CREATE_TIME,
     MAGIC,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
     Header,
-    RecordBatch,
-    build_batch_like,
-    iter_batches,
     set_base_offset,
     set_log_append_time,
     set_max_timestamp,
@@ -133,7 +133,7 @@ class PartitionLog:
                     p.unlink()
         for i, base in enumerate(bases):
             missing_index = not all(
-                (self.dir / f"{base:020d}{s}").exists() for s in (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+                segment_file(self.dir, base, s).exists() for s in (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
             )
             seg = LogSegment(self.dir, base, writable=i == len(bases) - 1, **self._segment_kwargs())
             self._add(seg)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from kompakt.errors import CorruptRecordError
 from kompakt.log.index import IndexCorruptError, OffsetIndex, TimeIndex
-from kompakt.record.batch import LOG_OVERHEAD, Header, RecordBatch, iter_batches, read_header
+from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.header import LOG_OVERHEAD, Header, read_header
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +29,41 @@ SWAP_SUFFIX = ".swap"
 INT32_MAX = 2**31 - 1
 
 
+SEGMENT_FILE_TYPES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)  # the files of a segment
+FILENAME_DIGITS = 20
+
+
 def filename_prefix(offset: int) -> str:
-    return f"{offset:020d}"
+    """The base offset as a file name stem: 20 digits, zero padded (Kafka's
+    ``LogFileUtils.filenamePrefixFromOffset``)."""
+    return f"{offset:0{FILENAME_DIGITS}d}"
 
 
 def offset_from_name(name: str) -> int:
+    """The base offset a segment file name starts with (``LogFileUtils.offsetFromFileName``)."""
     return int(name.split(".", 1)[0])
+
+
+def segment_file(
+    directory: Path | str, offset: int, kind: str = LOG_SUFFIX, suffix: str = ""
+) -> Path:
+    """The path of one file of segment ``offset``: ``kind`` is ``LOG_SUFFIX``,
+    ``INDEX_SUFFIX``, ... and ``suffix`` a swap-protocol state (``CLEANED_SUFFIX``,
+    ``SWAP_SUFFIX``, ``DELETED_SUFFIX``) or "" (Kafka's ``LogFileUtils.logFile`` /
+    ``offsetIndexFile`` / ``timeIndexFile``). Every segment file name is built here."""
+    return Path(directory) / f"{filename_prefix(offset)}{kind}{suffix}"
+
+
+def segment_files(directory: Path | str, offset: int, suffix: str = "") -> list[Path]:
+    """The ``.log``, ``.index`` and ``.timeindex`` of segment ``offset`` in one state."""
+    return [segment_file(directory, offset, kind, suffix) for kind in SEGMENT_FILE_TYPES]
+
+
+def log_file_offset(name: str) -> int | None:
+    """The base offset if ``name`` is a live segment's ``.log`` (digits + ``.log``), else
+    None: suffixed files (``.log.swap``...) and strangers are not segments."""
+    stem, _dot, ext = name.partition(".")
+    return int(stem) if "." + ext == LOG_SUFFIX and stem.isdigit() else None
 
 
 class LogSegment:
@@ -52,15 +82,20 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.suffix = suffix
-        prefix = self.dir / filename_prefix(base_offset)
-        self.log_path = Path(f"{prefix}{LOG_SUFFIX}{suffix}")
+        self.log_path = segment_file(self.dir, base_offset, LOG_SUFFIX, suffix)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self._fd).st_size
         self.offset_index = OffsetIndex(
-            Path(f"{prefix}{INDEX_SUFFIX}{suffix}"), base_offset, max_index_size, writable
+            segment_file(self.dir, base_offset, INDEX_SUFFIX, suffix),
+            base_offset,
+            max_index_size,
+            writable,
         )
         self.time_index = TimeIndex(
-            Path(f"{prefix}{TIMEINDEX_SUFFIX}{suffix}"), base_offset, max_index_size, writable
+            segment_file(self.dir, base_offset, TIMEINDEX_SUFFIX, suffix),
+            base_offset,
+            max_index_size,
+            writable,
         )
         self._bytes_since_index = 0
         self.max_timestamp = -1

@@ -48,7 +48,9 @@ from kompakt.pipeline import options as opt
 from kompakt.pipeline.commit import STAGING_DIR, attach_manager, commit_staged, detach_manager
 from kompakt.pipeline.layout import read_topics
 from kompakt.record import codecs
-from kompakt.record.batch import HEADER_SIZE, Record, build_batch
+from kompakt.record.decode import Record
+from kompakt.record.encode import build_batch
+from kompakt.record.header import HEADER_SIZE
 from kompakt.record.partitioner import partition_for_keys
 
 TARGET_BATCH_BYTES = 256 << 10

@@ -40,7 +40,7 @@ from kompakt.broker.coordinator.group import (
     GroupCoordinator,
 )
 from kompakt.broker.coordinator.records import OffsetAndMetadata
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 TIMEOUT = 10
 MINUTE = 60_000

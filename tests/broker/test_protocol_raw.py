@@ -15,7 +15,7 @@ from kio.serial import entity_reader, entity_writer
 
 from kompakt.broker.app import start_test_broker
 from kompakt.broker.protocol import build
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 
 def build_batch(items, **kw):

@@ -39,7 +39,7 @@ from typing import Any
 from kompakt.broker.coordinator import records as rec
 from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.errors import KompaktError, TopicExistsError
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 log = logging.getLogger("kompakt.broker.coordinator")
 

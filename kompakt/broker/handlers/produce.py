@@ -27,7 +27,7 @@ from kompakt.broker.state import RequestContext
 from kompakt.errors import InvalidTopicError, KafkaStorageError
 from kompakt.log.names import is_internal
 from kompakt.log.partition_log import PartitionLog
-from kompakt.record.batch import iter_batches
+from kompakt.record.decode import iter_batches
 
 PRODUCE = 0
 INIT_PRODUCER_ID = 22
