@@ -20,7 +20,15 @@ from kompakt.log.index import OffsetIndex, TimeIndex
 from kompakt.log.segment import offset_from_name
 from kompakt.record import codecs
 from kompakt.record.decode import RecordBatch
-from kompakt.record.header import CONTROL_COMMIT, HEADER_SIZE, LOG_OVERHEAD, MAGIC, read_header
+from kompakt.record.header import (
+    CONTROL_COMMIT,
+    CONTROL_KEY,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    batch_size,
+    read_header,
+)
 
 from .common import emit, emit_json, print_error, text
 
@@ -82,8 +90,8 @@ def batch_info(batch: RecordBatch, deep: bool) -> tuple[dict[str, Any], str | No
                 "value": text(r.value),
                 "headers": [{"key": k, "value": text(v)} for k, v in r.headers],
             }
-            if h.is_control and r.key is not None and len(r.key) >= 4:
-                ctype = int.from_bytes(r.key[2:4], "big", signed=True)
+            if h.is_control and r.key is not None and len(r.key) >= CONTROL_KEY.size:
+                _version, ctype = CONTROL_KEY.unpack_from(r.key)
                 rec["controlType"] = "COMMIT" if ctype == CONTROL_COMMIT else "ABORT"
             records.append(rec)
     except CorruptRecordError as exc:
@@ -101,7 +109,7 @@ def dump_log(path: Path, deep: bool) -> FileDump:
                 {"position": pos, "error": f"{len(data) - pos} trailing bytes, not a batch"}
             )
             break
-        length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        length = batch_size(data, pos) - LOG_OVERHEAD
         if length < HEADER_SIZE - LOG_OVERHEAD:
             out.errors.append(
                 {"position": pos, "error": f"corrupt batch: length {length} is impossible"}

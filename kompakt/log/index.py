@@ -189,8 +189,8 @@ class OffsetIndex(AbstractIndex):
     indexed offset <= the target and the byte position to start scanning from.
     """
 
-    ENTRY_SIZE = 8
     _ENTRY = struct.Struct(">ii")
+    ENTRY_SIZE = _ENTRY.size
 
     def append(self, offset: int, position: int) -> None:
         rel = offset - self.base_offset
@@ -211,6 +211,12 @@ class OffsetIndex(AbstractIndex):
     def entry(self, i: int) -> tuple[int, int]:
         rel, pos = self._raw(i)
         return self.base_offset + rel, pos
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(offset, position) of the last entry; (base, 0) when empty, as ``lookup`` of
+        any offset past it: where a walk to the end of the segment starts."""
+        return self.entry(self.entries - 1) if self.entries else (self.base_offset, 0)
 
     @property
     def last_offset(self) -> int:
@@ -241,8 +247,8 @@ class TimeIndex(AbstractIndex):
     one per index interval, so lookups find where records at or after a time begin.
     """
 
-    ENTRY_SIZE = 12
     _ENTRY = struct.Struct(">qi")
+    ENTRY_SIZE = _ENTRY.size
 
     def is_full(self) -> bool:
         # Kafka keeps the last slot free so a roll can always write the final entry.

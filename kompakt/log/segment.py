@@ -15,7 +15,13 @@ from pathlib import Path
 from kompakt.errors import CorruptRecordError
 from kompakt.log.index import IndexCorruptError, OffsetIndex, TimeIndex
 from kompakt.record.decode import RecordBatch, iter_batches
-from kompakt.record.header import LOG_OVERHEAD, Header, read_header
+from kompakt.record.header import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    Header,
+    batch_size,
+    read_header,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +124,7 @@ class LogSegment:
         if first is not None:
             self.rolling_timestamp = first.max_timestamp if first.max_timestamp >= 0 else None
         # walk from the last indexed position to learn the last offset and max timestamp
-        _off, pos = self.offset_index.lookup(2**62)
+        _off, pos = self.offset_index.last_entry
         if not 0 <= pos <= self.size:  # a damaged index: its sanity check rebuilds it next
             pos = 0
         self.whole_batches_end = pos
@@ -240,9 +246,9 @@ class LogSegment:
         return os.pread(self._fd, size, position)
 
     def read_header_at(self, position: int) -> Header | None:
-        if position + 61 > self.size:
+        if position + HEADER_SIZE > self.size:
             return None
-        return read_header(os.pread(self._fd, 61, position))
+        return read_header(os.pread(self._fd, HEADER_SIZE, position))
 
     def read_all(self) -> bytes:
         return os.pread(self._fd, self.size, 0)
@@ -262,10 +268,10 @@ class LogSegment:
             if not got_any:
                 if end - pos < LOG_OVERHEAD:
                     return
-                length = int.from_bytes(os.pread(self._fd, LOG_OVERHEAD, pos)[8:12], "big")
-                if pos + length + LOG_OVERHEAD > end:
+                size = batch_size(os.pread(self._fd, LOG_OVERHEAD, pos))
+                if pos + size > end:
                     return
-                chunk = length + LOG_OVERHEAD  # a batch bigger than the chunk
+                chunk = size  # a batch bigger than the chunk
                 continue
             pos += last_end
 

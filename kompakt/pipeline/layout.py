@@ -96,7 +96,7 @@ def _last_index_position(part_dir: str | os.PathLike, base: int) -> int:
         index = OffsetIndex.read_only(segment_file(part_dir, base, INDEX_SUFFIX), base)
     except FileNotFoundError:
         return 0
-    return index.entry(index.entries - 1)[1] if index.entries else 0
+    return index.last_entry[1]
 
 
 def segment_next_offset(part_dir: str | os.PathLike, base: int) -> int | None:

@@ -15,7 +15,6 @@ from kompakt.errors import CorruptRecordError
 from kompakt.record import codecs
 from kompakt.record.header import (
     ATTRIBUTES_POS,
-    BATCH_LENGTH_POS,
     CONTROL_KEY,
     CONTROL_VALUE,
     HEADER,
@@ -25,6 +24,7 @@ from kompakt.record.header import (
     MAGIC_POS,
     TIMESTAMP_TYPE_BIT,
     Header,
+    batch_size,
     crc32c,
 )
 from kompakt.record.varint import read_varint
@@ -51,7 +51,7 @@ class ControlRecord(NamedTuple):
 class RecordBatch:
     """A view of one batch inside a larger buffer (a segment file, a produce request)."""
 
-    __slots__ = ("header", "buffer", "position")
+    __slots__ = ("buffer", "header", "position")
 
     def __init__(self, header: Header, buffer: memoryview, position: int = 0):
         self.header = header
@@ -175,9 +175,7 @@ def iter_batches(
     end = len(view) if end is None else end
     pos = position
     while pos + LOG_OVERHEAD <= end:
-        batch_length = int.from_bytes(
-            view[pos + BATCH_LENGTH_POS : pos + LOG_OVERHEAD], "big", signed=True
-        )
+        batch_length = batch_size(view, pos) - LOG_OVERHEAD
         if batch_length < HEADER_SIZE - LOG_OVERHEAD:
             raise CorruptRecordError(
                 f"batch length {batch_length} smaller than the header", position=pos

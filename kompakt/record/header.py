@@ -128,6 +128,13 @@ class Header(NamedTuple):
         return self.producer_id >= 0
 
 
+def batch_size(prefix: bytes | memoryview, pos: int = 0) -> int:
+    """Bytes the batch at ``pos`` takes in a log, from its first ``LOG_OVERHEAD`` bytes
+    (baseOffset, batchLength): what a reader needs before it has the whole batch."""
+    length = prefix[pos + BATCH_LENGTH_POS : pos + LOG_OVERHEAD]
+    return int.from_bytes(length, "big", signed=True) + LOG_OVERHEAD
+
+
 def read_header(buf: bytes | memoryview, pos: int = 0) -> Header:
     """The header of the batch at ``pos`` (no checks: see ``RecordBatch.ensure_valid``)."""
     return Header._make(HEADER.unpack_from(buf, pos))
