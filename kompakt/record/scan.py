@@ -122,7 +122,7 @@ def scan_records(
         for ids, source, starts, ends in _groups(batches, plain, packed, packed_payloads, buf)
     ]
     cols = [
-        np.concatenate([getattr(loc, name) for _src, loc in located]) if located else empty
+        _join([getattr(loc, name) for _src, loc in located], empty)
         for name, empty in (
             ("offset", np.empty(0, np.int64)),
             ("timestamp", np.empty(0, np.int64)),
@@ -164,6 +164,13 @@ def scan_records(
         batch_size=b_size,
         end_position=int(end_position),
     )
+
+
+def _join(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
+    """One column from the groups' parts, without a copy when there is one group."""
+    if not parts:
+        return empty
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _groups(batches, plain, packed, packed_payloads, buf):
