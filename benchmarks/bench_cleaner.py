@@ -61,7 +61,7 @@ def run_one(name: str, scale: float, workdir: Path) -> dict:
 
     from kompakt.cleaner import Cleaner, LocalEngine
     from kompakt.log.manager import LogManager
-    from kompakt.record.batch import build_simple_batch
+    from kompakt.record.encode import build_simple_batch
 
     keys, records, tomb = SCENARIOS[name]
     keys = max(1, int(keys * scale))

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import build_simple_batch, iter_batches
+from kompakt.record.decode import iter_batches
+from kompakt.record.encode import build_simple_batch
 from kompakt.record.scan import scan_records
 
 

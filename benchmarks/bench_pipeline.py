@@ -17,7 +17,7 @@ from pathlib import Path
 from kompakt.log.manager import LogManager
 from kompakt.pipeline.plan import plan_ranges
 from kompakt.pipeline.read import read_range
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 
 def generate(data_dir: Path, args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from kompakt.cleaner import Cleaner, LocalEngine
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 TOPIC = "bench"
 VALUE = b"v" * 100

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from kompakt.errors import KompaktError
 from kompakt.log.partition_log import PartitionLog
-from kompakt.record.batch import NO_PRODUCER_ID, Header
+from kompakt.record.header import NO_PRODUCER_ID, Header
 
 NUM_BATCHES_TO_RETAIN = 5
 INT32_MAX = 2**31 - 1

@@ -42,13 +42,10 @@ from kompakt.errors import (
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import (
     CLEANED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIMEINDEX_SUFFIX,
     LogSegment,
-    filename_prefix,
+    segment_files,
 )
-from kompakt.record.batch import CONTROL_BIT, TRANSACTIONAL_BIT
+from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
 from kompakt.record.scan import scan_batch_headers, scan_records
 
 log = logging.getLogger(__name__)
@@ -187,8 +184,8 @@ def summarize_producers(segments: Sequence[LogSegment], now: int) -> ProducerSum
 
 
 def new_cleaned_segment(directory: Path, base: int, **seg_kwargs: Any) -> LogSegment:
-    for suffix in (".log", ".index", ".timeindex"):
-        (directory / f"{base:020d}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
+    for path in segment_files(directory, base, CLEANED_SUFFIX):
+        path.unlink(missing_ok=True)
     return LogSegment(directory, base, suffix=CLEANED_SUFFIX, **seg_kwargs)
 
 
@@ -313,9 +310,8 @@ def remove_cleaned_files(directory: Path, groups: Sequence[Sequence[LogSegment]]
     space a retry needs, and only a swap may turn them into segments."""
     for group in groups:
         if group:
-            prefix = directory / filename_prefix(group[0].base_offset)
-            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX):
-                Path(f"{prefix}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
+            for path in segment_files(directory, group[0].base_offset, CLEANED_SUFFIX):
+                path.unlink(missing_ok=True)
 
 
 # -- the in-process engine ----------------------------------------------------------------

@@ -14,26 +14,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-import numba
 import numpy as np
 
 from kompakt.cleaner import rule
 from kompakt.cleaner.transactions import ProducerSummary, TxnTracker, control_type_of
 from kompakt.record import codecs
-from kompakt.record.batch import (
+from kompakt.record.decode import RecordBatch
+from kompakt.record.encode import assemble_batch, build_batch_like, build_empty_batch
+from kompakt.record.header import (
     CONTROL_BIT,
     DELETE_HORIZON_BIT,
     HEADER_SIZE,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
     Header,
-    RecordBatch,
-    _assemble,
-    build_batch_like,
-    build_empty_batch,
     read_header,
 )
-from kompakt.record.scan import RecordScan, _varint, scan_records
+from kompakt.record.kernel import LAYOUT, copy_retained, locate_records
+from kompakt.record.scan import RecordScan, scan_records
+from kompakt.record.varint import MAX_VARINT_BYTES
 
 LatestLookup = Callable[[RecordScan], np.ndarray]
 FLUSH_BYTES = 4 << 20
@@ -74,55 +73,6 @@ class Sink:
         pass
 
 
-@numba.njit(cache=True, nogil=True)
-def _write_varint(out, o, value):
-    v = (np.int64(value) << 1) ^ (np.int64(value) >> 63)
-    u = np.uint64(v)
-    while u >= np.uint64(0x80):
-        out[o] = np.uint8((u & np.uint64(0x7F)) | np.uint64(0x80))
-        o += 1
-        u >>= np.uint64(7)
-    out[o] = np.uint8(u)
-    return o + 1
-
-
-@numba.njit(cache=True, nogil=True)
-def _varint_len(value):
-    v = np.uint64((np.int64(value) << 1) ^ (np.int64(value) >> 63))
-    n = 1
-    while v >= np.uint64(0x80):
-        v >>= np.uint64(7)
-        n += 1
-    return n
-
-
-@numba.njit(cache=True, nogil=True)
-def _filter_payload(src, count, keep, ts, base_ts, out):
-    """Copy kept records, re-encoding only the timestamp delta; -1 on malformed input."""
-    pos = 0
-    o = 0
-    end = len(src)
-    for i in range(count):
-        length, p = _varint(src, pos, end)
-        if p < 0 or p + length > end:
-            return -1
-        rec_end = p + length
-        if keep[i]:
-            _ts_delta, q = _varint(src, p + 1, rec_end)
-            if q < 0:
-                return -1
-            delta = ts[i] - base_ts
-            rest = rec_end - q
-            o = _write_varint(out, o, 1 + _varint_len(delta) + rest)
-            out[o] = src[p]
-            o += 1
-            o = _write_varint(out, o, delta)
-            out[o : o + rest] = src[q:rec_end]
-            o += rest
-        pos = rec_end
-    return o
-
-
 def rebuild_batch(
     batch: RecordBatch,
     keep: np.ndarray,
@@ -137,23 +87,18 @@ def rebuild_batch(
     raw = batch.buffer[HEADER_SIZE:]
     payload = codecs.decompress(h.compression, raw) if h.compression else raw
     src = np.frombuffer(payload, np.uint8)
-    out = np.empty(len(src) + 10 * h.record_count, np.uint8)
+    out = np.empty(len(src) + MAX_VARINT_BYTES * h.record_count, np.uint8)
     kept_ts = timestamps[keep]
     base_ts = horizon if horizon is not None else int(kept_ts[0])
-    n = _filter_payload(src, h.record_count, keep, timestamps, base_ts, out)
-    if n < 0:
-        from kompakt.errors import CorruptRecordError
-
-        raise CorruptRecordError(
-            f"malformed record in batch at offset {h.base_offset}", position=batch.position
-        )
+    loc = locate_records(src, [0], [len(src)], [batch], [0], LAYOUT)
+    n = copy_retained(src, loc.body_pos, loc.tail_pos, loc.rec_end, keep, timestamps, base_ts, out)
     body = out[:n].tobytes()
     if h.compression:
         body = codecs.compress(h.compression, body)
     log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
     max_ts = h.max_timestamp if log_append else int(kept_ts.max())
     attributes = h.attributes | (DELETE_HORIZON_BIT if horizon is not None else 0)
-    return _assemble(
+    return assemble_batch(
         h.base_offset,
         h.partition_leader_epoch,
         attributes,

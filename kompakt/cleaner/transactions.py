@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kompakt.record.batch import CONTROL_BIT, TRANSACTIONAL_BIT, RecordBatch
+from kompakt.record.decode import RecordBatch
+from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
 from kompakt.record.scan import BatchHeaders
 
 ABORT = 0

@@ -16,11 +16,24 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kompakt.errors import CorruptRecordError
+from kompakt.log.index import OffsetIndex, TimeIndex
+from kompakt.log.segment import offset_from_name
+from kompakt.record import codecs
+from kompakt.record.decode import RecordBatch
+from kompakt.record.header import (
+    CONTROL_COMMIT,
+    CONTROL_KEY,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC,
+    batch_size,
+    read_header,
+)
 
 from .common import emit, emit_json, print_error, text
 
 if TYPE_CHECKING:  # the record and log layers load when a file is dumped, not at start
-    from kompakt.record.batch import RecordBatch
+    from kompakt.record.decode import RecordBatch
 
 
 @dataclass
@@ -34,7 +47,6 @@ class FileDump:
 
 
 def _base_offset(path: Path) -> int | None:
-    from kompakt.log.segment import offset_from_name
 
     try:
         return offset_from_name(path.name)
@@ -44,8 +56,6 @@ def _base_offset(path: Path) -> int | None:
 
 def batch_info(batch: RecordBatch, deep: bool) -> tuple[dict[str, Any], str | None]:
     """A batch's header fields (and records when ``deep``); second item: a record error."""
-    from kompakt.record import codecs
-    from kompakt.record.batch import CONTROL_COMMIT, MAGIC
 
     h = batch.header
     crc_valid = h.magic == MAGIC and batch.compute_crc() == h.crc
@@ -85,8 +95,8 @@ def batch_info(batch: RecordBatch, deep: bool) -> tuple[dict[str, Any], str | No
                 "value": text(r.value),
                 "headers": [{"key": k, "value": text(v)} for k, v in r.headers],
             }
-            if h.is_control and r.key is not None and len(r.key) >= 4:
-                ctype = int.from_bytes(r.key[2:4], "big", signed=True)
+            if h.is_control and r.key is not None and len(r.key) >= CONTROL_KEY.size:
+                _version, ctype = CONTROL_KEY.unpack_from(r.key)
                 rec["controlType"] = "COMMIT" if ctype == CONTROL_COMMIT else "ABORT"
             records.append(rec)
     except CorruptRecordError as exc:
@@ -95,7 +105,7 @@ def batch_info(batch: RecordBatch, deep: bool) -> tuple[dict[str, Any], str | No
 
 
 def dump_log(path: Path, deep: bool) -> FileDump:
-    from kompakt.record.batch import HEADER_SIZE, LOG_OVERHEAD, RecordBatch, read_header
+    from kompakt.record.decode import RecordBatch
 
     out = FileDump(str(path), "log", _base_offset(path))
     data = path.read_bytes()
@@ -106,7 +116,7 @@ def dump_log(path: Path, deep: bool) -> FileDump:
                 {"position": pos, "error": f"{len(data) - pos} trailing bytes, not a batch"}
             )
             break
-        length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        length = batch_size(data, pos) - LOG_OVERHEAD
         if length < HEADER_SIZE - LOG_OVERHEAD:
             out.errors.append(
                 {"position": pos, "error": f"corrupt batch: length {length} is impossible"}
@@ -137,7 +147,6 @@ def dump_log(path: Path, deep: bool) -> FileDump:
 
 def dump_index(path: Path, kind: str) -> FileDump:
     """Entries of an ``.index`` or ``.timeindex`` file (zero-filled preallocation ignored)."""
-    from kompakt.log.index import OffsetIndex, TimeIndex
 
     out = FileDump(str(path), kind, _base_offset(path))
     base = out.base_offset or 0

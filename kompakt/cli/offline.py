@@ -13,7 +13,7 @@ from pathlib import Path
 from kompakt.errors import KompaktError
 from kompakt.log.data_dir import check_new_data_dir, require_data_dir
 from kompakt.record import codecs
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 from .backend import (
     ConfigValue,

@@ -16,7 +16,8 @@ from pathlib import Path
 from kompakt.errors import LogDirLockedError, UnknownTopicError
 from kompakt.log.config import TopicConfig
 from kompakt.log.data_dir import require_data_dir
-from kompakt.record.batch import LOG_OVERHEAD, iter_batches
+from kompakt.record.decode import iter_batches
+from kompakt.record.header import LOG_OVERHEAD
 
 from .backend import (
     CliError,

@@ -29,7 +29,10 @@ def fsync_dir(path: Path) -> None:
 
 
 class OffsetCheckpointFile:
+    """Kafka's ``OffsetCheckpointFile`` (``CheckpointFile`` with version 0)."""
+
     VERSION = 0
+    HEADER_LINES = 2  # version, entry count
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -43,7 +46,7 @@ class OffsetCheckpointFile:
                 raise CheckpointError(f"unknown checkpoint version {lines[0]} in {self.path}")
             count = int(lines[1])
             out: dict[TopicPartition, int] = {}
-            for line in lines[2 : 2 + count]:
+            for line in lines[self.HEADER_LINES : self.HEADER_LINES + count]:
                 topic, partition, offset = line.split()
                 out[(topic, int(partition))] = int(offset)
             if len(out) != count:

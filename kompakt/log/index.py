@@ -10,10 +10,12 @@ what an entry holds.
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import struct
 from pathlib import Path
+from typing import Self
 
 from kompakt.errors import CorruptRecordError
 
@@ -28,6 +30,8 @@ class IndexCorruptError(CorruptRecordError):
 class AbstractIndex:
     ENTRY_SIZE = 0
     _ENTRY: struct.Struct
+    _file: io.BufferedRandom | None
+    _mmap: mmap.mmap | bytes | None
 
     def __init__(self, path: Path, base_offset: int, max_index_size: int, writable: bool = True):
         self.path = Path(path)
@@ -49,6 +53,26 @@ class AbstractIndex:
         self._mmap = mmap.mmap(self._file.fileno(), length) if length else None
         if exists:
             self.entries = self._trailing_entries(self.entries)
+
+    @classmethod
+    def read_only(cls, path: Path, base_offset: int) -> Self:
+        """The entries of ``path`` as they are now, for a reader that does not own the log
+        (the Spark source beside a broker). The file is read in one go, never mapped or
+        created: the owner may trim it (on roll) or swap it away at any moment, and a
+        mapped page past a trimmed end would fault the reader. Raises
+        ``FileNotFoundError`` when there is no index; mutators raise
+        ``io.UnsupportedOperation``."""
+        index = cls.__new__(cls)
+        index.path = Path(path)
+        index.base_offset = base_offset
+        with open(index.path, "rb") as f:
+            data = f.read()
+        length = len(data) - len(data) % cls.ENTRY_SIZE
+        index.max_index_size = index._length = length
+        index._file = None
+        index._mmap = data[:length] if length else None
+        index.entries = index._trailing_entries(length // cls.ENTRY_SIZE)
+        return index
 
     # -- subclass hooks ------------------------------------------------------------------
     def _trailing_entries(self, n: int) -> int:
@@ -85,12 +109,18 @@ class AbstractIndex:
     def size_bytes(self) -> int:
         return self.entries * self.ENTRY_SIZE
 
+    def _fd(self) -> int:
+        if self._file is None:
+            raise io.UnsupportedOperation(f"index {self.path.name} was opened read-only")
+        return self._file.fileno()
+
     def _write(self, values: tuple[int, int]) -> None:
+        fd = self._fd()
         if self.is_full():
             raise IndexCorruptError(f"index {self.path.name} is full")
         # pwrite, not a store into the mmap: on a full disk a store into a sparse page
         # raises SIGBUS and kills the broker, while pwrite fails with ENOSPC.
-        os.pwrite(self._file.fileno(), self._ENTRY.pack(*values), self.entries * self.ENTRY_SIZE)
+        os.pwrite(fd, self._ENTRY.pack(*values), self.entries * self.ENTRY_SIZE)
         self.entries += 1
 
     def _search(self, target: int, key_of: int) -> int:
@@ -107,18 +137,19 @@ class AbstractIndex:
         return lo
 
     def truncate_entries(self, n: int) -> None:
+        fd = self._fd()
         n = max(0, min(n, self.entries))
         start = n * self.ENTRY_SIZE
         end = self.entries * self.ENTRY_SIZE
         if end > start:
-            os.pwrite(self._file.fileno(), bytes(end - start), start)
+            os.pwrite(fd, bytes(end - start), start)
         self.entries = n
 
     def reset(self) -> None:
         self.truncate_entries(0)
 
     def flush(self) -> None:
-        if self._mmap is not None:
+        if isinstance(self._mmap, mmap.mmap):
             self._mmap.flush()
 
     def trim_to_valid_size(self) -> None:
@@ -126,8 +157,10 @@ class AbstractIndex:
         self.resize(self.entries * self.ENTRY_SIZE)
 
     def resize(self, new_size: int) -> None:
+        self._fd()
+        assert self._file is not None
         new_size -= new_size % self.ENTRY_SIZE
-        if self._mmap is not None:
+        if isinstance(self._mmap, mmap.mmap):
             self._mmap.flush()
             self._mmap.close()
             self._mmap = None
@@ -137,11 +170,12 @@ class AbstractIndex:
             self._mmap = mmap.mmap(self._file.fileno(), new_size)
 
     def close(self) -> None:
-        if self._mmap is not None:
+        if isinstance(self._mmap, mmap.mmap):
             self._mmap.flush()
             self._mmap.close()
-            self._mmap = None
-        self._file.close()
+        self._mmap = None
+        if self._file is not None:
+            self._file.close()
 
     def rename(self, new_path: Path) -> None:
         os.replace(self.path, new_path)
@@ -155,8 +189,8 @@ class OffsetIndex(AbstractIndex):
     indexed offset <= the target and the byte position to start scanning from.
     """
 
-    ENTRY_SIZE = 8
     _ENTRY = struct.Struct(">ii")
+    ENTRY_SIZE = _ENTRY.size
 
     def append(self, offset: int, position: int) -> None:
         rel = offset - self.base_offset
@@ -177,6 +211,12 @@ class OffsetIndex(AbstractIndex):
     def entry(self, i: int) -> tuple[int, int]:
         rel, pos = self._raw(i)
         return self.base_offset + rel, pos
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(offset, position) of the last entry; (base, 0) when empty, as ``lookup`` of
+        any offset past it: where a walk to the end of the segment starts."""
+        return self.entry(self.entries - 1) if self.entries else (self.base_offset, 0)
 
     @property
     def last_offset(self) -> int:
@@ -207,8 +247,8 @@ class TimeIndex(AbstractIndex):
     one per index interval, so lookups find where records at or after a time begin.
     """
 
-    ENTRY_SIZE = 12
     _ENTRY = struct.Struct(">qi")
+    ENTRY_SIZE = _ENTRY.size
 
     def is_full(self) -> bool:
         # Kafka keeps the last slot free so a roll can always write the final entry.

@@ -25,6 +25,7 @@ from kompakt.log.segment import (
     TIMEINDEX_SUFFIX,
     LogSegment,
     offset_from_name,
+    segment_file,
 )
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class LogLoader:
         segments: list[LogSegment] = []
         for i, base in enumerate(bases):
             missing_index = not all(
-                (self.dir / f"{base:020d}{s}").exists() for s in (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+                segment_file(self.dir, base, s).exists() for s in (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
             )
             seg = LogSegment(self.dir, base, writable=i == len(bases) - 1, **self.segment_kwargs)
             segments.append(seg)

@@ -39,6 +39,7 @@ from kompakt.log.config import BrokerDefaults, TopicConfig
 from kompakt.log.durable import write_json_atomically
 from kompakt.log.names import invalid_topic_reason, validate_no_collision, validate_topic_name
 from kompakt.log.partition_log import PartitionLog
+from kompakt.log.segment import log_file_offset
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +108,7 @@ def is_data_dir(path: str | os.PathLike) -> bool:
             names = os.listdir(p)
         except OSError:
             continue
-        if "partition.metadata" in names or any(
-            n.endswith(".log") and n[:-4].isdigit() for n in names
-        ):
+        if "partition.metadata" in names or any(log_file_offset(n) is not None for n in names):
             return True
     return False
 

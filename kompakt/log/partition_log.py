@@ -29,8 +29,12 @@ from kompakt.log.checkpoint import fsync_dir
 from kompakt.log.clock import Clock
 from kompakt.log.config import TopicConfig
 from kompakt.log.loader import LogLoader
-from kompakt.log.segment import DELETED_SUFFIX, SWAP_SUFFIX, LogSegment
-from kompakt.record.batch import RecordBatch, iter_batches
+from kompakt.log.segment import (
+    DELETED_SUFFIX,
+    SWAP_SUFFIX,
+    LogSegment,
+)
+from kompakt.record.decode import RecordBatch, iter_batches
 
 log = logging.getLogger(__name__)
 

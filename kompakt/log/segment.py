@@ -14,7 +14,14 @@ from pathlib import Path
 
 from kompakt.errors import CorruptRecordError
 from kompakt.log.index import IndexCorruptError, OffsetIndex, TimeIndex
-from kompakt.record.batch import LOG_OVERHEAD, Header, RecordBatch, iter_batches, read_header
+from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.header import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    Header,
+    batch_size,
+    read_header,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +35,41 @@ SWAP_SUFFIX = ".swap"
 INT32_MAX = 2**31 - 1
 
 
+SEGMENT_FILE_TYPES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)  # the files of a segment
+FILENAME_DIGITS = 20
+
+
 def filename_prefix(offset: int) -> str:
-    return f"{offset:020d}"
+    """The base offset as a file name stem: 20 digits, zero padded (Kafka's
+    ``LogFileUtils.filenamePrefixFromOffset``)."""
+    return f"{offset:0{FILENAME_DIGITS}d}"
 
 
 def offset_from_name(name: str) -> int:
+    """The base offset a segment file name starts with (``LogFileUtils.offsetFromFileName``)."""
     return int(name.split(".", 1)[0])
+
+
+def segment_file(
+    directory: Path | str, offset: int, kind: str = LOG_SUFFIX, suffix: str = ""
+) -> Path:
+    """The path of one file of segment ``offset``: ``kind`` is ``LOG_SUFFIX``,
+    ``INDEX_SUFFIX``, ... and ``suffix`` a swap-protocol state (``CLEANED_SUFFIX``,
+    ``SWAP_SUFFIX``, ``DELETED_SUFFIX``) or "" (Kafka's ``LogFileUtils.logFile`` /
+    ``offsetIndexFile`` / ``timeIndexFile``). Every segment file name is built here."""
+    return Path(directory) / f"{filename_prefix(offset)}{kind}{suffix}"
+
+
+def segment_files(directory: Path | str, offset: int, suffix: str = "") -> list[Path]:
+    """The ``.log``, ``.index`` and ``.timeindex`` of segment ``offset`` in one state."""
+    return [segment_file(directory, offset, kind, suffix) for kind in SEGMENT_FILE_TYPES]
+
+
+def log_file_offset(name: str) -> int | None:
+    """The base offset if ``name`` is a live segment's ``.log`` (digits + ``.log``), else
+    None: suffixed files (``.log.swap``...) and strangers are not segments."""
+    stem, _dot, ext = name.partition(".")
+    return int(stem) if "." + ext == LOG_SUFFIX and stem.isdigit() else None
 
 
 class LogSegment:
@@ -52,15 +88,20 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.suffix = suffix
-        prefix = self.dir / filename_prefix(base_offset)
-        self.log_path = Path(f"{prefix}{LOG_SUFFIX}{suffix}")
+        self.log_path = segment_file(self.dir, base_offset, LOG_SUFFIX, suffix)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self._fd).st_size
         self.offset_index = OffsetIndex(
-            Path(f"{prefix}{INDEX_SUFFIX}{suffix}"), base_offset, max_index_size, writable
+            segment_file(self.dir, base_offset, INDEX_SUFFIX, suffix),
+            base_offset,
+            max_index_size,
+            writable,
         )
         self.time_index = TimeIndex(
-            Path(f"{prefix}{TIMEINDEX_SUFFIX}{suffix}"), base_offset, max_index_size, writable
+            segment_file(self.dir, base_offset, TIMEINDEX_SUFFIX, suffix),
+            base_offset,
+            max_index_size,
+            writable,
         )
         self._bytes_since_index = 0
         self.max_timestamp = -1
@@ -83,7 +124,7 @@ class LogSegment:
         if first is not None:
             self.rolling_timestamp = first.max_timestamp if first.max_timestamp >= 0 else None
         # walk from the last indexed position to learn the last offset and max timestamp
-        _off, pos = self.offset_index.lookup(2**62)
+        _off, pos = self.offset_index.last_entry
         if not 0 <= pos <= self.size:  # a damaged index: its sanity check rebuilds it next
             pos = 0
         self.whole_batches_end = pos
@@ -205,9 +246,9 @@ class LogSegment:
         return os.pread(self._fd, size, position)
 
     def read_header_at(self, position: int) -> Header | None:
-        if position + 61 > self.size:
+        if position + HEADER_SIZE > self.size:
             return None
-        return read_header(os.pread(self._fd, 61, position))
+        return read_header(os.pread(self._fd, HEADER_SIZE, position))
 
     def read_all(self) -> bytes:
         return os.pread(self._fd, self.size, 0)
@@ -227,10 +268,10 @@ class LogSegment:
             if not got_any:
                 if end - pos < LOG_OVERHEAD:
                     return
-                length = int.from_bytes(os.pread(self._fd, LOG_OVERHEAD, pos)[8:12], "big")
-                if pos + length + LOG_OVERHEAD > end:
+                size = batch_size(os.pread(self._fd, LOG_OVERHEAD, pos))
+                if pos + size > end:
                     return
-                chunk = length + LOG_OVERHEAD  # a batch bigger than the chunk
+                chunk = size  # a batch bigger than the chunk
                 continue
             pos += last_end
 

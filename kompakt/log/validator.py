@@ -21,15 +21,14 @@ from kompakt.errors import (
 )
 from kompakt.log.config import LONG_MAX, LONG_MIN, TopicConfig
 from kompakt.record import codecs
-from kompakt.record.batch import (
+from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.encode import build_batch_like
+from kompakt.record.header import (
     CREATE_TIME,
     MAGIC,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
     Header,
-    RecordBatch,
-    build_batch_like,
-    iter_batches,
     set_base_offset,
     set_log_append_time,
     set_max_timestamp,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kompakt import errors
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import iter_batches
+from kompakt.record.decode import iter_batches
 
 STAGING_DIR = ".kompakt-staging"
 APPEND_SLICE = 4 << 20  # append staged batches a few MiB at a time

@@ -28,7 +28,7 @@ from kompakt.cleaner.cleaner import DirtyRange, write_cleaned_group
 from kompakt.cleaner.rewrite import GroupStats, RoundContext, lookup_from_arrays
 from kompakt.cleaner.transactions import ProducerSummary
 from kompakt.log.partition_log import PartitionLog
-from kompakt.log.segment import CLEANED_SUFFIX, LogSegment
+from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_file
 
 
 def _group_cleaner(
@@ -36,7 +36,7 @@ def _group_cleaner(
 ) -> Callable:
     def clean(task, offsets: np.ndarray, latest: np.ndarray) -> dict[str, Any]:
         directory = Path(task.dir)
-        sources = [(b, directory / f"{b:020d}.log", None) for b in task.bases]
+        sources = [(b, segment_file(directory, b), None) for b in task.bases]
         stats, dest = write_cleaned_group(
             directory,
             sources,
@@ -157,7 +157,7 @@ def warm_up(
     from kompakt.cleaner.cleaner import Cleaner
     from kompakt.log.manager import LogManager
     from kompakt.pipeline import DEFAULT_MASTER, MASTER_KEY, session
-    from kompakt.record.batch import build_simple_batch
+    from kompakt.record.encode import build_simple_batch
 
     config = dict(config or {})
     t0 = time.monotonic()

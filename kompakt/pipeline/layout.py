@@ -15,14 +15,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from kompakt.log.checkpoint import CheckpointError, OffsetCheckpointFile
 from kompakt.log.config import TopicConfig
+from kompakt.log.index import OffsetIndex
 from kompakt.log.manager import LOG_START_CHECKPOINT, TOPICS_FILE, parse_partition_dir
 from kompakt.log.names import is_valid_topic_name
-from kompakt.log.segment import INDEX_SUFFIX, LOG_SUFFIX, filename_prefix
-from kompakt.record.batch import HEADER_SIZE, LOG_OVERHEAD, read_header
+from kompakt.log.segment import INDEX_SUFFIX, log_file_offset, segment_file
+from kompakt.record.header import HEADER_SIZE, LOG_OVERHEAD, read_header
 
 
 @dataclass
@@ -66,16 +65,12 @@ def list_segments(part_dir: str | os.PathLike) -> list[int]:
         names = os.listdir(part_dir)
     except FileNotFoundError:
         return []
-    bases = []
-    for name in names:
-        stem, dot, ext = name.partition(".")
-        if dot and "." + ext == LOG_SUFFIX and stem.isdigit():
-            bases.append(int(stem))
-    return sorted(bases)
+    return sorted(b for b in map(log_file_offset, names) if b is not None)
 
 
 def segment_path(part_dir: str | os.PathLike, base: int) -> Path:
-    return Path(part_dir) / f"{filename_prefix(base)}{LOG_SUFFIX}"
+    """The live ``.log`` of segment ``base``."""
+    return segment_file(part_dir, base)
 
 
 def read_segment(part_dir: str | os.PathLike, base: int) -> bytes:
@@ -97,14 +92,11 @@ def log_start_offsets(data_dir: str | os.PathLike) -> dict[tuple[str, int], int]
 
 def _last_index_position(part_dir: str | os.PathLike, base: int) -> int:
     """Byte position of the last ``.index`` entry (0 without one): a place to start walking."""
-    path = Path(part_dir) / f"{filename_prefix(base)}{INDEX_SUFFIX}"
     try:
-        raw = np.fromfile(path, dtype=">i4")
-    except (FileNotFoundError, ValueError):
+        index = OffsetIndex.read_only(segment_file(part_dir, base, INDEX_SUFFIX), base)
+    except FileNotFoundError:
         return 0
-    entries = raw[: len(raw) // 2 * 2].reshape(-1, 2)
-    used = np.flatnonzero((entries[:, 0] != 0) | (entries[:, 1] != 0))
-    return int(entries[used[-1], 1]) if len(used) else 0
+    return index.last_entry[1]
 
 
 def segment_next_offset(part_dir: str | os.PathLike, base: int) -> int | None:

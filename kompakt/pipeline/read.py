@@ -24,7 +24,8 @@ import pyarrow as pa
 from kompakt.pipeline.columns import decode_batches
 from kompakt.pipeline.layout import list_segments, read_segment, segment_path, segments_covering
 from kompakt.pipeline.schema import to_record_batch
-from kompakt.record.batch import CONTROL_ABORT, RecordBatch, iter_batches
+from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.header import CONTROL_ABORT
 
 CHUNK_BYTES = 16 << 20  # decode this much batch payload per Arrow batch
 RELIST_ATTEMPTS = 20

@@ -24,6 +24,8 @@ from pyspark.sql.types import (
 
 from kompakt.pipeline.columns import RecordColumns, Slices
 
+MICROS_PER_MILLI = 1000  # Kafka timestamps are ms; Spark TimestampType is us
+
 HEADERS_TYPE = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
 )
@@ -87,7 +89,7 @@ def to_record_batch(
         _constant_string(topic, n),
         pa.array(np.full(n, partition, np.int32)),
         pa.array(cols.offset),
-        pa.array(cols.timestamp * 1000, pa.timestamp("us", tz="UTC")),
+        pa.array(cols.timestamp * MICROS_PER_MILLI, pa.timestamp("us", tz="UTC")),
         pa.array(cols.timestamp_type),
     ]
     if include_headers:

@@ -45,13 +45,24 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from kompakt.errors import InvalidRecordError, RecordTooLargeError, UnknownTopicError
 from kompakt.log.names import validate_topic_name
 from kompakt.pipeline import options as opt
-from kompakt.pipeline.commit import STAGING_DIR, attach_manager, commit_staged, detach_manager
+from kompakt.pipeline.commit import (
+    STAGING_DIR,
+    attach_manager,
+    commit_staged,
+    detach_manager,
+)
 from kompakt.pipeline.layout import read_topics
 from kompakt.record import codecs
-from kompakt.record.batch import HEADER_SIZE, Record, build_batch
+from kompakt.record.decode import Record
+from kompakt.record.encode import build_batch
+from kompakt.record.header import HEADER_SIZE
 from kompakt.record.partitioner import partition_for_keys
 
 TARGET_BATCH_BYTES = 256 << 10
+# a record's varints (length, timestamp and offset deltas, key and value lengths, header
+# count) and attributes byte take at most about this many bytes; a header's two lengths 4
+RECORD_OVERHEAD_ESTIMATE = 24
+HEADER_OVERHEAD_ESTIMATE = 4
 
 
 @dataclass
@@ -80,7 +91,8 @@ def _binary_column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
 def _key_arrays(keys: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(data, offsets) of a binary array, offset-adjusted for slices."""
     _validity, offs, data = keys.buffers()
-    offsets = np.frombuffer(offs, np.int32, len(keys) + 1, keys.offset * 4).astype(np.int64)
+    item = np.dtype(np.int32).itemsize  # Arrow binary offsets are int32
+    offsets = np.frombuffer(offs, np.int32, len(keys) + 1, keys.offset * item).astype(np.int64)
     raw = np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8)
     return raw, offsets
 
@@ -196,8 +208,8 @@ class KompaktWriter(DataSourceArrowWriter):
         chunk: list[Record] = []
         size = 0
         for r in rows:
-            rsize = 24 + len(r.key or b"") + len(r.value or b"")
-            rsize += sum(len(k) + len(v or b"") + 4 for k, v in r.headers)
+            rsize = RECORD_OVERHEAD_ESTIMATE + len(r.key or b"") + len(r.value or b"")
+            rsize += sum(len(k) + len(v or b"") + HEADER_OVERHEAD_ESTIMATE for k, v in r.headers)
             if chunk and size + rsize > self.max_batch_bytes:
                 yield self._build(chunk)
                 chunk, size = [], 0

@@ -14,9 +14,21 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from kompakt.errors import CorruptRecordError
 from kompakt.record import codecs
-from kompakt.record.batch import HEADER_SIZE, TIMESTAMP_TYPE_BIT, iter_batches
+from kompakt.record.decode import iter_batches
+from kompakt.record.header import (
+    ATTRIBUTES_POS,
+    BASE_OFFSET_POS,
+    BATCH_LENGTH_POS,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_POS,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_POS,
+    PRODUCER_EPOCH_POS,
+    PRODUCER_ID_POS,
+    RECORD_COUNT_POS,
+)
+from kompakt.record.kernel import KEYS, VALUES, gather, gather_slices, locate_records, slice_offsets
 
 
 @dataclass
@@ -48,82 +60,6 @@ class RecordScan:
         if self.key_null[i]:
             return None
         return self.key_data[self.key_offsets[i] : self.key_offsets[i + 1]].tobytes()
-
-
-@numba.njit(cache=True, nogil=True)
-def _varint(buf, pos, end):
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end:
-            return 0, -1
-        b = np.int64(buf[pos])
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if (b & 0x80) == 0:
-            break
-        shift += 7
-        if shift > 63:
-            return 0, -1
-    return (result >> 1) ^ -(result & 1), pos
-
-
-@numba.njit(cache=True, nogil=True)
-def _scan_kernel(
-    buf,
-    starts,
-    ends,
-    counts,
-    base_offsets,
-    base_ts,
-    max_ts,
-    log_append,
-    batch_ids,
-    out_offset,
-    out_ts,
-    out_key_start,
-    out_key_len,
-    out_value_len,
-    out_batch,
-    key_data,
-    key_fill,
-    row,
-):
-    """Walk the records of each described batch; return (rows, key bytes) or (-1-i, 0)."""
-    for i in range(len(starts)):
-        pos = starts[i]
-        end = ends[i]
-        for _ in range(counts[i]):
-            length, pos = _varint(buf, pos, end)
-            if pos < 0 or length < 0 or pos + length > end:
-                return -1 - i, key_fill
-            rec_end = pos + length
-            pos += 1  # attributes
-            ts_delta, pos = _varint(buf, pos, rec_end)
-            if pos < 0:
-                return -1 - i, key_fill
-            off_delta, pos = _varint(buf, pos, rec_end)
-            if pos < 0:
-                return -1 - i, key_fill
-            klen, pos = _varint(buf, pos, rec_end)
-            if pos < 0 or pos + max(klen, 0) > rec_end:
-                return -1 - i, key_fill
-            out_key_start[row] = key_fill
-            out_key_len[row] = klen
-            if klen > 0:
-                key_data[key_fill : key_fill + klen] = buf[pos : pos + klen]
-                key_fill += klen
-                pos += klen
-            vlen, pos = _varint(buf, pos, rec_end)
-            if pos < 0 or pos + max(vlen, 0) > rec_end:
-                return -1 - i, key_fill
-            out_value_len[row] = vlen
-            out_offset[row] = base_offsets[i] + off_delta
-            out_ts[row] = max_ts[i] if log_append[i] else base_ts[i] + ts_delta
-            out_batch[row] = batch_ids[i]
-            row += 1
-            pos = rec_end  # headers are not needed here
-    return row, key_fill
 
 
 def scan_records(
@@ -167,7 +103,7 @@ def scan_records(
         b_attr[i] = h.attributes
         b_pid[i] = h.producer_id
         b_count[i] = h.record_count
-        b_size[i] = h.batch_length + 12
+        b_size[i] = h.size
         end_position = b.position + b_size[i]
         if h.is_control and not include_control:
             continue
@@ -178,59 +114,38 @@ def scan_records(
         else:
             packed.append(i)
             packed_payloads.append(codecs.decompress(h.compression, b.buffer[HEADER_SIZE:]))
-    total = int(sum(batches[i].header.record_count for i in plain + packed))
-    out_offset = np.empty(total, np.int64)
-    out_ts = np.empty(total, np.int64)
-    out_key_start = np.empty(total, np.int64)
-    out_key_len = np.empty(total, np.int32)
-    out_value_len = np.empty(total, np.int32)
-    out_batch = np.empty(total, np.int32)
-    key_cap = sum(batches[i].header.batch_length for i in plain) + sum(map(len, packed_payloads))
-    key_data = np.empty(key_cap, np.uint8)
-    row, fill = 0, 0
-    for ids, source, starts, ends in _groups(batches, plain, packed, packed_payloads, buf):
-        hdrs = [batches[i].header for i in ids]
-        res_row, fill = _scan_kernel(
+    located = [
+        (
             source,
-            starts,
-            ends,
-            np.array([h.record_count for h in hdrs], np.int64),
-            np.array([h.base_offset for h in hdrs], np.int64),
-            np.array([h.base_timestamp for h in hdrs], np.int64),
-            np.array([h.max_timestamp for h in hdrs], np.int64),
-            np.array([bool(h.attributes & TIMESTAMP_TYPE_BIT) for h in hdrs], np.bool_),
-            np.array(ids, np.int32),
-            out_offset,
-            out_ts,
-            out_key_start,
-            out_key_len,
-            out_value_len,
-            out_batch,
-            key_data,
-            fill,
-            row,
+            locate_records(source, starts, ends, [batches[i] for i in ids], ids, KEYS | VALUES),
         )
-        if res_row < 0:
-            bad = batches[ids[-1 - res_row]]
-            raise CorruptRecordError(
-                f"malformed record in batch at offset {bad.header.base_offset}",
-                position=bad.position,
-            )
-        row = res_row
-    if packed and plain:
+        for ids, source, starts, ends in _groups(batches, plain, packed, packed_payloads, buf)
+    ]
+    cols = [
+        _join([getattr(loc, name) for _src, loc in located], empty)
+        for name, empty in (
+            ("offset", np.empty(0, np.int64)),
+            ("timestamp", np.empty(0, np.int64)),
+            ("key_len", np.empty(0, np.int32)),
+            ("value_len", np.empty(0, np.int32)),
+            ("batch", np.empty(0, np.int32)),
+        )
+    ]
+    out_offset, out_ts, out_key_len, out_value_len, out_batch = cols
+    key_offsets = slice_offsets(out_key_len)
+    key_data = np.empty(int(key_offsets[-1]), np.uint8)
+    row = 0
+    for source, loc in located:  # keys of each source in row order
+        gather(source, loc.key_pos, key_offsets[row : row + len(loc) + 1], key_data)
+        row += len(loc)
+    if packed and plain:  # back to log order: batches of both groups interleave
         order = np.argsort(out_batch, kind="stable")
-        out_offset, out_ts, out_key_start, out_key_len, out_value_len, out_batch = (
-            a[order]
-            for a in (out_offset, out_ts, out_key_start, out_key_len, out_value_len, out_batch)
+        out_offset, out_ts, out_key_len, out_value_len, out_batch = (
+            a[order] for a in (out_offset, out_ts, out_key_len, out_value_len, out_batch)
         )
+        key_data = gather_slices(key_data, key_offsets[:-1][order], slice_offsets(out_key_len))
+        key_offsets = slice_offsets(out_key_len)
     key_null = out_key_len < 0
-    lens = np.where(key_null, 0, out_key_len).astype(np.int64)
-    key_offsets = np.zeros(total + 1, np.int64)
-    np.cumsum(lens, out=key_offsets[1:])
-    if packed and plain:
-        key_data = _gather(key_data, out_key_start, lens, int(key_offsets[-1]))
-    else:
-        key_data = key_data[:fill]
     return RecordScan(
         offset=out_offset,
         timestamp=out_ts,
@@ -251,7 +166,16 @@ def scan_records(
     )
 
 
+def _join(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
+    """One column from the groups' parts, without a copy when there is one group."""
+    if not parts:
+        return empty
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def _groups(batches, plain, packed, packed_payloads, buf):
+    """(batch ids, source, starts, ends): plain batches are walked in place, compressed
+    ones in one buffer of their decompressed payloads."""
     if plain:
         starts = np.array([batches[i].position + HEADER_SIZE for i in plain], np.int64)
         ends = np.array([batches[i].position + batches[i].header.size for i in plain], np.int64)
@@ -261,17 +185,6 @@ def _groups(batches, plain, packed, packed_payloads, buf):
         lens = np.array([len(p) for p in packed_payloads], np.int64)
         ends = np.cumsum(lens)
         yield packed, joined, ends - lens, ends
-
-
-@numba.njit(cache=True, nogil=True)
-def _gather(src, starts, lens, total):
-    out = np.empty(total, np.uint8)
-    fill = 0
-    for i in range(len(starts)):
-        n = lens[i]
-        out[fill : fill + n] = src[starts[i] : starts[i] + n]
-        fill += n
-    return out
 
 
 @dataclass
@@ -305,28 +218,25 @@ def _be(buf, pos, n):
 @numba.njit(cache=True, nogil=True)
 def _walk_headers(buf, pos, end, out):
     n = 0
-    while pos + HEADER_SIZE_NB <= end:
-        length = _be(buf, pos + 8, 4)
-        size = length + 12
-        if length < HEADER_SIZE_NB - 12 or pos + size > end:
+    while pos + HEADER_SIZE <= end:
+        length = _be(buf, pos + BATCH_LENGTH_POS, 4)
+        size = length + LOG_OVERHEAD
+        if length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
             break
         if n == out.shape[0]:
             break
         out[n, 0] = pos
         out[n, 1] = size
-        out[n, 2] = _be(buf, pos, 8)
-        out[n, 3] = out[n, 2] + _be(buf, pos + 23, 4)
-        out[n, 4] = _be(buf, pos + 21, 2)
-        out[n, 5] = _be(buf, pos + 43, 8)
-        out[n, 6] = _be(buf, pos + 51, 2)
-        out[n, 7] = _be(buf, pos + 35, 8)
-        out[n, 8] = _be(buf, pos + 57, 4)
+        out[n, 2] = _be(buf, pos + BASE_OFFSET_POS, 8)
+        out[n, 3] = out[n, 2] + _be(buf, pos + LAST_OFFSET_DELTA_POS, 4)
+        out[n, 4] = _be(buf, pos + ATTRIBUTES_POS, 2)
+        out[n, 5] = _be(buf, pos + PRODUCER_ID_POS, 8)
+        out[n, 6] = _be(buf, pos + PRODUCER_EPOCH_POS, 2)
+        out[n, 7] = _be(buf, pos + MAX_TIMESTAMP_POS, 8)
+        out[n, 8] = _be(buf, pos + RECORD_COUNT_POS, 4)
         n += 1
         pos += size
     return n, pos
-
-
-HEADER_SIZE_NB = HEADER_SIZE
 
 
 def scan_batch_headers(

@@ -40,7 +40,7 @@ from kompakt.broker.coordinator.storage import OFFSETS_TOPIC, TOPIC_IDS_FILE
 from kompakt.broker.protocol import build
 from kompakt.cleaner import Cleaner
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 TIMEOUT = 10
 FAST = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1}

@@ -37,7 +37,7 @@ from kompakt.broker.coordinator.offsets import expired_offsets
 from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.broker.coordinator.state import Group, GroupState
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 TIMEOUT = 10
 MINUTE = 60_000

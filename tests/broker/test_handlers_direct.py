@@ -21,7 +21,7 @@ from kompakt.broker.protocol import build
 from kompakt.broker.registry import ApiRegistry, DelayedResponse
 from kompakt.broker.state import BrokerState, RequestContext
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 TOPIC = "t"
 

@@ -16,7 +16,7 @@ from raw_kafka import API, call
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import records as R
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 TIMEOUT = 10
 FAST = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1}

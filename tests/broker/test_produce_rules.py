@@ -187,7 +187,8 @@ def now_ms() -> int:
 
 
 def batch(items, timestamps=None, **kw) -> bytes:
-    from kompakt.record.batch import Record, build_batch
+    from kompakt.record.decode import Record
+    from kompakt.record.encode import build_batch
 
     ts = timestamps or [now_ms()] * len(items)
     return build_batch(

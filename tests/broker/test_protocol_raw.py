@@ -14,7 +14,7 @@ from raw_kafka import API, encode_request
 from raw_kafka import decode_response as decode
 
 from kompakt.broker.app import start_test_broker
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 
 def build_batch(items, **kw):

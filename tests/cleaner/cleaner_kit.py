@@ -10,7 +10,8 @@ from manual_clock import T0, ManualClock  # noqa: F401 (re-exported for the test
 
 from kompakt.log.manager import LogManager
 from kompakt.log.partition_log import PartitionLog
-from kompakt.record.batch import Record, build_simple_batch
+from kompakt.record.decode import Record
+from kompakt.record.encode import build_simple_batch
 
 
 def open_manager(path: Path, clock, broker_config=None) -> LogManager:

@@ -24,7 +24,8 @@ from cleaner_kit import fold, leftovers
 
 from kompakt.cleaner import Cleaner
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import build_simple_batch, iter_batches
+from kompakt.record.decode import iter_batches
+from kompakt.record.encode import build_simple_batch
 
 KILL_POINTS = 50
 
@@ -63,7 +64,7 @@ def fold_items(state, batches):
 def main(data_dir, seed):
     from kompakt.cleaner import Cleaner
     from kompakt.log.manager import LogManager
-    from kompakt.record.batch import build_simple_batch
+    from kompakt.record.encode import build_simple_batch
 
     now = [T0 + 10_000]
     m = LogManager(data_dir, clock=lambda: now[0])
@@ -101,7 +102,7 @@ def warm_up():
 
     from kompakt.cleaner import Cleaner
     from kompakt.log.manager import LogManager
-    from kompakt.record.batch import build_simple_batch
+    from kompakt.record.encode import build_simple_batch
 
     with tempfile.TemporaryDirectory() as d:
         m = LogManager(d, clock=lambda: T0)

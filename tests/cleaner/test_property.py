@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from kompakt.cleaner import Cleaner, LocalEngine
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import Record, build_batch
+from kompakt.record.decode import Record
+from kompakt.record.encode import build_batch
 
 KEYS = [b"a", b"b", b"c", b"d", b"e", b"f"]
 CONFIG = {

@@ -9,7 +9,7 @@ from cleaner_kit import T0, append, dir_bytes, fold, headers, leftovers, records
 from kompakt.cleaner import Cleaner, LocalEngine
 from kompakt.log.manager import LogManager
 from kompakt.record import codecs
-from kompakt.record.batch import DELETE_HORIZON_BIT
+from kompakt.record.header import DELETE_HORIZON_BIT
 
 COMPACT = {"cleanup.policy": "compact", "delete.retention.ms": "1000"}
 

@@ -10,7 +10,7 @@ from cleaner_kit import T0, ManualClock, append, fold, leftovers, records
 
 from kompakt.cleaner import Cleaner
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import iter_batches
+from kompakt.record.decode import iter_batches
 
 CONFIG = {
     "cleanup.policy": "compact",

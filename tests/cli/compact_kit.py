@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 SMALL = {"cleanup.policy": "compact", "segment.bytes": "1000"}
 

@@ -179,7 +179,8 @@ def test_null_key_on_compacted_topic_is_refused_and_nothing_written(data_dir: Pa
 
 
 def test_consume_skips_control_batches_and_records_below_requested_offset(data_dir: Path):
-    from kompakt.record.batch import CONTROL_COMMIT, build_control_batch, build_simple_batch
+    from kompakt.record.encode import build_control_batch, build_simple_batch
+    from kompakt.record.header import CONTROL_COMMIT
 
     with LogManager(data_dir) as logs:
         logs.create_topic("t")
@@ -351,7 +352,9 @@ def test_dump_missing_and_unsupported_files_exit_nonzero_after_the_rest(data_dir
 
 
 def test_dump_shows_delete_horizon_and_control_markers(tmp_path: Path):
-    from kompakt.record.batch import CONTROL_ABORT, Record, build_batch, build_control_batch
+    from kompakt.record.decode import Record
+    from kompakt.record.encode import build_batch, build_control_batch
+    from kompakt.record.header import CONTROL_ABORT
 
     seg = tmp_path / f"{0:020d}.log"
     seg.write_bytes(

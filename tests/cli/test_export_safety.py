@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import kompakt.pipeline
 from kompakt.cli.main import app
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 runner = CliRunner()
 

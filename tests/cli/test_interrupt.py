@@ -22,7 +22,7 @@ from tree_kit import snapshot
 
 from kompakt.errors import LogDirLockedError
 from kompakt.log.manager import LogManager, shared_dir_lock
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 
 def kompakt(*args: str | Path, **popen) -> subprocess.Popen:

@@ -20,7 +20,8 @@ SCENARIO = textwrap.dedent(
     import os, sys
     from kompakt.errors import KafkaStorageError
     from kompakt.log.manager import LogManager
-    from kompakt.record.batch import build_simple_batch, iter_batches
+    from kompakt.record.decode import iter_batches
+    from kompakt.record.encode import build_simple_batch
 
     data, filler, mode = sys.argv[1], sys.argv[2], sys.argv[3]
     if mode == "tmpfs":  # leave room for the metadata, then let the log fill the rest

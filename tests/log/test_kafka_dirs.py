@@ -5,7 +5,8 @@ from __future__ import annotations
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import build_simple_batch, set_base_offset
+from kompakt.record.encode import build_simple_batch
+from kompakt.record.header import set_base_offset
 
 
 def kafka_python_batch(base_offset: int, n: int, codec: int) -> bytes:

@@ -13,7 +13,7 @@ from kompakt.errors import (
 )
 from kompakt.log.checkpoint import OffsetCheckpointFile
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 
 def test_second_process_opening_the_dir_gets_a_clear_lock_error(tmp_path):

@@ -15,7 +15,8 @@ from kompakt.errors import (
 )
 from kompakt.log.manager import LogManager
 from kompakt.record import codecs
-from kompakt.record.batch import RecordBatch, build_simple_batch, iter_batches
+from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.encode import build_simple_batch
 
 
 def batch(*kvs, ts=1_700_000_000_000, codec=codecs.NONE):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kompakt.errors import OffsetOutOfRangeError
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 
 def batch(key: bytes, ts: int, value: bytes = b"v") -> bytes:

@@ -13,14 +13,9 @@ import pytest
 
 from kompakt.errors import InvalidRecordError, InvalidTimestampError
 from kompakt.record import codecs
-from kompakt.record.batch import (
-    CREATE_TIME,
-    LOG_APPEND_TIME,
-    Record,
-    build_batch,
-    build_simple_batch,
-    iter_batches,
-)
+from kompakt.record.decode import Record, iter_batches
+from kompakt.record.encode import build_batch, build_simple_batch
+from kompakt.record.header import CREATE_TIME, LOG_APPEND_TIME
 
 HOUR = 3_600_000
 YEAR_2100 = 4_102_444_800_000

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kompakt.cleaner import Cleaner
 from kompakt.log.manager import LogManager
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 NOW = 1_700_000_000_000
 TOPIC_CONFIG = {

@@ -29,7 +29,7 @@ def main() -> None:
     from kompakt.log.manager import LogManager
     from kompakt.pipeline.engine import SparkEngine
     from kompakt.pipeline.standalone import FAST_START_JAVA_OPTS
-    from kompakt.record.batch import build_simple_batch
+    from kompakt.record.encode import build_simple_batch
 
     config = {
         "kompakt.spark.master": "local[2]",

@@ -19,7 +19,7 @@ from engine_kit import clean_twice, snapshot, write_log
 
 from kompakt.cleaner import LocalEngine
 from kompakt.pipeline.standalone import cluster_env, standalone_cluster
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 JOB = Path(__file__).with_name("cluster_job.py")
 

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 from kompakt.pipeline.columns import decode_batches
 from kompakt.pipeline.schema import arrow_schema, to_record_batch
 from kompakt.record import codecs
-from kompakt.record.batch import LOG_APPEND_TIME, build_simple_batch, iter_batches
+from kompakt.record.decode import iter_batches
+from kompakt.record.encode import build_simple_batch
+from kompakt.record.header import LOG_APPEND_TIME
 
 header_st = st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=6)))
 item_st = st.tuples(

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from kompakt.log.manager import LogManager
 from kompakt.pipeline.dedup import latest_offsets, records_with_latest
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 ops = st.lists(
     st.tuples(

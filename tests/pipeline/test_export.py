@@ -9,7 +9,7 @@ import pytest
 
 from kompakt.log.manager import LogManager
 from kompakt.pipeline.export import ExportTargetError, export_latest
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 
 def test_export_keeps_latest_value_per_key_and_drops_tombstoned_keys(

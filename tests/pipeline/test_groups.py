@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kompakt.pipeline.dedup import latest_offsets, records_with_latest
 from kompakt.pipeline.groups import GroupTask, run_groups
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 
 def test_each_group_task_sees_its_records_in_offset_order(spark, manager, data_dir):

@@ -19,14 +19,9 @@ from pyspark.sql.types import (
 from kompakt.pipeline.layout import list_segments, partition_dir
 from kompakt.pipeline.plan import plan_ranges
 from kompakt.pipeline.read import read_range
-from kompakt.record.batch import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    Record,
-    build_batch,
-    build_control_batch,
-    build_simple_batch,
-)
+from kompakt.record.decode import Record
+from kompakt.record.encode import build_batch, build_control_batch, build_simple_batch
+from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
 
 # Spark's KafkaRecordToRowConverter.kafkaSchema with includeHeaders (all fields nullable)
 SPARK_KAFKA_SCHEMA = StructType(

@@ -8,29 +8,24 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kio.records.readers import read_batch as kio_read_batch
 
 from kompakt.errors import CorruptRecordError
-from kompakt.record import codecs
-from kompakt.record.batch import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    HEADER_SIZE,
-    Record,
-    RecordBatch,
+from kompakt.record import codecs, kernel
+from kompakt.record.decode import Record, RecordBatch, iter_batches
+from kompakt.record.encode import (
     build_batch,
     build_control_batch,
     build_empty_batch,
     build_simple_batch,
-    iter_batches,
-    read_varint,
-    set_base_offset,
-    write_varint,
 )
+from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, set_base_offset
+from kompakt.record.varint import MAX_VARINT_BYTES, read_varint, write_varint
 
 ALL_CODECS = [codecs.NONE, codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD]
 
@@ -47,6 +42,18 @@ def test_varint_roundtrip_zigzag_like_protobuf_sint64(n):
     out = bytearray()
     write_varint(out, n)
     assert read_varint(bytes(out), 0) == (n, len(out))
+
+
+@settings(deadline=None)  # the first example compiles the kernel
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_numba_varint_is_the_python_varint_compiled(n):
+    """The kernel's varints are varint.py's bodies under numba: same bytes, same value."""
+    out = bytearray()
+    write_varint(out, n)
+    buf = np.zeros(MAX_VARINT_BYTES, np.uint8)
+    assert bytes(buf[: kernel.encode_varint(buf, 0, n)]) == bytes(out)
+    assert kernel.varint_size(n) == len(out)
+    assert kernel.decode_varint(np.frombuffer(bytes(out), np.uint8), 0, len(out)) == (n, len(out))
 
 
 def test_header_fields_roundtrip_including_producer_and_flags():

@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 
 from kompakt.errors import CorruptRecordError
 from kompakt.record import codecs
-from kompakt.record.batch import build_control_batch, build_simple_batch, iter_batches
+from kompakt.record.decode import Record, RecordBatch, iter_batches
+from kompakt.record.encode import (
+    assemble_batch,
+    build_batch,
+    build_control_batch,
+    build_simple_batch,
+)
 from kompakt.record.scan import scan_records
 
 batch_st = st.tuples(
@@ -61,3 +67,44 @@ def test_scan_reports_corrupt_batch_position():
     with pytest.raises(CorruptRecordError) as err:
         scan_records(good + bytes(bad))
     assert err.value.position == len(good)
+
+
+@pytest.mark.parametrize("codec", [codecs.NONE, codecs.GZIP])
+def test_scan_rejects_bytes_after_the_last_record_like_kafka_incorrect_declared_batch_size(codec):
+    """Kafka's ``DefaultRecordBatch`` iterator fails a batch whose records end before its
+    declared size ("Incorrect declared batch size, records still remaining"), as
+    ``RecordBatch.records()`` does; the scan used to skip the leftover bytes."""
+    good = RecordBatch.from_bytes(build_simple_batch([(b"k", b"v")], timestamp=1))
+    h = good.header
+    payload = bytes(good.records_payload()) + b"\x00"
+    padded = assemble_batch(
+        h.base_offset,
+        h.partition_leader_epoch,
+        h.attributes | codec,
+        h.last_offset_delta,
+        h.base_timestamp,
+        h.max_timestamp,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        h.record_count,
+        codecs.compress(codec, payload) if codec else payload,
+    )
+    with pytest.raises(CorruptRecordError):
+        RecordBatch.from_bytes(padded).records()
+    with pytest.raises(CorruptRecordError):
+        scan_records(padded)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2**63 - 1), min_size=1, max_size=5))
+def test_scan_reads_64_bit_timestamp_deltas_like_the_python_decoder(timestamps):
+    """A record's timestamp delta is a varlong (Kafka ``ByteUtils.readVarlong``): deltas of
+    2^62 and more set bit 63 of the zig-zag value, which the numba decoder used to
+    sign-extend, so scan and ``records()`` disagreed."""
+    recs = [Record(i, t, b"k", b"v") for i, t in enumerate(timestamps)]
+    data = build_batch(recs)
+    assert scan_records(data).timestamp.tolist() == [r.timestamp for r in recs]
+    assert [r.timestamp for r in RecordBatch.from_bytes(data).records()] == [
+        r.timestamp for r in recs
+    ]

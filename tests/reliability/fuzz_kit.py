@@ -35,7 +35,7 @@ from kio.serial._introspect import (
 )
 from reliability.wire_kit import HOSTILE_NAMES, header_bytes, recv_frame
 
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),

@@ -481,7 +481,7 @@ class SegmentReport:
 def check_partition_dir(part_dir: Path) -> SegmentReport:
     """Every ``.log`` parses end to end (CRC checked), offsets strictly increase within
     and across segments, and every index entry points at a batch start in its segment."""
-    from kompakt.record.batch import iter_batches
+    from kompakt.record.decode import iter_batches
 
     rep = SegmentReport()
     last = -1

@@ -24,7 +24,8 @@ from reliability.wire_kit import call, connect
 
 from kompakt.broker.app import start_test_broker
 from kompakt.log.manager import CLEAN_SHUTDOWN_FILE
-from kompakt.record.batch import build_simple_batch, iter_batches
+from kompakt.record.decode import iter_batches
+from kompakt.record.encode import build_simple_batch
 
 SEED = int(os.environ.get("KOMPAKT_CORRUPT_SEED") or 20240611)
 # recent timestamps: a segment rolls once segment.ms has passed since its first record

@@ -339,7 +339,7 @@ def test_close_on_io_error_releases_the_dir_and_skips_the_clean_marker(
     the broker's stop raised, so SIGTERM on a full disk hung the process forever."""
     from kompakt.log.checkpoint import OffsetCheckpointFile
     from kompakt.log.manager import LogManager
-    from kompakt.record.batch import build_simple_batch
+    from kompakt.record.encode import build_simple_batch
 
     logs = LogManager(tmp_path)
     logs.create_topic("t", 2)
@@ -396,7 +396,7 @@ def test_failed_rewrite_leaves_no_cleaned_file_and_stays_cleanable(tmp_path: Pat
     the cleaner as a non-OSError (the Spark task's text) marked the log uncleanable."""
     from kompakt.cleaner import Cleaner, LocalEngine
     from kompakt.log.manager import LogManager
-    from kompakt.record.batch import build_simple_batch
+    from kompakt.record.encode import build_simple_batch
 
     class OutOfSpaceAfterOneGroup(LocalEngine):
         def rewrite(self, plog, groups, dirty, ctx, dry_run, progress):

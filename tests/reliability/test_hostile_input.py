@@ -28,7 +28,7 @@ from kompakt.broker.app import start_test_broker
 from kompakt.errors import InvalidTopicError, UnknownTopicError
 from kompakt.log.manager import TOPICS_FILE, LogManager
 from kompakt.log.names import is_valid_topic_name
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 INVALID_TOPIC_EXCEPTION = 17
 UNKNOWN_TOPIC_OR_PARTITION = 3

@@ -23,7 +23,7 @@ from kompakt.broker.coordinator import records as rec
 from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.broker.coordinator.state import Group
 from kompakt.errors import KompaktError, TopicExistsError
-from kompakt.record.batch import build_simple_batch
+from kompakt.record.encode import build_simple_batch
 
 log = logging.getLogger("kompakt.broker.coordinator")
 

@@ -26,7 +26,7 @@ from kompakt.broker.protocol import ms
 from kompakt.broker.registry import ApiRegistry, DelayedResponse
 from kompakt.broker.state import RequestContext
 from kompakt.errors import UnknownTopicError
-from kompakt.record.batch import NO_TIMESTAMP
+from kompakt.record.header import NO_TIMESTAMP
 
 INT32_MAX = 2**31 - 1  # FetchRequest.max_bytes before v3 had none: no limit
 NO_FETCH_SESSION = 0  # FetchMetadata.INVALID_SESSION_ID: clients send full requests

@@ -26,7 +26,8 @@ from kompakt.broker.state import RequestContext
 from kompakt.errors import InvalidTopicError, KafkaStorageError
 from kompakt.log.names import is_internal
 from kompakt.log.partition_log import PartitionLog
-from kompakt.record.batch import NO_PRODUCER_ID, NO_TIMESTAMP, iter_batches
+from kompakt.record.decode import iter_batches
+from kompakt.record.header import NO_PRODUCER_ID, NO_TIMESTAMP
 
 # ProduceRequest.acks (Kafka's ``ProduceRequest`` doc): no answer, the leader's write,
 # every in-sync replica's (here: the one node's, fsynced).
