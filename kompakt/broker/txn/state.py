@@ -329,57 +329,53 @@ class TransactionMetadata:
 
     def complete_transition(self, t: TxnTransitMetadata) -> None:
         """Kafka's ``completeTransitionTo``: the append of ``t`` succeeded; check it is
-        the pending transition and consistent with the current state, then adopt it."""
+        the pending transition and consistent with the current state, then adopt the
+        whole of it (as Kafka's ``TransactionMetadata.java`` does), so the state in
+        memory is exactly what a reload of the log gives."""
         if self.pending_state is None or self.pending_state != t.state:
             self._fail(t)
-        same_producer = t.producer_epoch == self.producer_epoch and (
-            t.producer_id == self.producer_id
-        )
+        same_producer = (t.producer_id, t.producer_epoch) == (self.producer_id, self.producer_epoch)
         if t.state == _S.EMPTY:
             bump = t.producer_epoch == self.producer_epoch + 1 or (
                 t.producer_epoch == 0 and t.producer_id != self.producer_id
             )
-            if (
-                (t.producer_epoch != self.producer_epoch and not bump)
-                or t.topic_partitions
-                or t.txn_start_timestamp != NO_TXN_START
-            ):
-                self._fail(t)
-            self.txn_timeout_ms = t.txn_timeout_ms
-            self.producer_epoch = t.producer_epoch
-            self.last_producer_epoch = t.last_producer_epoch
-            self.producer_id = t.producer_id
-            self.last_producer_id = t.last_producer_id
+            ok = (
+                (t.producer_epoch == self.producer_epoch or bump)
+                and not t.topic_partitions
+                and t.txn_start_timestamp == NO_TXN_START
+            )
         elif t.state == _S.ONGOING:
-            if (
-                not same_producer
-                or not self.topic_partitions <= t.topic_partitions
-                or self.txn_timeout_ms != t.txn_timeout_ms
-            ):
-                self._fail(t)
-            self.txn_start_timestamp = t.txn_start_timestamp
-            self.topic_partitions |= t.topic_partitions
+            ok = (
+                same_producer
+                and self.topic_partitions <= t.topic_partitions
+                and self.txn_timeout_ms == t.txn_timeout_ms
+            )
         elif t.state.in_prepare:
-            if (
-                not same_producer
-                or self.topic_partitions != t.topic_partitions
-                or self.txn_timeout_ms != t.txn_timeout_ms
-                or self.txn_start_timestamp != t.txn_start_timestamp
-            ):
-                self._fail(t)
+            ok = (
+                same_producer
+                and self.topic_partitions == t.topic_partitions
+                and self.txn_timeout_ms == t.txn_timeout_ms
+                and self.txn_start_timestamp == t.txn_start_timestamp
+            )
         elif t.state in (_S.COMPLETE_COMMIT, _S.COMPLETE_ABORT):
-            if (
-                not same_producer
-                or self.txn_timeout_ms != t.txn_timeout_ms
-                or t.txn_start_timestamp == NO_TXN_START
-            ):
-                self._fail(t)
-            self.txn_start_timestamp = t.txn_start_timestamp
-            self.topic_partitions.clear()
+            ok = (
+                same_producer
+                and self.txn_timeout_ms == t.txn_timeout_ms
+                and t.txn_start_timestamp != NO_TXN_START
+            )
         else:
             # PrepareEpochFence is never completed (the abort replaces it) and Dead ends
             # in removal from the cache, never in a state.
+            ok = False
+        if not ok:
             self._fail(t)
+        self.producer_id = t.producer_id
+        self.last_producer_id = t.last_producer_id
+        self.producer_epoch = t.producer_epoch
+        self.last_producer_epoch = t.last_producer_epoch
+        self.txn_timeout_ms = t.txn_timeout_ms
+        self.topic_partitions = set(t.topic_partitions)
+        self.txn_start_timestamp = t.txn_start_timestamp
         self.txn_last_update_timestamp = t.txn_last_update_timestamp
         self.pending_state = None
         self.state = t.state

@@ -318,3 +318,16 @@ _V0_FIELDS = (
     "last_update_timestamp_ms",
     "start_timestamp_ms",
 )
+
+
+def test_complete_transition_adopts_the_whole_transit() -> None:
+    """``TransactionMetadata.completeTransitionTo`` (Java): every field of the transit is
+    taken, so an id back in Empty has no start time in memory, as a reload of its Empty
+    record gives (the Scala version kept the old start time in memory)."""
+    meta = _meta(S.COMPLETE_COMMIT)
+    meta.txn_start_timestamp = 10
+    transit = meta.prepare_increment_producer_epoch(1000, None, now=20)
+    assert transit is not None
+    meta.complete_transition(transit)
+    assert meta.snapshot() == transit
+    assert meta.txn_start_timestamp == -1 and meta.producer_epoch == 1
