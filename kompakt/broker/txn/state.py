@@ -16,9 +16,9 @@ Nothing here does I/O or reads a clock: the coordinator passes ``now``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 NO_PRODUCER_ID = -1
 """A producer id not given (Kafka's ``RecordBatch.NO_PRODUCER_ID``)."""
@@ -179,14 +179,7 @@ class TransactionMetadata:
             raise IllegalTransactionTransition("cannot fence a producer at Short.MaxValue")
         bumped = self.producer_epoch if self.has_failed_epoch_fence else self.producer_epoch + 1
         return self.prepare_transition(
-            _S.PREPARE_EPOCH_FENCE,
-            self.producer_id,
-            bumped,
-            NO_PRODUCER_EPOCH,
-            self.txn_timeout_ms,
-            frozenset(self.topic_partitions),
-            self.txn_start_timestamp,
-            self.txn_last_update_timestamp,
+            _S.PREPARE_EPOCH_FENCE, producer_epoch=bumped, last_producer_epoch=NO_PRODUCER_EPOCH
         )
 
     def prepare_increment_producer_epoch(
@@ -211,9 +204,7 @@ class TransactionMetadata:
             epoch, last = self.producer_epoch, self.last_producer_epoch
         else:
             return None
-        return self.prepare_transition(
-            _S.EMPTY, self.producer_id, epoch, last, txn_timeout_ms, frozenset(), NO_TXN_START, now
-        )
+        return self._prepare_empty(self.producer_id, epoch, last, txn_timeout_ms, now)
 
     def prepare_producer_id_rotation(
         self, new_producer_id: int, txn_timeout_ms: int, now: int, record_last_epoch: bool
@@ -223,8 +214,21 @@ class TransactionMetadata:
         if self.has_pending_transaction:
             raise IllegalTransactionTransition("cannot rotate producer ids mid-transaction")
         last = self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH
+        return self._prepare_empty(new_producer_id, 0, last, txn_timeout_ms, now)
+
+    def _prepare_empty(
+        self, producer_id: int, epoch: int, last_epoch: int, txn_timeout_ms: int, now: int
+    ) -> TxnTransitMetadata:
+        """InitProducerId's transition: Empty, no partitions, no start time."""
         return self.prepare_transition(
-            _S.EMPTY, new_producer_id, 0, last, txn_timeout_ms, frozenset(), NO_TXN_START, now
+            _S.EMPTY,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            last_producer_epoch=last_epoch,
+            txn_timeout_ms=txn_timeout_ms,
+            topic_partitions=frozenset(),
+            txn_start_timestamp=NO_TXN_START,
+            txn_last_update_timestamp=now,
         )
 
     def prepare_add_partitions(
@@ -233,81 +237,45 @@ class TransactionMetadata:
         """Kafka's ``prepareAddPartitions``: the first partition starts the transaction
         (and its timeout clock)."""
         idle = self.state in (_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT)
-        start = now if idle else self.txn_start_timestamp
         return self.prepare_transition(
             _S.ONGOING,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
-            frozenset(self.topic_partitions) | partitions,
-            start,
-            now,
+            topic_partitions=frozenset(self.topic_partitions) | partitions,
+            txn_start_timestamp=now if idle else self.txn_start_timestamp,
+            txn_last_update_timestamp=now,
         )
 
     def prepare_abort_or_commit(self, state: TransactionState, now: int) -> TxnTransitMetadata:
         """Kafka's ``prepareAbortOrCommit``: PrepareCommit or PrepareAbort."""
-        return self.prepare_transition(
-            state,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
-            frozenset(self.topic_partitions),
-            self.txn_start_timestamp,
-            now,
-        )
+        return self.prepare_transition(state, txn_last_update_timestamp=now)
 
     def prepare_complete(self, now: int) -> TxnTransitMetadata:
         """Kafka's ``prepareComplete``: the markers are written, the transaction ends."""
         state = _S.COMPLETE_COMMIT if self.state == _S.PREPARE_COMMIT else _S.COMPLETE_ABORT
         self.has_failed_epoch_fence = False
         return self.prepare_transition(
-            state,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
-            frozenset(),
-            self.txn_start_timestamp,
-            now,
+            state, topic_partitions=frozenset(), txn_last_update_timestamp=now
         )
 
     def prepare_dead(self) -> TxnTransitMetadata:
         """Kafka's ``prepareDead``: the id expires; its tombstone is being written."""
-        return self.prepare_transition(
-            _S.DEAD,
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
-            frozenset(),
-            self.txn_start_timestamp,
-            self.txn_last_update_timestamp,
-        )
+        return self.prepare_transition(_S.DEAD, topic_partitions=frozenset())
 
     # -- the two halves of a transition ----------------------------------------------------
-    def prepare_transition(
-        self,
-        state: TransactionState,
-        producer_id: int,
-        epoch: int,
-        last_epoch: int,
-        txn_timeout_ms: int,
-        partitions: frozenset[TopicPartition],
-        txn_start_timestamp: int,
-        now: int,
-    ) -> TxnTransitMetadata:
-        """Kafka's ``prepareTransitionTo``: check the move against
-        ``validPreviousStates`` and record it as pending."""
+    def prepare_transition(self, state: TransactionState, **changes: Any) -> TxnTransitMetadata:
+        """Kafka's ``prepareTransitionTo``: the current metadata with ``changes`` (fields
+        of :class:`TxnTransitMetadata`; the last producer id is always the current one,
+        as in Kafka), checked against ``validPreviousStates``, recorded as pending."""
         if self.pending_state is not None:
             raise IllegalTransactionTransition(
                 f"{self.transactional_id}: preparing {state} while {self.pending_state} is pending"
             )
-        if producer_id < 0:
-            raise IllegalTransactionTransition(f"illegal new producer id {producer_id}")
-        if state != _S.DEAD and epoch < 0:
-            raise IllegalTransactionTransition(f"illegal new producer epoch {epoch}")
+        target = replace(self.snapshot(), state=state, last_producer_id=self.producer_id, **changes)
+        if target.producer_id < 0:
+            raise IllegalTransactionTransition(f"illegal new producer id {target.producer_id}")
+        if state != _S.DEAD and target.producer_epoch < 0:
+            raise IllegalTransactionTransition(
+                f"illegal new producer epoch {target.producer_epoch}"
+            )
         if self.state not in VALID_PREVIOUS_STATES[state]:
             raise IllegalTransactionTransition(
                 f"{self.transactional_id} should be in one of "
@@ -315,17 +283,7 @@ class TransactionMetadata:
                 f"{state}, but is {self.state}"
             )
         self.pending_state = state
-        return TxnTransitMetadata(
-            producer_id,
-            self.producer_id,
-            epoch,
-            last_epoch,
-            txn_timeout_ms,
-            state,
-            partitions,
-            txn_start_timestamp,
-            now,
-        )
+        return target
 
     def complete_transition(self, t: TxnTransitMetadata) -> None:
         """Kafka's ``completeTransitionTo``: the append of ``t`` succeeded; check it is

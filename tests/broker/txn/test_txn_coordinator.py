@@ -48,6 +48,7 @@ from kompakt.broker.txn.state import (
     SHORT_MAX,
     VALID_PREVIOUS_STATES,
     Completion,
+    TransactionMetadata,
     TransactionState,
 )
 
@@ -429,17 +430,26 @@ def test_end_transaction_retry_after_complete_and_invalid_txn_state() -> None:
     assert tc.end_txn("tz", r.producer_id, 0, COMMIT).result() == E.invalid_txn_state
 
 
+def complete_append_failing(
+    error: ErrorCode,
+) -> tuple[TransactionCoordinator, TxnLog, ManualScheduler, TransactionMetadata]:
+    """A committed transaction whose markers are written but whose CompleteCommit
+    append fails with ``error`` (the log keeps failing until ``log.fail = None``)."""
+    tc, log, sched = coordinator()
+    pid, epoch = started(tc)
+    log.hold_markers = True
+    assert tc.end_txn("tx", pid, epoch, COMMIT).result() == E.none
+    log.fail = error
+    log.release_markers()
+    return tc, log, sched, tc.transactions["tx"]
+
+
 def test_end_transaction_in_prepare_without_pending_state() -> None:
     """``endTransaction`` in PrepareCommit with nothing pending (the Complete append
     failed with NOT_COORDINATOR): the same outcome is CONCURRENT_TRANSACTIONS, the
     other INVALID_TXN_STATE."""
-    tc, log, _ = coordinator()
-    pid, epoch = started(tc)
-    log.hold_markers = True
-    tc.end_txn("tx", pid, epoch, COMMIT)
-    log.fail = E.not_leader_or_follower
-    log.release_markers()
-    meta = tc.transactions["tx"]
+    tc, _, _, meta = complete_append_failing(E.not_leader_or_follower)
+    pid, epoch = meta.producer_id, meta.producer_epoch
     assert (meta.state, meta.pending_state) == (S.PREPARE_COMMIT, None)
     assert tc.end_txn("tx", pid, epoch, COMMIT).result() == E.concurrent_transactions
     assert tc.end_txn("tx", pid, epoch, ABORT).result() == E.invalid_txn_state
@@ -489,13 +499,7 @@ def test_marker_write_failure_is_retried_on_the_scheduler() -> None:
 def test_complete_append_coordinator_not_available_is_retried() -> None:
     """``appendTransactionToLog`` with ``retryOnError`` for the Complete record:
     COORDINATOR_NOT_AVAILABLE keeps the pending state and the append is retried."""
-    tc, log, sched = coordinator()
-    pid, epoch = started(tc)
-    log.hold_markers = True
-    tc.end_txn("tx", pid, epoch, COMMIT)
-    log.fail = E.not_enough_replicas
-    log.release_markers()
-    meta = tc.transactions["tx"]
+    _, log, sched, meta = complete_append_failing(E.not_enough_replicas)
     assert meta.pending_state == S.COMPLETE_COMMIT
     log.fail = None
     sched.advance(RETRY_BACKOFF_MS)

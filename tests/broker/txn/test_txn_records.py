@@ -72,14 +72,13 @@ def test_prepare_transition_checks_valid_previous_states(state: S) -> None:
     leaves no pending state behind; a legal one records the pending state."""
     for target in S:
         meta = _meta(state)
-        move = (target, 7, 0, -1, 1000, frozenset(), -1, 5)
         if state in VALID_PREVIOUS_STATES[target]:
-            transit = meta.prepare_transition(*move)
+            transit = meta.prepare_transition(target, producer_epoch=0, txn_last_update_timestamp=5)
             assert meta.pending_state is target and transit.state is target
             assert transit.last_producer_id == 7
         else:
             with pytest.raises(IllegalTransactionTransition):
-                meta.prepare_transition(*move)
+                meta.prepare_transition(target, producer_epoch=0, txn_last_update_timestamp=5)
             assert meta.pending_state is None
 
 
