@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
@@ -148,6 +148,24 @@ class InitProducerIdResult:
     @classmethod
     def failed(cls, error: ErrorCode) -> InitProducerIdResult:
         return cls(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, error)
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    """One entry of Kafka's DescribeTransactions response."""
+
+    transactional_id: str
+    error: ErrorCode
+    state: str = ""
+    txn_timeout_ms: int = 0
+    txn_start_timestamp: int = -1
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    topics: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def failed(cls, transactional_id: str, error: ErrorCode) -> TransactionDescription:
+        return cls(transactional_id, error)
 
 
 Records = list[tuple[bytes, bytes | None]]
@@ -564,6 +582,68 @@ class TransactionCoordinator:
             done(error)
 
         self._append_fn(partition, [(key, value)]).add_done_callback(appended)
+
+    # -- DescribeTransactions / ListTransactions / gauges -------------------------------
+    def describe(self, transactional_id: str) -> TransactionDescription:
+        """Kafka's ``handleDescribeTransactions`` for one id: INVALID_REQUEST for an
+        empty id, TRANSACTIONAL_ID_NOT_FOUND for an unknown one."""
+        if not transactional_id:
+            return TransactionDescription.failed(transactional_id, ErrorCode.invalid_request)
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.state == TransactionState.DEAD:
+            return TransactionDescription.failed(
+                transactional_id, ErrorCode.transactional_id_not_found
+            )
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(meta.topic_partitions):
+            topics.setdefault(topic, []).append(partition)
+        return TransactionDescription(
+            transactional_id,
+            ErrorCode.none,
+            str(meta.state),
+            meta.txn_timeout_ms,
+            meta.txn_start_timestamp,
+            meta.producer_id,
+            meta.producer_epoch,
+            {t: tuple(ps) for t, ps in topics.items()},
+        )
+
+    def list_transactions(
+        self,
+        producer_ids: Iterable[int] = (),
+        state_names: Iterable[str] = (),
+        min_duration_ms: int = -1,
+    ) -> tuple[list[tuple[str, int, str]], list[str]]:
+        """Kafka's ``listTransactionStates``: (transactional id, producer id, state
+        name) of each id passing every filter given, and the state names not known
+        (``unknownStateFilters``). ``min_duration_ms`` >= 0 keeps transactions open
+        longer than that (ListTransactions v1, KIP-994)."""
+        pids = set(producer_ids)
+        names = list(state_names)
+        states, unknown = set(), []
+        for name in names:
+            try:
+                states.add(TransactionState.from_name(name))
+            except ValueError:
+                unknown.append(name)
+        now = self.scheduler.now()
+        listed = [
+            (tid, m.producer_id, str(m.state))
+            for tid, m in sorted(self.transactions.items())
+            if m.state != TransactionState.DEAD
+            and (not pids or m.producer_id in pids)
+            and (not names or m.state in states)
+            and (min_duration_ms < 0 or now - m.txn_start_timestamp > min_duration_ms)
+        ]
+        return listed, unknown
+
+    def open_transactions(self) -> tuple[int, int]:
+        """(how many transactions are open, age in ms of the oldest, 0 if none): the
+        Prometheus gauges of issue 15. Open = Ongoing, PrepareCommit or PrepareAbort."""
+        starts = [
+            m.txn_start_timestamp for m in self.transactions.values() if m.has_pending_transaction
+        ]
+        return len(starts), (self.scheduler.now() - min(starts)) if starts else 0
 
     # -- periodic tasks ------------------------------------------------------------------
     def timed_out_transactions(self) -> list[TransactionMetadata]:

@@ -40,6 +40,7 @@ from kompakt.broker.txn.coordinator import (
     InitProducerIdResult,
     TransactionConfig,
     TransactionCoordinator,
+    TransactionDescription,
     TransactionResult,
     client_error,
 )
@@ -651,6 +652,60 @@ def test_config_keys_are_kafkas_and_read_from_properties() -> None:
     ) == (604_800_000, 900_000, 50, 10_000, 3_600_000)
     cfg = TransactionConfig.from_mapping({"transaction.max.timeout.ms": "1000", "other": "x"})
     assert cfg.transaction_max_timeout_ms == 1000
+
+
+# -- DescribeTransactions / ListTransactions / gauges ----------------------------------
+
+
+def test_handle_describe_transactions() -> None:
+    """``handleDescribeTransactions``: state name, timeout, start time, producer and
+    partitions by topic; an unknown id is TRANSACTIONAL_ID_NOT_FOUND, an empty one
+    INVALID_REQUEST."""
+    tc, _, sched = coordinator()
+    pid, epoch = started(tc, "tx", ("u", 2), ("t", 1), ("t", 0))
+    d = tc.describe("tx")
+    assert d == TransactionDescription(
+        "tx", E.none, "Ongoing", TIMEOUT, sched.now(), pid, epoch, {"t": (0, 1), "u": (2,)}
+    )
+    assert tc.describe("nope").error == E.transactional_id_not_found
+    assert tc.describe("").error == E.invalid_request
+
+
+def test_list_transaction_states_filters() -> None:
+    """``listTransactionStates``: filters by producer id, by state name (unknown names
+    are returned as ``unknownStateFilters`` and match nothing) and, KIP-994, by how
+    long the transaction has been open."""
+    tc, _, sched = coordinator()
+    a, _ = started(tc, "a")
+    sched.advance(1000)
+    b = init(tc, "b").producer_id
+    assert tc.list_transactions() == ([("a", a, "Ongoing"), ("b", b, "Empty")], [])
+    assert tc.list_transactions(producer_ids=[b]) == ([("b", b, "Empty")], [])
+    assert tc.list_transactions(state_names=["Ongoing", "Bogus"]) == (
+        [("a", a, "Ongoing")],
+        ["Bogus"],
+    )
+    assert tc.list_transactions(state_names=["Bogus"]) == ([], ["Bogus"])
+    started(tc, "c")
+    assert [t for t, _, _ in tc.list_transactions(min_duration_ms=500)[0]] == ["a", "b"]
+
+
+def test_open_transaction_gauges() -> None:
+    """The gauges issue 15 asks for: open transactions (Ongoing/PrepareX) and the
+    oldest one's age."""
+    tc, log, sched = coordinator()
+    assert tc.open_transactions() == (0, 0)
+    pid, epoch = started(tc, "a")
+    sched.advance(700)
+    started(tc, "b")
+    init(tc, "c")
+    sched.advance(300)
+    assert tc.open_transactions() == (2, 1000)
+    log.hold_markers = True
+    tc.end_txn("a", pid, epoch, COMMIT)
+    assert tc.open_transactions() == (2, 1000)  # PrepareCommit is still open
+    log.release_markers()
+    assert tc.open_transactions() == (1, 300)
 
 
 # -- the state machine under random request sequences ---------------------------------------
