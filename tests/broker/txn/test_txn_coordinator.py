@@ -775,6 +775,42 @@ class TransactionCoordinatorMachine(RuleBasedStateMachine):
         self.tc.load(self.log.decoded())
         self.tc.startup()
 
+    @rule(tid=st.sampled_from(TIDS), commit=st.booleans())
+    def crash_between_prepare_and_complete(self, tid: str, commit: bool) -> None:
+        """The broker dies once EndTxn's Prepare record is written and the client
+        answered, before any marker: the restart must finish the transaction."""
+        meta = self.tc.transactions.get(tid)
+        if meta is None or meta.state != S.ONGOING or meta.pending_transition_in_progress:
+            return
+        self.log.hold_markers = True
+        result = COMMIT if commit else ABORT
+        answer = self.tc.end_txn(tid, meta.producer_id, meta.producer_epoch, result)
+        assert answer.result() == E.none
+        self.log.hold_markers = False
+        self.log.held_markers.clear()  # never written: the process is gone
+        self.restart()
+
+    @invariant()
+    def every_prepare_is_completed_after_its_markers(self) -> None:
+        """PrepareX is always followed by CompleteX of the same producer epoch, and each
+        Complete record comes after that transaction's markers were written."""
+        last: dict[str, TransactionLogValue] = {}
+        completes = []
+        for tid, value in self.log.decoded():
+            before = last.pop(tid, None)
+            if before is not None and before.state.in_prepare:
+                assert value is not None
+                assert (value.state, value.producer_epoch) == (
+                    S.COMPLETE_COMMIT if before.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT,
+                    before.producer_epoch,
+                )
+                result = COMMIT if value.state == S.COMPLETE_COMMIT else ABORT
+                completes.append((value.producer_id, value.producer_epoch, result))
+            if value is not None:
+                last[tid] = value
+        assert not any(v.state.in_prepare for v in last.values())
+        assert [m[:3] for m in self.log.markers] == completes
+
     @invariant()
     def transitions_in_the_log_are_legal(self) -> None:
         last: dict[str, S] = {}
