@@ -58,6 +58,10 @@ from kompakt.broker.txn.state import (
 
 log = logging.getLogger("kompakt.broker.txn")
 
+OFFSETS_TOPIC_PARTITIONS = 50
+"""Kafka's ``offsets.topic.num.partitions`` default: where AddOffsetsToTxn looks a group
+up unless the broker passes its group coordinator's ``partition_for``."""
+
 RETRY_BACKOFF_MS = 100
 """Wait before writing markers or a Complete record again after a failure (Kafka's
 marker channel re-queues them for its next send round)."""
@@ -192,7 +196,9 @@ class TransactionCoordinator:
         self._append_fn = append
         self._write_markers = write_markers
         self._new_producer_id = new_producer_id
-        self._offsets_partition_for = offsets_partition_for or (lambda g: partition_for(g, 50))
+        self._offsets_partition_for = offsets_partition_for or (
+            lambda group: partition_for(group, OFFSETS_TOPIC_PARTITIONS)
+        )
         self.transactions: dict[str, TransactionMetadata] = {}
         """The cache (Kafka's ``transactionMetadataCache``), by transactional id."""
         self._timers: list[TimerHandle] = []
@@ -239,11 +245,12 @@ class TransactionCoordinator:
         """Kafka's ``loadTransactionsForTxnTopicPartition``: replay decoded
         ``__transaction_state`` records in offset order (the last value of an id wins, a
         tombstone removes it), then finish each transaction found in PrepareCommit or
-        PrepareAbort: write its markers and append its Complete record."""
-        loaded: dict[str, TransactionMetadata] = {}
+        PrepareAbort: write its markers and append its Complete record. Ids the records
+        tombstone leave the cache."""
+        loaded: dict[str, TransactionMetadata | None] = {}
         for transactional_id, value in records:
             if value is None:
-                loaded.pop(transactional_id, None)
+                loaded[transactional_id] = None
                 continue
             loaded[transactional_id] = TransactionMetadata(
                 transactional_id,
@@ -259,9 +266,13 @@ class TransactionCoordinator:
                 txn_start_timestamp=value.start_timestamp_ms,
                 txn_last_update_timestamp=value.last_update_timestamp_ms,
             )
-        self.transactions.update(loaded)
+        for transactional_id, found in loaded.items():
+            if found is None:
+                self.transactions.pop(transactional_id, None)
+            else:
+                self.transactions[transactional_id] = found
         for meta in loaded.values():
-            if meta.state.in_prepare:
+            if meta is not None and meta.state.in_prepare:
                 result = (
                     TransactionResult.COMMIT
                     if meta.state == TransactionState.PREPARE_COMMIT
@@ -468,13 +479,9 @@ class TransactionCoordinator:
                 if fencing:
                     meta.has_failed_epoch_fence = True
                 return done(error)
-            if (
-                self.transactions.get(transactional_id) is not meta
-                or meta.producer_epoch != producer_epoch
-                or meta.pending_transition_in_progress
-                or meta.state != target
-            ):
-                return done(self._end_txn_outside_ongoing(meta, result))
+            # NONE means the Prepare record was adopted just now, in this same call
+            # (``_append_transit``): nothing ran in between, so Kafka's re-check of the
+            # metadata before sending markers cannot fail here.
             complete = meta.prepare_complete(self.scheduler.now())
             done(ErrorCode.none)
             self._send_markers(meta, result, complete)

@@ -612,6 +612,8 @@ def test_load_last_value_wins_and_tombstone_removes() -> None:
     assert meta.topic_partitions == {("t", 0), ("t", 2)}
     assert (meta.txn_start_timestamp, meta.txn_last_update_timestamp) == (10, 20)
     assert not log.records and not log.markers
+    tc.load([("a", None)])  # a tombstone also clears what the cache held
+    assert not tc.transactions
 
 
 @pytest.mark.parametrize("result", [COMMIT, ABORT])
