@@ -723,10 +723,11 @@ PARTS = st.sets(st.sampled_from([("t", 0), ("t", 1), ("u", 0)]), min_size=1, max
 
 class TransactionCoordinatorMachine(RuleBasedStateMachine):
     """Random InitProducerId / AddPartitions / AddOffsets / EndTxn / time / restart
-    sequences against one coordinator. After every step: every transition in the log
-    is one ``validPreviousStates`` allows, a producer id's epoch never goes down, and a
-    coordinator loaded from the log holds the same state (Kafka's
-    ``TransactionStateManager`` reload)."""
+    sequences, with crashes between EndTxn's Prepare record and its markers. The
+    current producer's requests always succeed; after every step: every transition in
+    the log is one ``validPreviousStates`` allows, a producer id's epoch never goes
+    down, every PrepareX is completed after its markers, and a coordinator loaded from
+    the log holds the same state (Kafka's ``TransactionStateManager`` reload)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -749,20 +750,44 @@ class TransactionCoordinatorMachine(RuleBasedStateMachine):
         else:
             assert r.error in (E.concurrent_transactions, E.producer_fenced)
 
+    def _current(self, tid: str, pid: int, epoch: int) -> TransactionMetadata | None:
+        """The id's metadata if (pid, epoch) is its current producer, else None."""
+        meta = self.tc.transactions.get(tid)
+        if meta is None or (meta.producer_id, meta.producer_epoch) != (pid, epoch):
+            return None
+        return meta
+
     @rule(tid=st.sampled_from(TIDS), parts=PARTS, stale=st.booleans())
     def add_partitions(self, tid: str, parts: set, stale: bool) -> None:
         pid, epoch = self._producer(tid, stale)
-        self.tc.add_partitions(tid, pid, epoch, parts).result()
+        meta = self._current(tid, pid, epoch)
+        error = self.tc.add_partitions(tid, pid, epoch, parts).result()
+        # nothing is pending between steps, so the current producer always succeeds
+        assert (error == E.none) == (meta is not None), error
+        assert meta is None or parts <= meta.topic_partitions
+        assert error in (E.none, E.producer_fenced, E.invalid_producer_id_mapping)
 
     @rule(tid=st.sampled_from(TIDS), group=st.sampled_from(["g1", "g2"]))
     def add_offsets(self, tid: str, group: str) -> None:
         pid, epoch = self._producer(tid, False)
-        self.tc.add_offsets(tid, pid, epoch, group).result()
+        error = self.tc.add_offsets(tid, pid, epoch, group).result()
+        assert (error == E.none) == (self._current(tid, pid, epoch) is not None), error
 
     @rule(tid=st.sampled_from(TIDS), commit=st.booleans(), stale=st.booleans())
     def end_txn(self, tid: str, commit: bool, stale: bool) -> None:
         pid, epoch = self._producer(tid, stale)
-        self.tc.end_txn(tid, pid, epoch, COMMIT if commit else ABORT).result()
+        meta = self._current(tid, pid, epoch)
+        open_before = meta is not None and meta.state == S.ONGOING
+        error = self.tc.end_txn(tid, pid, epoch, COMMIT if commit else ABORT).result()
+        if open_before:
+            assert error == E.none
+            assert meta is not None and meta.state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+        assert error in (
+            E.none,
+            E.producer_fenced,
+            E.invalid_producer_id_mapping,
+            E.invalid_txn_state,
+        ), error
 
     @rule(ms=st.sampled_from([100, 600, 3500, 25_000]))
     def advance(self, ms: int) -> None:
