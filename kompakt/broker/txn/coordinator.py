@@ -1,0 +1,718 @@
+"""The transaction coordinator's decisions, sans-IO (Kafka's ``TransactionCoordinator``
+with the cache, timers and log half of ``TransactionStateManager``).
+
+Inputs are requests as plain arguments; outputs are kio ``ErrorCode`` values and
+results, each in a :class:`~kompakt.broker.txn.state.Completion` because most answers
+wait for a log append. The coordinator does no I/O itself. It is given:
+
+- ``append(partition, records)``: append ``[(key, value | None)]`` to that partition of
+  ``__transaction_state`` as one batch (acks=all), completing with an ``ErrorCode``;
+- ``write_markers(producer_id, epoch, result, partitions)``: append a COMMIT or ABORT
+  control batch to each data partition of the transaction, completing with NONE once
+  every marker is written (an error makes the coordinator retry them all, so a partition
+  already marked must be skipped by the callee, as Kafka's marker channel drops
+  partitions it has done);
+- ``new_producer_id()``: the broker's producer id allocator (Kafka's
+  ``ProducerIdManager``);
+- a :class:`~kompakt.broker.coordinator.scheduler.Scheduler` (``now`` / ``call_later``)
+  that runs the two periodic tasks: abort of timed-out transactions and expiry of idle
+  transactional ids.
+
+The flow of one transaction, as in Kafka: InitProducerId (Empty, epoch bump) →
+AddPartitionsToTxn / AddOffsetsToTxn (Ongoing) → EndTxn: PrepareCommit/PrepareAbort
+appended, the client answered, markers written, CompleteCommit/CompleteAbort appended.
+A coordinator that restarts between the Prepare and Complete records finishes the
+transaction after :meth:`TransactionCoordinator.load`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from kio.schema.add_offsets_to_txn.v2.request import AddOffsetsToTxnRequest
+from kio.schema.add_partitions_to_txn.v2.request import AddPartitionsToTxnRequest
+from kio.schema.end_txn.v2.request import EndTxnRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+
+from kompakt.broker.coordinator.records import partition_for
+from kompakt.broker.coordinator.scheduler import Scheduler, TimerHandle
+from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
+from kompakt.broker.txn import records as rec
+from kompakt.broker.txn.records import TransactionLogValue
+from kompakt.broker.txn.state import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    Completion,
+    IllegalTransactionTransition,
+    TopicPartition,
+    TransactionMetadata,
+    TransactionState,
+    TxnTransitMetadata,
+    is_epoch_exhausted,
+)
+
+log = logging.getLogger("kompakt.broker.txn")
+
+OFFSETS_TOPIC_PARTITIONS = 50
+"""Kafka's ``offsets.topic.num.partitions`` default: where AddOffsetsToTxn looks a group
+up unless the broker passes its group coordinator's ``partition_for``."""
+
+RETRY_BACKOFF_MS = 100
+"""Wait before writing markers or a Complete record again after a failure (Kafka's
+marker channel re-queues them for its next send round)."""
+
+
+class TransactionResult(IntEnum):
+    """Kafka's ``TransactionResult``: EndTxn's ``committed`` flag and the marker type."""
+
+    ABORT = 0
+    COMMIT = 1
+
+
+@dataclass(frozen=True)
+class TransactionConfig:
+    """Kafka's ``TransactionStateManagerConfig`` / ``TransactionLogConfig`` values, by
+    their Kafka defaults. :data:`CONFIG_KEYS` names each field's broker key."""
+
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    transaction_max_timeout_ms: int = 15 * 60 * 1000
+    transaction_state_log_num_partitions: int = 50
+    abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    remove_expired_transaction_cleanup_interval_ms: int = 3600 * 1000
+    value_version: int = rec.VALUE_V0
+    """The ``TransactionLogValue`` version written (Kafka: 0 before transaction.version 2)."""
+
+    @classmethod
+    def from_mapping(cls, props: Mapping[str, Any]) -> TransactionConfig:
+        """Read the keys of :data:`CONFIG_KEYS` from ``props`` (others are ignored)."""
+        given = {CONFIG_KEYS[k]: int(v) for k, v in props.items() if k in CONFIG_KEYS}
+        return cls(**given)
+
+
+CONFIG_KEYS: dict[str, str] = {
+    "transactional.id.expiration.ms": "transactional_id_expiration_ms",
+    "transaction.max.timeout.ms": "transaction_max_timeout_ms",
+    "transaction.state.log.num.partitions": "transaction_state_log_num_partitions",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "abort_timed_out_transaction_cleanup_interval_ms"
+    ),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "remove_expired_transaction_cleanup_interval_ms"
+    ),
+}
+"""Kafka's broker config key of each :class:`TransactionConfig` field."""
+
+
+PRODUCER_FENCED_SINCE: dict[int, int] = {
+    InitProducerIdRequest.__api_key__: 4,
+    AddPartitionsToTxnRequest.__api_key__: 2,
+    AddOffsetsToTxnRequest.__api_key__: 2,
+    EndTxnRequest.__api_key__: 2,
+}
+"""The first version of each API whose clients know PRODUCER_FENCED (KIP-588); older
+ones get INVALID_PRODUCER_EPOCH instead, as Kafka's ``KafkaApis`` answers them."""
+
+
+def client_error(error: ErrorCode, api_key: int, version: int) -> ErrorCode:
+    """The error to send a client of ``api_key`` at ``version``: PRODUCER_FENCED becomes
+    INVALID_PRODUCER_EPOCH for versions before KIP-588 (Kafka's ``KafkaApis``)."""
+    since = PRODUCER_FENCED_SINCE.get(api_key)
+    if error == ErrorCode.producer_fenced and since is not None and version < since:
+        return ErrorCode.invalid_producer_epoch
+    return error
+
+
+_APPEND_ERRORS: dict[ErrorCode, ErrorCode] = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.message_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
+}
+"""How a failed ``__transaction_state`` append is told to the client (Kafka's
+``TransactionStateManager.appendTransactionToLog``)."""
+
+
+@dataclass(frozen=True)
+class InitProducerIdResult:
+    """Kafka's ``InitProducerIdResult``."""
+
+    producer_id: int
+    producer_epoch: int
+    error: ErrorCode
+
+    @classmethod
+    def failed(cls, error: ErrorCode) -> InitProducerIdResult:
+        return cls(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, error)
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    """One entry of Kafka's DescribeTransactions response."""
+
+    transactional_id: str
+    error: ErrorCode
+    state: str = ""
+    txn_timeout_ms: int = 0
+    txn_start_timestamp: int = -1
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    topics: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def failed(cls, transactional_id: str, error: ErrorCode) -> TransactionDescription:
+        return cls(transactional_id, error)
+
+
+Records = list[tuple[bytes, bytes | None]]
+AppendFn = Callable[[int, Records], Completion[ErrorCode]]
+MarkerFn = Callable[[int, int, TransactionResult, frozenset[TopicPartition]], Completion[ErrorCode]]
+Done = Callable[[ErrorCode], None]
+
+
+class TransactionCoordinator:
+    """Kafka's ``TransactionCoordinator`` for every partition of ``__transaction_state``
+    (one node leads them all)."""
+
+    def __init__(
+        self,
+        config: TransactionConfig,
+        scheduler: Scheduler,
+        append: AppendFn,
+        write_markers: MarkerFn,
+        new_producer_id: Callable[[], int],
+        offsets_partition_for: Callable[[str], int] | None = None,
+    ):
+        self.config = config
+        self.scheduler = scheduler
+        self._append_fn = append
+        self._write_markers = write_markers
+        self._new_producer_id = new_producer_id
+        self._offsets_partition_for = offsets_partition_for or (
+            lambda group: partition_for(group, OFFSETS_TOPIC_PARTITIONS)
+        )
+        self.transactions: dict[str, TransactionMetadata] = {}
+        """The cache (Kafka's ``transactionMetadataCache``), by transactional id."""
+        self._timers: list[TimerHandle] = []
+        self._active = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def startup(self) -> None:
+        """Start the two periodic tasks (Kafka's ``startup``: "transaction-abort" and
+        ``enableTransactionalIdExpiration``), each first run one interval from now."""
+        self._active = True
+        self._every(
+            self.config.abort_timed_out_transaction_cleanup_interval_ms,
+            self.abort_timed_out_transactions,
+        )
+        self._every(
+            self.config.remove_expired_transaction_cleanup_interval_ms,
+            self.expire_transactional_ids,
+        )
+
+    def shutdown(self) -> None:
+        self._active = False
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+
+    def _every(self, interval_ms: int, task: Callable[[], None]) -> None:
+        slot = len(self._timers)
+
+        def run() -> None:
+            if not self._active:
+                return
+            self._timers[slot] = self.scheduler.call_later(interval_ms, run)
+            task()
+
+        self._timers.append(self.scheduler.call_later(interval_ms, run))
+
+    def partition_for(self, transactional_id: str) -> int:
+        """The ``__transaction_state`` partition of an id (Kafka's ``partitionFor``:
+        ``Utils.abs(transactionalId.hashCode) % partitions``)."""
+        return partition_for(transactional_id, self.config.transaction_state_log_num_partitions)
+
+    # -- load --------------------------------------------------------------------------
+    def load(self, records: Iterable[tuple[str, TransactionLogValue | None]]) -> None:
+        """Kafka's ``loadTransactionsForTxnTopicPartition``: replay decoded
+        ``__transaction_state`` records in offset order (the last value of an id wins, a
+        tombstone removes it), then finish each transaction found in PrepareCommit or
+        PrepareAbort: write its markers and append its Complete record. Ids the records
+        tombstone leave the cache."""
+        loaded: dict[str, TransactionMetadata | None] = {}
+        for transactional_id, value in records:
+            if value is None:
+                loaded[transactional_id] = None
+                continue
+            loaded[transactional_id] = TransactionMetadata(
+                transactional_id,
+                producer_id=value.producer_id,
+                producer_epoch=value.producer_epoch,
+                txn_timeout_ms=value.transaction_timeout_ms,
+                state=value.state,
+                topic_partitions=(
+                    set()
+                    if value.state == TransactionState.EMPTY
+                    else set(value.topic_partitions())
+                ),
+                txn_start_timestamp=value.start_timestamp_ms,
+                txn_last_update_timestamp=value.last_update_timestamp_ms,
+            )
+        for transactional_id, found in loaded.items():
+            if found is None:
+                self.transactions.pop(transactional_id, None)
+            else:
+                self.transactions[transactional_id] = found
+        for meta in loaded.values():
+            if meta is not None and meta.state.in_prepare:
+                result = (
+                    TransactionResult.COMMIT
+                    if meta.state == TransactionState.PREPARE_COMMIT
+                    else TransactionResult.ABORT
+                )
+                self._send_markers(meta, result, meta.prepare_complete(self.scheduler.now()))
+
+    # -- InitProducerId ----------------------------------------------------------------
+    def init_producer_id(
+        self,
+        transactional_id: str | None,
+        txn_timeout_ms: int,
+        expected: tuple[int, int] | None = None,
+    ) -> Completion[InitProducerIdResult]:
+        """Kafka's ``handleInitProducerId``. ``expected`` is the (producer id, epoch) a
+        KIP-360 client sends to bump its epoch after an abortable error (None when the
+        request carries -1/-1)."""
+        if transactional_id is None:
+            return Completion.of(InitProducerIdResult(self._new_producer_id(), 0, ErrorCode.none))
+        if not transactional_id:
+            return Completion.of(InitProducerIdResult.failed(ErrorCode.invalid_request))
+        if not 0 < txn_timeout_ms <= self.config.transaction_max_timeout_ms:
+            return Completion.of(InitProducerIdResult.failed(ErrorCode.invalid_transaction_timeout))
+        now = self.scheduler.now()
+        meta = self.transactions.get(transactional_id)
+        if meta is None:
+            meta = TransactionMetadata(
+                transactional_id,
+                producer_id=self._new_producer_id(),
+                txn_timeout_ms=txn_timeout_ms,
+                txn_last_update_timestamp=now,
+            )
+            self.transactions[transactional_id] = meta
+        transit = self._prepare_init(meta, txn_timeout_ms, expected, now)
+        out: Completion[InitProducerIdResult] = Completion()
+        if isinstance(transit, ErrorCode):
+            out.complete(InitProducerIdResult.failed(transit))
+        elif transit.state == TransactionState.PREPARE_EPOCH_FENCE:
+            # abort the open transaction first; the client retries and bumps again
+            def fenced(error: ErrorCode) -> None:
+                if error == ErrorCode.none:
+                    error = ErrorCode.concurrent_transactions
+                out.complete(InitProducerIdResult.failed(error))
+
+            self._end_transaction(
+                transactional_id,
+                transit.producer_id,
+                transit.producer_epoch,
+                TransactionResult.ABORT,
+                False,
+                fenced,
+            )
+        else:
+
+            def appended(error: ErrorCode) -> None:
+                if error == ErrorCode.none:
+                    result = InitProducerIdResult(
+                        transit.producer_id, transit.producer_epoch, error
+                    )
+                else:
+                    result = InitProducerIdResult.failed(error)
+                out.complete(result)
+
+            self._append_transit(meta, transit, appended)
+        return out
+
+    def _prepare_init(
+        self,
+        meta: TransactionMetadata,
+        txn_timeout_ms: int,
+        expected: tuple[int, int] | None,
+        now: int,
+    ) -> TxnTransitMetadata | ErrorCode:
+        """Kafka's ``prepareInitProducerIdTransit``."""
+        if meta.pending_transition_in_progress:
+            return ErrorCode.concurrent_transactions
+        if expected is not None:
+            pid, epoch = expected
+            known = (
+                meta.producer_epoch == NO_PRODUCER_EPOCH
+                or pid == meta.producer_id
+                or (pid == meta.last_producer_id and is_epoch_exhausted(epoch))
+            )
+            if not known:
+                return ErrorCode.producer_fenced
+        state = meta.state
+        if state.in_prepare:
+            return ErrorCode.concurrent_transactions
+        if state == TransactionState.ONGOING:
+            # the fencing epoch is never returned: the abort runs, the client retries
+            return meta.prepare_fence_producer_epoch()
+        if state not in (
+            TransactionState.EMPTY,
+            TransactionState.COMPLETE_COMMIT,
+            TransactionState.COMPLETE_ABORT,
+        ):
+            raise IllegalTransactionTransition(
+                f"{meta.transactional_id} found in {state}, which is never entered"
+            )
+        if meta.epoch_exhausted and (expected is None or expected[1] == meta.producer_epoch):
+            return meta.prepare_producer_id_rotation(
+                self._new_producer_id(), txn_timeout_ms, now, expected is not None
+            )
+        transit = meta.prepare_increment_producer_epoch(
+            txn_timeout_ms, None if expected is None else expected[1], now
+        )
+        return ErrorCode.producer_fenced if transit is None else transit
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------
+    def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> Completion[ErrorCode]:
+        """Kafka's ``handleAddPartitionsToTransaction`` (one error for every partition).
+        Answers PRODUCER_FENCED for a stale epoch; :func:`client_error` turns it into
+        INVALID_PRODUCER_EPOCH for clients before v2."""
+        added = frozenset(partitions)
+        if not transactional_id:
+            return Completion.of(ErrorCode.invalid_request)
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return Completion.of(ErrorCode.invalid_producer_id_mapping)
+        if meta.producer_epoch != producer_epoch:
+            return Completion.of(ErrorCode.producer_fenced)
+        if meta.pending_transition_in_progress or meta.state.in_prepare:
+            return Completion.of(ErrorCode.concurrent_transactions)
+        if meta.state == TransactionState.ONGOING and added <= meta.topic_partitions:
+            return Completion.of(ErrorCode.none)
+        out: Completion[ErrorCode] = Completion()
+        transit = meta.prepare_add_partitions(added, self.scheduler.now())
+        self._append_transit(meta, transit, out.complete)
+        return out
+
+    def add_offsets(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> Completion[ErrorCode]:
+        """Kafka's ``handleAddOffsetsToTxnRequest``: add the group's
+        ``__consumer_offsets`` partition to the transaction, so the offsets a
+        TxnOffsetCommit writes there get the transaction's marker."""
+        partition = (OFFSETS_TOPIC, self._offsets_partition_for(group_id))
+        return self.add_partitions(transactional_id, producer_id, producer_epoch, [partition])
+
+    # -- EndTxn --------------------------------------------------------------------------
+    def end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        result: TransactionResult,
+    ) -> Completion[ErrorCode]:
+        """Kafka's ``handleEndTransaction``: answered once PrepareCommit/PrepareAbort is
+        in the log; markers and the Complete record follow."""
+        out: Completion[ErrorCode] = Completion()
+        self._end_transaction(
+            transactional_id, producer_id, producer_epoch, result, True, out.complete
+        )
+        return out
+
+    def _end_transaction(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        result: TransactionResult,
+        from_client: bool,
+        done: Done,
+    ) -> None:
+        """Kafka's ``endTransaction``; ``from_client`` False for the coordinator's own
+        aborts (a fence), which carry the bumped epoch."""
+        if not transactional_id:
+            return done(ErrorCode.invalid_request)
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return done(ErrorCode.invalid_producer_id_mapping)
+        if (from_client and producer_epoch != meta.producer_epoch) or (
+            producer_epoch < meta.producer_epoch
+        ):
+            return done(ErrorCode.producer_fenced)
+        fencing = meta.pending_state == TransactionState.PREPARE_EPOCH_FENCE
+        if meta.pending_transition_in_progress and not fencing:
+            return done(ErrorCode.concurrent_transactions)
+        target = (
+            TransactionState.PREPARE_COMMIT
+            if result == TransactionResult.COMMIT
+            else TransactionState.PREPARE_ABORT
+        )
+        state = meta.state
+        if state != TransactionState.ONGOING:
+            return done(self._end_txn_outside_ongoing(meta, result))
+        if fencing:
+            if target != TransactionState.PREPARE_ABORT:
+                raise IllegalTransactionTransition("a fence only ever aborts")
+            # the fence's epoch becomes the transaction's (Kafka sets it in place)
+            meta.pending_state = None
+            meta.producer_epoch = producer_epoch
+            meta.last_producer_epoch = NO_PRODUCER_EPOCH
+        transit = meta.prepare_abort_or_commit(target, self.scheduler.now())
+
+        def prepared(error: ErrorCode) -> None:
+            if error != ErrorCode.none:
+                if fencing:
+                    meta.has_failed_epoch_fence = True
+                return done(error)
+            # NONE means the Prepare record was adopted just now, in this same call
+            # (``_append_transit``): nothing ran in between, so Kafka's re-check of the
+            # metadata before sending markers cannot fail here.
+            complete = meta.prepare_complete(self.scheduler.now())
+            done(ErrorCode.none)
+            self._send_markers(meta, result, complete)
+
+        self._append_transit(meta, transit, prepared)
+
+    @staticmethod
+    def _end_txn_outside_ongoing(meta: TransactionMetadata, result: TransactionResult) -> ErrorCode:
+        """EndTxn's answer when no transaction is open: a retry of the same outcome is
+        fine (NONE when complete, CONCURRENT_TRANSACTIONS while preparing), the other
+        outcome or an Empty id is INVALID_TXN_STATE (Kafka's ``endTransaction``)."""
+        commit = result == TransactionResult.COMMIT
+        same = {
+            TransactionState.COMPLETE_COMMIT: (commit, ErrorCode.none),
+            TransactionState.COMPLETE_ABORT: (not commit, ErrorCode.none),
+            TransactionState.PREPARE_COMMIT: (commit, ErrorCode.concurrent_transactions),
+            TransactionState.PREPARE_ABORT: (not commit, ErrorCode.concurrent_transactions),
+        }
+        if meta.state == TransactionState.EMPTY:
+            return ErrorCode.invalid_txn_state
+        if meta.state not in same:
+            raise IllegalTransactionTransition(
+                f"{meta.transactional_id} found in {meta.state}, which is never entered"
+            )
+        matches, answer = same[meta.state]
+        return answer if matches else ErrorCode.invalid_txn_state
+
+    # -- markers and completion ----------------------------------------------------------
+    def _send_markers(
+        self, meta: TransactionMetadata, result: TransactionResult, complete: TxnTransitMetadata
+    ) -> None:
+        """Kafka's ``TransactionMarkerChannelManager.addTxnMarkersToSend``: write the
+        markers, then append the Complete record; retry either after a failure while the
+        id still waits for this completion."""
+        partitions = frozenset(meta.topic_partitions)
+
+        def still_due() -> bool:
+            return (
+                self.transactions.get(meta.transactional_id) is meta
+                and meta.pending_state == complete.state
+            )
+
+        def write() -> None:
+            if not still_due():
+                return
+            self._write_markers(
+                complete.producer_id, complete.producer_epoch, result, partitions
+            ).add_done_callback(written)
+
+        def written(error: ErrorCode) -> None:
+            if error != ErrorCode.none:
+                log.warning(
+                    "writing %s markers of %s failed (%s); retrying",
+                    result.name,
+                    meta.transactional_id,
+                    error.name,
+                )
+                self.scheduler.call_later(RETRY_BACKOFF_MS, write)
+                return
+            append()
+
+        def append() -> None:
+            if still_due():
+                self._append_transit(meta, complete, appended, retry=True)
+
+        def appended(error: ErrorCode) -> None:
+            if error == ErrorCode.coordinator_not_available:
+                self.scheduler.call_later(RETRY_BACKOFF_MS, append)
+            elif error != ErrorCode.none:
+                log.warning(
+                    "completing %s of %s failed (%s); a reload will finish it",
+                    result.name,
+                    meta.transactional_id,
+                    error.name,
+                )
+
+        write()
+
+    # -- the log -------------------------------------------------------------------------
+    def _append_transit(
+        self,
+        meta: TransactionMetadata,
+        transit: TxnTransitMetadata,
+        done: Done,
+        retry: bool = False,
+    ) -> None:
+        """Kafka's ``appendTransactionToLog``: append the transition's record and adopt
+        it once written. On failure the pending state is dropped, so the client may try
+        again, unless ``retry`` (the Complete record of a transaction whose markers are
+        written: its pending state stays while it is retried, Kafka's
+        ``retryOnError`` for COORDINATOR_NOT_AVAILABLE)."""
+        key = rec.key_bytes(meta.transactional_id)
+        value = rec.value_bytes(TransactionLogValue.of(transit), self.config.value_version)
+        partition = self.partition_for(meta.transactional_id)
+
+        def appended(error: ErrorCode) -> None:
+            error = _APPEND_ERRORS.get(error, error)
+            if error == ErrorCode.none:
+                if self.transactions.get(meta.transactional_id) is not meta:
+                    error = ErrorCode.not_coordinator
+                else:
+                    meta.complete_transition(transit)
+            elif not (retry and error == ErrorCode.coordinator_not_available):
+                meta.pending_state = None
+            done(error)
+
+        self._append_fn(partition, [(key, value)]).add_done_callback(appended)
+
+    # -- DescribeTransactions / ListTransactions / gauges -------------------------------
+    def describe(self, transactional_id: str) -> TransactionDescription:
+        """Kafka's ``handleDescribeTransactions`` for one id: INVALID_REQUEST for an
+        empty id, TRANSACTIONAL_ID_NOT_FOUND for an unknown one."""
+        if not transactional_id:
+            return TransactionDescription.failed(transactional_id, ErrorCode.invalid_request)
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.state == TransactionState.DEAD:
+            return TransactionDescription.failed(
+                transactional_id, ErrorCode.transactional_id_not_found
+            )
+        topics: dict[str, list[int]] = {}
+        for topic, partition in sorted(meta.topic_partitions):
+            topics.setdefault(topic, []).append(partition)
+        return TransactionDescription(
+            transactional_id,
+            ErrorCode.none,
+            str(meta.state),
+            meta.txn_timeout_ms,
+            meta.txn_start_timestamp,
+            meta.producer_id,
+            meta.producer_epoch,
+            {t: tuple(ps) for t, ps in topics.items()},
+        )
+
+    def list_transactions(
+        self,
+        producer_ids: Iterable[int] = (),
+        state_names: Iterable[str] = (),
+        min_duration_ms: int = -1,
+    ) -> tuple[list[tuple[str, int, str]], list[str]]:
+        """Kafka's ``listTransactionStates``: (transactional id, producer id, state
+        name) of each id passing every filter given, and the state names not known
+        (``unknownStateFilters``). ``min_duration_ms`` >= 0 keeps transactions open
+        longer than that (ListTransactions v1, KIP-994)."""
+        pids = set(producer_ids)
+        names = list(state_names)
+        states, unknown = set(), []
+        for name in names:
+            try:
+                states.add(TransactionState.from_name(name))
+            except ValueError:
+                unknown.append(name)
+        now = self.scheduler.now()
+        listed = [
+            (tid, m.producer_id, str(m.state))
+            for tid, m in sorted(self.transactions.items())
+            if m.state != TransactionState.DEAD
+            and (not pids or m.producer_id in pids)
+            and (not names or m.state in states)
+            and (min_duration_ms < 0 or now - m.txn_start_timestamp > min_duration_ms)
+        ]
+        return listed, unknown
+
+    def open_transactions(self) -> tuple[int, int]:
+        """(how many transactions are open, age in ms of the oldest, 0 if none): the
+        Prometheus gauges of issue 15. Open = Ongoing, PrepareCommit or PrepareAbort."""
+        starts = [
+            m.txn_start_timestamp for m in self.transactions.values() if m.has_pending_transaction
+        ]
+        return len(starts), (self.scheduler.now() - min(starts)) if starts else 0
+
+    # -- periodic tasks ------------------------------------------------------------------
+    def timed_out_transactions(self) -> list[TransactionMetadata]:
+        """Kafka's ``timedOutTransactions``: Ongoing, nothing pending, open longer than
+        its ``transaction.timeout.ms``."""
+        now = self.scheduler.now()
+        return [
+            m
+            for m in self.transactions.values()
+            if m.state == TransactionState.ONGOING
+            and not m.pending_transition_in_progress
+            and m.txn_start_timestamp + m.txn_timeout_ms < now
+        ]
+
+    def abort_timed_out_transactions(self) -> None:
+        """Kafka's ``abortTimedOutTransactions``: fence each timed-out producer with an
+        epoch bump and abort its transaction, so the producer's next request fails
+        with PRODUCER_FENCED and its records are never exposed."""
+        for meta in self.timed_out_transactions():
+            transit = meta.prepare_fence_producer_epoch()
+
+            def aborted(error: ErrorCode, tid: str = meta.transactional_id) -> None:
+                if error != ErrorCode.none:
+                    log.info("abort of timed-out transaction %s: %s", tid, error.name)
+
+            self._end_transaction(
+                meta.transactional_id,
+                transit.producer_id,
+                transit.producer_epoch,
+                TransactionResult.ABORT,
+                False,
+                aborted,
+            )
+
+    def expire_transactional_ids(self) -> None:
+        """Kafka's ``enableTransactionalIdExpiration`` task: an id idle (Empty or
+        Complete, nothing pending) for ``transactional.id.expiration.ms`` gets a
+        tombstone in ``__transaction_state`` and leaves the cache once it is written."""
+        horizon = self.scheduler.now() - self.config.transactional_id_expiration_ms
+        by_partition: dict[int, list[tuple[TransactionMetadata, TxnTransitMetadata]]] = {}
+        for meta in list(self.transactions.values()):
+            if (
+                meta.state.expiration_allowed
+                and not meta.pending_transition_in_progress
+                and meta.txn_last_update_timestamp <= horizon
+            ):
+                partition = self.partition_for(meta.transactional_id)
+                by_partition.setdefault(partition, []).append((meta, meta.prepare_dead()))
+        for partition, dying in by_partition.items():
+            tombstones: Records = [(rec.key_bytes(m.transactional_id), None) for m, _ in dying]
+
+            def written(error: ErrorCode, dying: list = dying) -> None:
+                for meta, transit in dying:
+                    tid = meta.transactional_id
+                    if (
+                        error == ErrorCode.none
+                        and self.transactions.get(tid) is meta
+                        and meta.pending_state == TransactionState.DEAD
+                        and meta.producer_epoch == transit.producer_epoch
+                    ):
+                        del self.transactions[tid]
+                    else:
+                        meta.pending_state = None
+
+            self._append_fn(partition, tombstones).add_done_callback(written)
