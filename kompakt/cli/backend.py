@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kompakt.errors import InvalidRecordError, KompaktError, UnknownTopicError
-from kompakt.log.config import DYNAMIC_TOPIC_CONFIG
-from kompakt.record.partitioner import partition_for_key
 
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -48,6 +46,7 @@ class ConfigValue:
     def of(cls, name: str, value: str | None, source: str) -> ConfigValue:
         """A config as DescribeConfigs names its source; an override is one whose source
         is the topic (Kafka's ``DYNAMIC_TOPIC_CONFIG``), offline and from a broker."""
+        from kompakt.log.config import DYNAMIC_TOPIC_CONFIG
 
         return cls(name, value, source, source == DYNAMIC_TOPIC_CONFIG)
 
@@ -281,6 +280,7 @@ def route(
 ) -> Iterator[tuple[int, ProducerRecord]]:
     """(partition, record) as Kafka's default partitioner picks: murmur2 of a key,
     round-robin for null keys; a null key on a compacted topic is refused (INVALID_RECORD)."""
+    from kompakt.record.partitioner import partition_for_key  # numba: not at CLI start
 
     round_robin = 0
     for i, rec in enumerate(records, 1):

@@ -16,19 +16,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kompakt.errors import CorruptRecordError
-from kompakt.log.index import OffsetIndex, TimeIndex
-from kompakt.log.segment import offset_from_name
-from kompakt.record import codecs
-from kompakt.record.decode import RecordBatch
-from kompakt.record.header import (
-    CONTROL_COMMIT,
-    CONTROL_KEY,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    batch_size,
-    read_header,
-)
 
 from .common import emit, emit_json, print_error, text
 
@@ -47,6 +34,7 @@ class FileDump:
 
 
 def _base_offset(path: Path) -> int | None:
+    from kompakt.log.segment import offset_from_name
 
     try:
         return offset_from_name(path.name)
@@ -56,6 +44,8 @@ def _base_offset(path: Path) -> int | None:
 
 def batch_info(batch: RecordBatch, deep: bool) -> tuple[dict[str, Any], str | None]:
     """A batch's header fields (and records when ``deep``); second item: a record error."""
+    from kompakt.record import codecs
+    from kompakt.record.header import CONTROL_COMMIT, CONTROL_KEY, MAGIC
 
     h = batch.header
     crc_valid = h.magic == MAGIC and batch.compute_crc() == h.crc
@@ -106,6 +96,7 @@ def batch_info(batch: RecordBatch, deep: bool) -> tuple[dict[str, Any], str | No
 
 def dump_log(path: Path, deep: bool) -> FileDump:
     from kompakt.record.decode import RecordBatch
+    from kompakt.record.header import HEADER_SIZE, LOG_OVERHEAD, batch_size, read_header
 
     out = FileDump(str(path), "log", _base_offset(path))
     data = path.read_bytes()
@@ -147,6 +138,7 @@ def dump_log(path: Path, deep: bool) -> FileDump:
 
 def dump_index(path: Path, kind: str) -> FileDump:
     """Entries of an ``.index`` or ``.timeindex`` file (zero-filled preallocation ignored)."""
+    from kompakt.log.index import OffsetIndex, TimeIndex
 
     out = FileDump(str(path), kind, _base_offset(path))
     base = out.base_offset or 0
