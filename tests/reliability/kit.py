@@ -4,7 +4,7 @@ A broker run as a real ``kompakt serve`` process (so SIGKILL is a real crash), a
 producer that keeps a model built only from successful delivery reports, readers that
 fold a partition back into a dict, and an offline checker for a data dir (every batch
 parses with its CRC, offsets increase, indexes point at batch starts, no cleaner
-leftovers). Importable as ``reliability.kit`` (``tests/`` is on ``sys.path``).
+leftovers). Importable as ``reliability.kit`` (``tests/`` is in pytest's ``pythonpath``).
 """
 
 from __future__ import annotations
