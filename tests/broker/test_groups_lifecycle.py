@@ -24,7 +24,6 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,6 +31,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from shared_kit import record_results, wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import records as R
@@ -69,16 +69,6 @@ def lbroker(tmp_path_factory):
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{next(_ids)}-{time.monotonic_ns() % 100000}"
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"condition not met in {timeout} s")
 
 
 def admin(b: BrokerThread) -> AdminClient:
@@ -821,7 +811,8 @@ def test_offset_expiry_touches_only_expired_offsets(tmp_path):
         commit(b, "recent", {("t", 0): 2})
         clock.advance(1_000)
         wait_for(lambda: "old" not in gc.groups)
-        time.sleep(0.3)  # a few more passes
+        passes = record_results(gc, "expire_offsets")
+        wait_for(lambda: len(passes) >= 2, "two more expiry passes")
         assert all_committed(b, "recent") == {("t", 0): 2}
         b = restart(b)
         assert all_committed(b, "old") == {}

@@ -20,12 +20,12 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from shared_kit import wait_for
 
 from kompakt.broker.app import start_test_broker
 
@@ -44,16 +44,6 @@ def mbroker(tmp_path_factory):
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{next(_ids)}-{time.monotonic_ns() % 100000}"
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"not reached in {timeout} s: {what}")
 
 
 def create(bootstrap: str, name: str, partitions: int) -> None:

@@ -14,7 +14,6 @@ import itertools
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,6 +27,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from manual_clock import ManualClock
+from shared_kit import record_results, wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import records as R
@@ -45,16 +45,6 @@ from kompakt.record.batch import build_simple_batch
 TIMEOUT = 10
 MINUTE = 60_000
 _ids = itertools.count()
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"condition not met in {timeout} s")
 
 
 def create(bootstrap: str, *names: str, partitions: int = 2) -> None:
@@ -247,8 +237,9 @@ def test_offsets_expire_to_tombstones_and_cleaner_removes_them_after_delete_rete
             offsets=[TopicPartition(ta, 0, 1), TopicPartition(tb, 0, 9)], asynchronous=False
         )
 
+        passes = record_results(gc, "expire_offsets")
         clock.advance(MINUTE - 1)  # one ms short of the retention: nothing expires
-        time.sleep(0.5)  # several expiry passes
+        wait_for(lambda: len(passes) >= 2, "two expiry passes at the new time")
         live.poll(0.05)
         assert gc.offsets_expired == 0
         assert committed(b, "gone", [(ta, 0), (ta, 1)]) == [3, 4]
@@ -296,8 +287,8 @@ def test_offsets_expire_to_tombstones_and_cleaner_removes_them_after_delete_rete
                 return "kept"
             return None
 
-        assert wait_for(tombstones_state, timeout=30, step=0.02) == "kept"
-        assert wait_for(lambda: tombstones_state() == "removed", timeout=30, step=0.05)
+        assert wait_for(tombstones_state, timeout=30) == "kept"
+        assert wait_for(lambda: tombstones_state() == "removed", timeout=30)
         assert committed(b, "live", [(ta, 0)]) == [next(n) - 1]
     finally:
         if live is not None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from shared_kit import free_port
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator.handlers import coordinator_if_started
@@ -34,12 +34,6 @@ from kompakt.broker.coordinator.handlers import coordinator_if_started
 TIMEOUT = 10
 _ids = itertools.count()
 NONE = 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(data_dir: Any, port: int) -> BrokerThread:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from shared_kit import free_port
 
 from kompakt.broker.app import Broker
 from kompakt.broker.config import BrokerConfig
@@ -31,12 +31,6 @@ BACKOFF_MS = 1000
 # kompakt's own log line; anything else on a broker's stderr came from Spark or the JVM
 KOMPAKT_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] [A-Z]+ kompakt[.\w]*: ")
 SPARK_MARKERS = ("log4j", "[Stage", "WARN ", "INFO Spark", "NativeCodeLoader", "WARNING: ")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Serve:

@@ -37,6 +37,7 @@ from reliability.kit import (
     leftovers,
     read_partition,
 )
+from shared_kit import wait_for
 
 STORAGE_ERROR = 56
 assert KafkaError.KAFKA_STORAGE_ERROR == STORAGE_ERROR
@@ -119,15 +120,6 @@ def partition_row(broker: BrokerProcess, topic: str) -> dict:
     rows = json.loads(broker.admin_get("/v1/partitions"))
     rows = rows["partitions"] if isinstance(rows, dict) else rows
     return next(r for r in rows if r["topic"] == topic and r["partition"] == 0)
-
-
-def wait_for(pred, timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def verify(broker: BrokerProcess, model: Model) -> None:
