@@ -1,4 +1,5 @@
-"""Helpers every test package shares, written once: waiting on a condition, a free port.
+"""Helpers every test package shares, written once: waiting on a condition, free ports,
+unique names, data-dir snapshots.
 
 Tests wait for evidence, never for a fixed time (Kafka's ``TestUtils.waitUntilTrue``):
 a sleep that hopes something happened either slows every run or fails on a loaded
@@ -7,13 +8,16 @@ machine, and an assertion after it may hold even if the awaited thing never happ
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import itertools
 import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -103,3 +107,45 @@ def record_results(obj: object, name: str) -> list[Any]:
 
     setattr(obj, name, wrapper)
     return results
+
+
+_names = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    """A topic or group name no other test of this session uses (tests share a broker)."""
+    return f"{prefix}-{next(_names)}-{time.monotonic_ns() % 100000}"
+
+
+# -- data dirs --------------------------------------------------------------------------------
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under a data dir (segments, indexes, checkpoints) by relative path,
+    ``.lock`` aside: equal snapshots mean a refused or cancelled command changed nothing."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+def corrupt_first_batch(directory: Path) -> Path:
+    """Flip a bit of the stored CRC of the first batch of the first non-empty segment."""
+    path = min(p for p in directory.glob("*.log") if p.stat().st_size)
+    data = bytearray(path.read_bytes())
+    data[18] ^= 0xFF  # in the stored CRC (bytes 17-20): it no longer matches the batch
+    path.write_bytes(bytes(data))
+    return path
+
+
+async def until_parked(task: asyncio.Task[Any], timeout: float = 10.0) -> None:
+    """Run the event loop until ``task`` has started and is suspended at an await (or is
+    done): asserting "still waiting" before that would also hold for a task that never
+    ran. Uses only the loop's own steps, no sleep."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while inspect.getcoroutinestate(task.get_coro()) == inspect.CORO_CREATED:
+        if loop.time() > deadline:
+            raise AssertionError(f"{task!r} never started")
+        await asyncio.sleep(0)  # one loop step: lets the task run to its first await

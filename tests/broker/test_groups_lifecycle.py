@@ -18,7 +18,6 @@ Kafka's rules checked here, each named in its test:
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import socket
 import struct
@@ -31,7 +30,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
-from shared_kit import record_results, wait_for
+from shared_kit import record_results, unique, wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import records as R
@@ -43,7 +42,6 @@ from kompakt.record.batch import build_simple_batch
 
 TIMEOUT = 10
 FAST = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1}
-_ids = itertools.count()
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -65,10 +63,6 @@ def lbroker(tmp_path_factory):
     b = start_test_broker(tmp_path_factory.mktemp("lifecycle-data"), **FAST)
     yield b
     b.stop()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_ids)}-{time.monotonic_ns() % 100000}"
 
 
 def admin(b: BrokerThread) -> AdminClient:

@@ -99,7 +99,7 @@ def offsets_log_records(b: BrokerThread, partition: int = 0) -> list[tuple[int, 
                     )
             return out
         except (OSError, ValueError):
-            time.sleep(0.05)
+            time.sleep(0.05)  # back-off before the retry, not a wait for an event
     raise AssertionError("cannot read __consumer_offsets")
 
 

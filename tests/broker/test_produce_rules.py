@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from raw_kafka import call
+from shared_kit import wait_for
 
 TIMEOUT = 20
 POLICY_VIOLATION = 44
@@ -345,7 +346,9 @@ def test_retried_duplicate_on_log_append_time_topic_answers_the_original_time(br
     init = _call(broker, 22, 4, {"transactional_id": None, "transaction_timeout": 60000})
     data = batch([(b"k", b"v")], producer_id=init.producer_id, producer_epoch=0, base_sequence=0)
     first = raw_produce(broker, {topic_name: {0: data}})[(topic_name, 0)]
-    time.sleep(0.01)
+    plog = broker.logs.get_log(topic_name, 0)
+    appended_ms = first.log_append_time.timestamp() * 1000
+    wait_for(lambda: plog.clock() > appended_ms, "the log's clock to move past it")
     again = raw_produce(broker, {topic_name: {0: data}})[(topic_name, 0)]
     assert (again.error_code, again.base_offset) == (0, 0)
     assert again.log_append_time == first.log_append_time is not None

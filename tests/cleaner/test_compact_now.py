@@ -25,7 +25,7 @@ from cleaner_kit import (
     wait_for_file,
     wait_for_later_group,
 )
-from shared_kit import condition_wait_frame, wait_for
+from shared_kit import condition_wait_frame, corrupt_first_batch, snapshot, wait_for
 
 from kompakt.cleaner import Cleaner
 from kompakt.cleaner.cleaner import HOLD_ENV
@@ -46,24 +46,6 @@ def fill(m: LogManager, clock, topic: str, partition: int, n: int = 60, keys: in
         clock.advance(1)
     plog.roll()  # everything before the active segment is cleanable
     return model
-
-
-def corrupt_first_batch(directory: Path) -> Path:
-    """Flip a bit of the stored CRC of the first batch of the first non-empty segment."""
-    path = min(p for p in directory.glob("*.log") if p.stat().st_size)
-    data = bytearray(path.read_bytes())
-    data[18] ^= 0xFF  # in the stored CRC: it no longer matches the batch
-    path.write_bytes(bytes(data))
-    return path
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under the data dir (segments, indexes, checkpoints) by relative path."""
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 @pytest.fixture

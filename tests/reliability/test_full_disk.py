@@ -191,7 +191,7 @@ def test_clean_past_file_size_limit_keeps_the_old_segments(tmp_path: Path) -> No
         wait_for(lambda: broker.log_text().count("Cleaned users-0") >= 1, what="a first clean")
         _alter(broker.bootstrap, "users", {"segment.bytes": str(4 << 20), "segment.ms": "300"})
         assert produce(p, model, "users", range(20), 20) == (20, 0)  # dirty again ...
-        time.sleep(0.5)
+        time.sleep(0.5)  # scenario time: segment.ms=300 passes, so the next append rolls
         assert produce(p, model, "users", range(20, 40), 20) == (20, 0)  # ... and rolled
         wait_for(
             lambda: "I/O error while cleaning users-0" in broker.log_text(),
@@ -297,9 +297,7 @@ def test_full_tmpfs_produce_clean_shutdown_and_recovery(small_disk: Path, tmp_pa
         assert not leftovers(data), "a half-written .cleaned file survived"
         verify(broker, model)
         # SIGTERM on a full disk: the broker stops (exit 1: not a clean shutdown)
-        t0 = time.monotonic()
-        assert broker.stop(timeout=30) == 1, broker.log_tail()
-        assert time.monotonic() - t0 < 30
+        assert broker.stop(timeout=30) == 1, broker.log_tail()  # stop() fails on a hang
         assert not (data / ".kafka_cleanshutdown").exists()
         # space comes back
         (small_disk / "filler").unlink()
