@@ -187,7 +187,7 @@ def test_coordinator_state_machine():
         # b stops heartbeating: its session expires, the group rebalances without it
         deadline = asyncio.get_running_loop().time() + 3
         while asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # a poll: the session timer runs on the loop's clock
             code = gc.heartbeat("g", 2, a)
             if code == G.REBALANCE_IN_PROGRESS:
                 break
@@ -197,7 +197,7 @@ def test_coordinator_state_machine():
         assert r["generation_id"] == 3 and len(r["members"]) == 1
         assert gc.leave("g", a) == 0
         assert gc.groups["g"].state == G.PREPARING or gc.groups["g"].state == G.EMPTY
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one loop step: the leave's scheduled completion runs
         assert gc.groups["g"].state == G.EMPTY
         assert gc.commit_check("g", -1, "") == 0  # simple (assign-mode) commits allowed
         gc.shutdown()
