@@ -11,10 +11,14 @@ each run when hunting for bugs.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
 from manual_clock import ManualClock
+
+from kompakt.log.manager import LogManager
 
 settings.register_profile("default", derandomize=True)
 settings.register_profile("explore", derandomize=False)
@@ -23,7 +27,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 @pytest.fixture
 def clock() -> ManualClock:
+    """Kafka's ``MockTime``: logs and cleaners read this, tests advance it."""
     return ManualClock()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def manager(data_dir: Path, clock: ManualClock) -> Iterator[LogManager]:
+    """A LogManager on ``data_dir`` driven by ``clock``, closed after the test."""
+    m = LogManager(data_dir, clock=clock)
+    yield m
+    m.close()
 
 
 # -- the slow marker: one table says which tests ``pytest -m "not slow"`` leaves out ----
