@@ -57,6 +57,12 @@ SLOW_FIXTURES = frozenset(
 SLOW_TESTS = (
     # SIGKILLs, soak, request fuzzer, full disk, librdkafka's suite: real broker processes
     "reliability/",
+    # SIGKILL of a cleaning process at every kill point of a seed list
+    "cleaner/test_crash.py::test_sigkill_during_clean_recovers",
+    # the broker as a process: SIGTERM and SIGKILL
+    "broker/test_process.py",
+    # thousands of offset commits until __consumer_offsets is cleaned back down
+    "broker/test_groups_offsets.py::test_consumer_offsets_stays_bounded_under_many_commits",
     # a standalone Spark cluster (master and two workers)
     "pipeline/test_cluster.py",
     # a Spark job in a fresh process
