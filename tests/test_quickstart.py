@@ -17,10 +17,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from shared_kit import wait_for_port
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -40,19 +40,6 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"kompakt serve exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"port {port} never opened")
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat missing (make test installs it)")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from shared_kit import wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.cleaner.cleaner import HOLD_ENV
@@ -81,13 +81,6 @@ class Post(threading.Thread):
 
     def run(self) -> None:
         self.answer = post(self.b, self.body)
-
-
-def wait_for(pred, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def held(hold: Path) -> bool:

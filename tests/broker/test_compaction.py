@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from shared_kit import wait_for
 
 from kompakt.broker.app import start_test_broker
 
@@ -98,16 +99,13 @@ def test_background_spark_cleaner_keeps_latest_state(spark_broker):
     assert p.flush(30) == 0
     # wait for the background cleaner (Spark starts on the first clean)
     admin_url = f"http://127.0.0.1:{spark_broker.admin_port}"
-    deadline = time.time() + 180
-    status = None
-    while time.time() < deadline:
-        status = next(
-            s for s in get_json(admin_url + "/v1/partitions")["partitions"] if s["topic"] == topic
-        )
-        if status.get("last_compaction"):
-            break
-        time.sleep(0.5)
-    assert status and status["last_compaction"], status
+
+    def cleaned() -> dict | None:
+        partitions = get_json(admin_url + "/v1/partitions")["partitions"]
+        status = next(s for s in partitions if s["topic"] == topic)
+        return status if status.get("last_compaction") else None
+
+    status = wait_for(cleaned, f"a background clean of {topic}", 180)
     # a second clean (forced through the admin endpoint) passes the tombstones' horizon
     req = urllib.request.Request(
         admin_url + "/v1/compact",

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import io
-import itertools
 import json
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -33,6 +31,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from shared_kit import unique, wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import records as R
@@ -44,7 +43,6 @@ from kompakt.record.encode import build_simple_batch
 
 TIMEOUT = 10
 FAST = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1}
-_ids = itertools.count()
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
@@ -66,20 +64,6 @@ def lbroker(tmp_path_factory):
     b = start_test_broker(tmp_path_factory.mktemp("lifecycle-data"), **FAST)
     yield b
     b.stop()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{next(_ids)}-{time.monotonic_ns() % 100000}"
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"condition not met in {timeout} s")
 
 
 def admin(b: BrokerThread) -> AdminClient:

@@ -15,7 +15,6 @@ import itertools
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from manual_clock import ManualClock
+from shared_kit import wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import records as R
@@ -42,16 +42,6 @@ from kompakt.record.encode import build_simple_batch
 TIMEOUT = 10
 MINUTE = 60_000
 _ids = itertools.count()
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"condition not met in {timeout} s")
 
 
 def create(bootstrap: str, *names: str, partitions: int = 2) -> None:
@@ -106,7 +96,7 @@ def offsets_log_records(b: BrokerThread, partition: int = 0) -> list[tuple[int, 
                     )
             return out
         except (OSError, ValueError):
-            time.sleep(0.05)
+            time.sleep(0.05)  # back-off before the retry, not a wait for an event
     raise AssertionError("cannot read __consumer_offsets")
 
 
@@ -297,8 +287,8 @@ def test_offsets_expire_to_tombstones_and_cleaner_removes_them_after_delete_rete
                 return "kept"
             return None
 
-        assert wait_for(tombstones_state, timeout=30, step=0.02) == "kept"
-        assert wait_for(lambda: tombstones_state() == "removed", timeout=30, step=0.05)
+        assert wait_for(tombstones_state, timeout=30) == "kept"
+        assert wait_for(lambda: tombstones_state() == "removed", timeout=30)
         assert committed(b, "live", [(ta, 0)]) == [next(n) - 1]
     finally:
         if live is not None:

@@ -2,7 +2,6 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -10,14 +9,9 @@ import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from shared_kit import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(data_dir, port):
@@ -38,17 +32,12 @@ def start(data_dir, port):
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            if proc.poll() is not None:
-                raise AssertionError(proc.stdout.read()) from None
-            time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("broker did not start")
+    try:
+        wait_for_port(port, proc, 20)
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(proc.stdout.read()) from None
+    return proc
 
 
 def read_all(bootstrap, topic, n):

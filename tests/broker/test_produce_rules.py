@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.schema.errors import ErrorCode
 from raw_kafka import API, call
+from shared_kit import wait_for
 
 TIMEOUT = 20
 
@@ -348,7 +349,9 @@ def test_retried_duplicate_on_log_append_time_topic_answers_the_original_time(br
     )
     data = batch([(b"k", b"v")], producer_id=init.producer_id, producer_epoch=0, base_sequence=0)
     first = raw_produce(broker, {topic_name: {0: data}})[(topic_name, 0)]
-    time.sleep(0.01)
+    plog = broker.logs.get_log(topic_name, 0)
+    appended_ms = first.log_append_time.timestamp() * 1000
+    wait_for(lambda: plog.clock() > appended_ms, "the log's clock to move past it")
     again = raw_produce(broker, {topic_name: {0: data}})[(topic_name, 0)]
     assert (again.error_code, again.base_offset) == (0, 0)
     assert again.log_append_time == first.log_append_time is not None

@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from shared_kit import free_port, wait_for
 
 from kompakt.broker.app import Broker
 from kompakt.broker.config import BrokerConfig
@@ -31,12 +30,6 @@ BACKOFF_MS = 1000
 # kompakt's own log line; anything else on a broker's stderr came from Spark or the JVM
 KOMPAKT_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] [A-Z]+ kompakt[.\w]*: ")
 SPARK_MARKERS = ("log4j", "[Stage", "WARN ", "INFO Spark", "NativeCodeLoader", "WARNING: ")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Serve:
@@ -73,14 +66,13 @@ class Serve:
             into.append(line.rstrip("\n"))
 
     def wait_for(self, text: str, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for i, line in enumerate(list(self.lines)):
-                if text in line:
-                    return i
+        """The index of the first stderr line holding ``text``."""
+
+        def found() -> list[int]:
             assert self.proc.poll() is None, "\n".join(self.lines)
-            time.sleep(0.05)
-        raise AssertionError(f"no {text!r} line within {timeout} s:\n" + "\n".join(self.lines))
+            return [i for i, line in enumerate(list(self.lines)) if text in line][:1]
+
+        return wait_for(found, f"a {text!r} line", timeout)[0]
 
     def partitions(self) -> list[dict]:
         url = f"http://127.0.0.1:{self.admin_port}/v1/partitions"
@@ -136,20 +128,13 @@ def test_serve_warms_spark_quietly_and_cleans_without_waiting_for_the_jvm(tmp_pa
             producer.produce("warm", b"v%d" % i, b"k%d" % (i % 10))
             if i % 10 == 9:
                 assert producer.flush(30) == 0
-        produced = time.monotonic()
+
+        def cleaned() -> bool:
+            (part,) = [p for p in broker.partitions() if p["topic"] == "warm"]
+            return part.get("last_compaction") is not None
 
         # Not a speed assertion: a deadline the cold JVM start used to miss on its own.
-        deadline = produced + BACKOFF_MS / 1000 + 60
-        last = None
-        while time.monotonic() < deadline:
-            (part,) = [p for p in broker.partitions() if p["topic"] == "warm"]
-            last = part.get("last_compaction")
-            if last is not None:
-                break
-            time.sleep(0.2)
-        assert last is not None, f"no clean within the deadline:\n{part}\n" + "\n".join(
-            broker.lines
-        )
+        wait_for(cleaned, "a clean of warm-0", BACKOFF_MS / 1000 + 60)
     finally:
         code = broker.stop()
     assert code == 0, "\n".join(broker.lines)

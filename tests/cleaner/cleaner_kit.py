@@ -1,12 +1,12 @@
-"""Helpers shared by the cleaner tests (imported via the path set in ``conftest.py``)."""
+"""Helpers shared by the cleaner tests (``tests/cleaner`` is in pytest's ``pythonpath``)."""
 
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 from manual_clock import T0, ManualClock  # noqa: F401 (re-exported for the tests)
+from shared_kit import wait_for
 
 from kompakt.log.manager import LogManager
 from kompakt.log.partition_log import PartitionLog
@@ -58,10 +58,17 @@ def headers(plog: PartitionLog):
 
 def wait_for_file(path: Path, timeout: float = 60) -> None:
     """Wait for a marker the held clean writes (see ``HOLD_ENV``)."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.01)
+    wait_for(path.exists, f"{path.name} to appear", timeout)
+
+
+def wait_for_later_group(hold: Path, timeout: float = 60) -> Path:
+    """The ``held-<offset>`` marker of a group after the first (offset 0): the first
+    group's rewrite is done and a later one is held (see ``HOLD_ENV``)."""
+
+    def later() -> list[Path]:
+        return [p for p in hold.iterdir() if p.name.startswith("held-") and p.name != "held-0"]
+
+    return wait_for(later, "a group after the first to be held", timeout)[0]
 
 
 class Run(threading.Thread):

@@ -4,20 +4,11 @@
 
 from __future__ import annotations
 
-import pytest
 from cleaner_kit import append, dir_bytes, fold, records
 
 from kompakt.cleaner import Cleaner, cleanable
-from kompakt.log.manager import LogManager
 
 COMPACT = {"cleanup.policy": "compact", "delete.retention.ms": "1000"}
-
-
-@pytest.fixture
-def manager(tmp_path, clock):
-    m = LogManager(tmp_path / "data", clock=clock)
-    yield m
-    m.close()
 
 
 def compacted(manager, topic="t", partitions=1, **extra):

@@ -12,11 +12,20 @@ other partitions' checkpoints.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
-from cleaner_kit import Run, append, dir_bytes, fold, leftovers, open_manager, wait_for_file
+from cleaner_kit import (
+    Run,
+    append,
+    dir_bytes,
+    fold,
+    leftovers,
+    open_manager,
+    wait_for_file,
+    wait_for_later_group,
+)
+from shared_kit import condition_wait_frame, corrupt_first_batch, snapshot, wait_for
 
 from kompakt.cleaner import Cleaner
 from kompakt.cleaner.cleaner import HOLD_ENV
@@ -37,24 +46,6 @@ def fill(m: LogManager, clock, topic: str, partition: int, n: int = 60, keys: in
         clock.advance(1)
     plog.roll()  # everything before the active segment is cleanable
     return model
-
-
-def corrupt_first_batch(directory: Path) -> Path:
-    """Flip a bit of the stored CRC of the first batch of the first non-empty segment."""
-    path = min(p for p in directory.glob("*.log") if p.stat().st_size)
-    data = bytearray(path.read_bytes())
-    data[18] ^= 0xFF  # in the stored CRC: it no longer matches the batch
-    path.write_bytes(bytes(data))
-    return path
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under the data dir (segments, indexes, checkpoints) by relative path."""
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 @pytest.fixture
@@ -192,6 +183,7 @@ def test_second_compact_waits_then_reports_its_own_fresh_result(world, hold):
     wait_for_file(hold / "held-0")
     second = Run(c.compact_now, "a", 0)
     second.start()
+    wait_for(lambda: condition_wait_frame(second), "the second request to wait")
     (hold / "release").touch()
     first.join(60)
     second.join(60)
@@ -238,12 +230,7 @@ def test_abort_between_groups_leaves_the_partition_as_it_was(tmp_path: Path, clo
     run.start()
     wait_for_file(hold / "held-0")
     (hold / "release-0").touch()
-    later = []
-    deadline = time.monotonic() + 60
-    while not later:
-        later = [p for p in hold.iterdir() if p.name.startswith("held-") and p.name != "held-0"]
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_for_later_group(hold)
     assert any(p.name.endswith(".cleaned") for p in plog.dir.iterdir())
     c.abort_all("interrupted")
     run.join(60)

@@ -18,11 +18,19 @@ removal lands mid-clean.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
-from cleaner_kit import Run, append, fold, leftovers, open_manager, wait_for_file
+from cleaner_kit import (
+    Run,
+    append,
+    fold,
+    leftovers,
+    open_manager,
+    wait_for_file,
+    wait_for_later_group,
+)
+from shared_kit import condition_wait_frame, wait_for
 
 from kompakt.cleaner import Cleaner
 from kompakt.cleaner.cleaner import HOLD_ENV
@@ -128,13 +136,7 @@ def test_delete_records_between_groups_is_caught_before_the_swap(tmp_path: Path,
     (hold / "release-0").touch()
     run = Run(c.compact_now, "a", 0)
     run.start()
-    deadline = time.monotonic() + 60
-    later: list[Path] = []
-    while not later:
-        later = [p for p in hold.iterdir() if p.name.startswith("held-") and p.name != "held-0"]
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    second = int(later[0].name.split("-")[1])
+    second = int(wait_for_later_group(hold).name.split("-")[1])
     assert (plog.dir / f"{0:020d}.log.cleaned").exists()
     assert plog.delete_records_before(second) == second
     (hold / "release").touch()
@@ -195,7 +197,7 @@ def test_compact_waiting_for_a_deleted_partition_skips_it(tmp_path: Path, clock,
     plog = m.get_log("a", 0)
     second = Run(c._compact_one, plog, True, False, c.engine, None)
     second.start()
-    time.sleep(0.2)
+    wait_for(lambda: condition_wait_frame(second), "the second request to wait for the first")
     m.delete_topic("a")
     m.create_topic("a", 1, TOPIC)
     second.join(30)

@@ -187,7 +187,7 @@ class ForkServer:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline().split()
         assert line and line[0] == "ready", f"seed {seed}: worker failed: {line}"
-        time.sleep(delay)
+        time.sleep(delay)  # fault: the seed's kill moment inside the clean
         os.kill(int(line[1]), signal.SIGKILL)
         dead = self.proc.stdout.readline().split()
         assert dead[0] == "dead", f"seed {seed}: worker said {dead}"

@@ -7,18 +7,10 @@ import pytest
 from cleaner_kit import T0, append, dir_bytes, fold, headers, leftovers, records
 
 from kompakt.cleaner import Cleaner, LocalEngine
-from kompakt.log.manager import LogManager
 from kompakt.record import codecs
 from kompakt.record.header import DELETE_HORIZON_BIT
 
 COMPACT = {"cleanup.policy": "compact", "delete.retention.ms": "1000"}
-
-
-@pytest.fixture
-def manager(tmp_path, clock):
-    m = LogManager(tmp_path / "data", clock=clock)
-    yield m
-    m.close()
 
 
 def compacted(manager, topic="t", **extra):

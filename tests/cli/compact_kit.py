@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from shared_kit import corrupt_first_batch, snapshot  # noqa: F401 (re-exported)
+
 from kompakt.log.manager import LogManager
 from kompakt.record.encode import build_simple_batch
 
@@ -27,24 +29,6 @@ def make_data_dir(root: Path, *, records: int = 120, corrupt: bool = True) -> Pa
     if corrupt:
         corrupt_first_batch(root / "users-0")
     return root
-
-
-def corrupt_first_batch(directory: Path) -> Path:
-    """Flip a bit of the stored CRC of the first batch of the first non-empty segment."""
-    path = min(p for p in directory.glob("*.log") if p.stat().st_size)
-    data = bytearray(path.read_bytes())
-    data[18] ^= 0xFF
-    path.write_bytes(bytes(data))
-    return path
-
-
-def snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under a data dir by relative path (``.lock`` aside)."""
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != ".lock"
-    }
 
 
 def leftovers(root: Path) -> list[str]:

@@ -4,7 +4,6 @@ produce/consume, consumer groups, and one-line errors. One real broker per modul
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from cli_kit import assert_one_line_error
 from confluent_kafka import Consumer
+from shared_kit import free_port
 from typer.testing import CliRunner
 
 from kompakt.broker.app import BrokerThread, start_test_broker
@@ -269,12 +269,6 @@ def test_unknown_topic_and_bad_config_are_one_line_errors(cli):
     )
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     "args",
     [
@@ -285,11 +279,11 @@ def _closed_port() -> int:
     ],
 )
 def test_unreachable_broker_is_one_line_quickly(args: tuple[str, ...]):
-    port = _closed_port()
-    start = time.monotonic()
+    """Quickly, without timing it: the refused connect is reported itself, not a client
+    timeout after the broker was retried ("within N s")."""
+    port = free_port()
     r = runner.invoke(app, [*args, "--bootstrap-server", f"127.0.0.1:{port}"], input="")
-    assert time.monotonic() - start < 10
-    assert_one_line_error(r, f"broker 127.0.0.1:{port} not reachable")
+    assert_one_line_error(r, f"broker 127.0.0.1:{port} not reachable: Connection refused")
 
 
 def test_transport_options_are_exclusive_and_checked(tmp_path: Path):

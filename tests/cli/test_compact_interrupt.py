@@ -13,11 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from compact_kit import fold, leftovers, make_data_dir, snapshot
+from shared_kit import wait_for
 
 from kompakt.cleaner.cleaner import HOLD_ENV
 
@@ -39,11 +39,12 @@ def interrupt_mid_clean(
         text=True,
     )
     try:
-        deadline = time.monotonic() + timeout
-        while not any(hold.glob("held-*")):
+
+        def held() -> bool:
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the clean never started"
-            time.sleep(0.05)
+            return any(hold.glob("held-*"))
+
+        wait_for(held, "the clean to start", timeout)
         assert any(p.name.endswith(".cleaned") for p in (data / "users-1").iterdir())
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)

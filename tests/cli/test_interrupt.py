@@ -14,10 +14,10 @@ import struct
 import subprocess
 import sys
 import termios
-import time
 from pathlib import Path
 
 import pytest
+from shared_kit import wait_for
 from tree_kit import snapshot
 
 from kompakt.errors import LogDirLockedError
@@ -34,14 +34,6 @@ def kompakt(*args: str | Path, **popen) -> subprocess.Popen:
 def unread_bytes(fd: int) -> int:
     """Bytes waiting in a pipe (FIONREAD works on either end on Linux)."""
     return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
-
-
-def wait_for(cond, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def holds_lock(data_dir: Path) -> bool:

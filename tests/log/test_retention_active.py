@@ -142,10 +142,9 @@ def test_expired_active_segment_survives_restart_with_log_start_at_end(tmp_path,
 def test_idle_topic_expires_on_a_running_broker_watermarks_via_list_offsets(tmp_path):
     """The broker's retention thread on an idle topic: ListOffsets (confluent-kafka's
     get_watermark_offsets) reports low == high == 3 once the three records expire."""
-    import time
-
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
+    from shared_kit import wait_for
 
     from kompakt.broker.app import start_test_broker
 
@@ -161,12 +160,11 @@ def test_idle_topic_expires_on_a_running_broker_watermarks_via_list_offsets(tmp_
         c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm"})
         try:
             tp = TopicPartition("idle", 0)
-            deadline = time.monotonic() + 20
-            marks = c.get_watermark_offsets(tp, timeout=10)
-            while marks != (3, 3) and time.monotonic() < deadline:
-                time.sleep(0.2)
-                marks = c.get_watermark_offsets(tp, timeout=10)
-            assert marks == (3, 3)
+            wait_for(
+                lambda: c.get_watermark_offsets(tp, timeout=10) == (3, 3),
+                "retention to empty the idle partition (watermarks (3, 3))",
+                20,
+            )
         finally:
             c.close()
     finally:

@@ -70,10 +70,9 @@ def run_action(spark, config: dict, action: str, data_dir: str, topic: str) -> d
     elif action.startswith("compact="):
         from pathlib import Path
 
-        from kompakt.pipeline.engine import SparkEngine
+        from engine_kit import clean_twice  # this script's folder is first on sys.path
 
-        sys.path.insert(0, str(Path(__file__).parent))
-        from engine_kit import clean_twice
+        from kompakt.pipeline.engine import SparkEngine
 
         t1 = time.monotonic()
         clean_twice(Path(action.split("=", 1)[1]), SparkEngine(config))

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from manual_clock import ManualClock
 
-from kompakt.log.manager import LogManager
 from kompakt.pipeline.standalone import FAST_START_JAVA_OPTS
-
-sys.path.insert(0, str(Path(__file__).parent))  # engine_kit.py
 
 SPARK_TEST_CONFIG = {
     "kompakt.spark.master": "local[2]",
@@ -34,25 +30,11 @@ def spark():
 
 
 @pytest.fixture
-def data_dir(tmp_path):
-    return tmp_path / "data"
-
-
-@pytest.fixture
 def clock():
     """A controlled clock that starts at the wall time: the Spark writer stamps records
     with the executors' wall time, and the log refuses records more than
     message.timestamp.after.max.ms (1 h) ahead of its clock, as Kafka does."""
-    from manual_clock import ManualClock
-
     return ManualClock(int(time.time() * 1000))
-
-
-@pytest.fixture
-def manager(data_dir, clock):
-    m = LogManager(data_dir, clock=clock)
-    yield m
-    m.close()
 
 
 def read_rows(spark, data_dir, **options) -> list[tuple]:

@@ -61,7 +61,7 @@ def main() -> None:
     deadline = time.monotonic() + 300
     while not any(hold.glob("held-*")):  # a group task is running (2 slots: any group)
         assert time.monotonic() < deadline, "the clean never started"
-        time.sleep(0.05)
+        time.sleep(0.05)  # a poll (shared_kit.wait_for is not on this script's path)
     third = plog.segments[2]
     out["deleted"] = plog.apply_retention(third.largest_timestamp + 3600000 + 1)
     m.checkpoint()  # the log start offset the Spark source reads

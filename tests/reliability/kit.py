@@ -4,7 +4,7 @@ A broker run as a real ``kompakt serve`` process (so SIGKILL is a real crash), a
 producer that keeps a model built only from successful delivery reports, readers that
 fold a partition back into a dict, and an offline checker for a data dir (every batch
 parses with its CRC, offsets increase, indexes point at batch starts, no cleaner
-leftovers). Importable as ``reliability.kit`` (``tests/`` is on ``sys.path``).
+leftovers). Importable as ``reliability.kit`` (``tests/`` is in pytest's ``pythonpath``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import os
 import random
 import resource
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -25,14 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shared_kit import free_port, wait_for_port
+
 REPO = Path(__file__).resolve().parents[2]
 TOMBSTONE = None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def kompakt_command() -> list[str]:
@@ -110,19 +105,12 @@ class BrokerProcess:
                 preexec_fn=self._preexec if self.fsize_limit is not None else None,
             )
         self.starts += 1
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise AssertionError(
-                        f"broker exited with {self.proc.returncode}:\n{self.log_tail()}"
-                    ) from None
-                time.sleep(0.02)
-        self.kill()
-        raise AssertionError(f"broker did not start in {timeout} s:\n{self.log_tail()}")
+        try:
+            wait_for_port(self.port, self.proc, timeout)
+        except AssertionError as exc:
+            self.kill()
+            raise AssertionError(f"broker did not start: {exc}:\n{self.log_tail()}") from None
+        return self
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hook runs, no buffer is flushed by the process."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from reliability.wire_kit import call, connect
+from shared_kit import wait_for
 
 from kompakt.broker.app import start_test_broker
 from kompakt.log.manager import CLEAN_SHUTDOWN_FILE
@@ -230,19 +231,16 @@ def test_flipped_bit_in_sealed_segment_is_corrupt_message_and_uncleanable_others
         assert [o for o, _v in _records(before[1])] == list(range(bad_off))
         logged = "\n".join(r.getMessage() for r in caplog.records)
         assert seg_path.name in logged and f"position {victim.position}" in logged
-        deadline = time.time() + 30
-        while time.time() < deadline:
+
+        def settled() -> dict | None:
             parts = {
                 (p["topic"], p["partition"]): p
                 for p in _admin_json(b.admin_port, "/v1/partitions")["partitions"]
             }
-            if parts[("bad", 0)]["uncleanable_reason"] and parts[("good", 0)].get(
-                "last_compaction"
-            ):
-                break
-            time.sleep(0.2)
-        assert parts[("bad", 0)]["uncleanable_reason"], parts[("bad", 0)]
-        assert parts[("good", 0)]["last_compaction"], parts[("good", 0)]
+            bad, good = parts[("bad", 0)], parts[("good", 0)]
+            return parts if bad["uncleanable_reason"] and good.get("last_compaction") else None
+
+        parts = wait_for(settled, "bad-0 uncleanable and good-0 cleaned", 30)
         assert parts[("good", 0)]["uncleanable_reason"] is None
         metrics = _admin_json(b.admin_port, "/metrics")
         assert "kompakt_log_cleaner_uncleanable_partitions 1.0" in metrics

@@ -69,7 +69,7 @@ def wait_for_clean_in_progress(data: Path, timeout: float) -> bool:
     while time.monotonic() < deadline:
         if leftovers(data):
             return True
-        time.sleep(0.002)
+        time.sleep(0.002)  # a fine poll: the .cleaned file lives milliseconds
     return False
 
 
@@ -97,16 +97,16 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write(tmp_path: Path) -
         for i in range(KILLS):
             if i % 2:  # every other kill waits for a clean to be writing its .cleaned file
                 wait_for_clean_in_progress(data, timeout=rng.uniform(0.5, 2.5))
-                time.sleep(rng.uniform(0, 0.02))
+                time.sleep(rng.uniform(0, 0.02))  # fault: a random kill moment
             else:
-                time.sleep(rng.uniform(0.2, 1.5))
+                time.sleep(rng.uniform(0.2, 1.5))  # fault: a random kill moment
             assert broker.alive(), f"broker died on its own:\n{broker.log_tail()}"
             broker.kill()
             mid_clean += bool(leftovers(data))  # killed between writing .cleaned and swap end
             t1 = time.monotonic()
             broker.start()
             start_s += time.monotonic() - t1
-        time.sleep(1.0)
+        time.sleep(1.0)  # load: the producer keeps writing to the last broker
         left = producer.stop(120)
         assert left == 0, f"{left} messages never got a delivery report"
         assert producer.fatal is None

@@ -2,7 +2,7 @@
 
 Requests are built from kio's schema classes and sent on a plain socket, so a test can
 say exactly what goes on the wire (including what no real client would send).
-Importable as ``reliability.wire_kit`` (``tests/`` is on ``sys.path``).
+Importable as ``reliability.wire_kit`` (``tests/`` is in pytest's ``pythonpath``).
 """
 
 from __future__ import annotations

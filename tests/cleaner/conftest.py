@@ -1,8 +1,0 @@
-"""Puts this folder on the path for ``cleaner_kit.py``; ``clock`` comes from tests/conftest.py."""
-
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))

@@ -1,0 +1,151 @@
+"""Helpers every test package shares, written once: waiting on a condition, free ports,
+unique names, data-dir snapshots.
+
+Tests wait for evidence, never for a fixed time (Kafka's ``TestUtils.waitUntilTrue``):
+a sleep that hopes something happened either slows every run or fails on a loaded
+machine, and an assertion after it may hold even if the awaited thing never happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+STEP = 0.02  # seconds between two looks at the condition: short against every timeout
+
+
+def wait_for(predicate: Callable[[], T], what: str = "the condition", timeout: float = 30.0) -> T:
+    """Return ``predicate()``'s first truthy value; fail naming ``what`` after ``timeout`` s.
+
+    Kafka ``TestUtils.waitUntilTrue(condition, msg, waitTimeMs)``: the only pause in a
+    test is between two looks at the thing it waits for.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(STEP)
+
+
+def free_port() -> int:
+    """A 127.0.0.1 TCP port nobody listens on now, for a broker that needs a fixed port
+    across restarts (a client reconnects to the same address)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def accepts_connections(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:``port`` (the broker is up)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+    except OSError:
+        return False
+    return True
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Wait until the process ``proc`` listens on ``port``; fail at once if it exits."""
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"process exited with {proc.returncode} before listening")
+        return accepts_connections(port)
+
+    wait_for(up, f"127.0.0.1:{port} to accept connections", timeout)
+
+
+def condition_wait_frame(thread: threading.Thread) -> FrameType | None:
+    """The ``threading.Condition.wait`` frame ``thread`` is blocked in, else None.
+
+    Evidence that a thread has reached its wait (Kafka tests check
+    ``thread.getState == WAITING``); the frame's ``timeout`` local says how long it waits.
+    """
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is not None and frame.f_code is threading.Condition.wait.__code__:
+        return frame  # the innermost Python frame: the lock it blocks on is C code
+    return None
+
+
+def record_results(obj: object, name: str) -> list[Any]:
+    """Wrap the method ``obj.name`` (plain or ``async``) on this one object; the returned
+    list gets each finished call's result.
+
+    Evidence that a background loop made a pass: "nothing happened" is only worth
+    asserting once the loop has looked (e.g. two expiry passes at the new time).
+    """
+    original = getattr(obj, name)
+    results: list[Any] = []
+    if inspect.iscoroutinefunction(original):
+
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = await original(*args, **kwargs)
+            results.append(result)
+            return result
+
+    else:
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            results.append(result)
+            return result
+
+    setattr(obj, name, wrapper)
+    return results
+
+
+_names = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    """A topic or group name no other test of this session uses (tests share a broker)."""
+    return f"{prefix}-{next(_names)}-{time.monotonic_ns() % 100000}"
+
+
+# -- data dirs --------------------------------------------------------------------------------
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under a data dir (segments, indexes, checkpoints) by relative path,
+    ``.lock`` aside: equal snapshots mean a refused or cancelled command changed nothing."""
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+def corrupt_first_batch(directory: Path) -> Path:
+    """Flip a bit of the stored CRC of the first batch of the first non-empty segment."""
+    path = min(p for p in directory.glob("*.log") if p.stat().st_size)
+    data = bytearray(path.read_bytes())
+    data[18] ^= 0xFF  # in the stored CRC (bytes 17-20): it no longer matches the batch
+    path.write_bytes(bytes(data))
+    return path
+
+
+async def until_parked(task: asyncio.Task[Any], timeout: float = 10.0) -> None:
+    """Run the event loop until ``task`` has started and is suspended at an await (or is
+    done): asserting "still waiting" before that would also hold for a task that never
+    ran. Uses only the loop's own steps, no sleep."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while inspect.getcoroutinestate(task.get_coro()) == inspect.CORO_CREATED:
+        if loop.time() > deadline:
+            raise AssertionError(f"{task!r} never started")
+        await asyncio.sleep(0)  # one loop step: lets the task run to its first await
