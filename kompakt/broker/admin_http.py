@@ -134,8 +134,8 @@ def _make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
                 )
                 return
             # imported here: the cleaner (numba, numpy) loads on the first compaction
-            from kompakt.cleaner.cleaner import check_engine
             from kompakt.cleaner.manager import CleaningAbortedError
+            from kompakt.engines import check_engine
 
             part = req.get("partition")
             dry = req.get("dry_run", False)

@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kompakt.cleaner.config import (
+    DEDUPE_BUFFER_SIZE_DEFAULT,
+    IO_BUFFER_LOAD_FACTOR_DEFAULT,
+    IO_BUFFER_SIZE_DEFAULT,
+)
 from kompakt.errors import InvalidConfigError
 from kompakt.log.checkpoint import fsync_dir
 from kompakt.log.config import (
@@ -82,13 +87,24 @@ _KEYS: list[BrokerKey] = [
     BrokerKey(
         "log.cleaner.dedupe.buffer.size",
         "long",
-        134217728,
+        DEDUPE_BUFFER_SIZE_DEFAULT,
         "Offset map memory (local engine).",
         at_least(0),
     ),
     BrokerKey("log.cleaner.threads", "int", 1, "Cleaner threads.", at_least(0)),
-    BrokerKey("log.cleaner.io.buffer.size", "int", 524288, "Cleaner I/O buffer.", at_least(0)),
-    BrokerKey("log.cleaner.io.buffer.load.factor", "double", 0.9, "Offset map load factor."),
+    BrokerKey(
+        "log.cleaner.io.buffer.size",
+        "int",
+        IO_BUFFER_SIZE_DEFAULT,
+        "Cleaner I/O buffer.",
+        at_least(0),
+    ),
+    BrokerKey(
+        "log.cleaner.io.buffer.load.factor",
+        "double",
+        IO_BUFFER_LOAD_FACTOR_DEFAULT,
+        "Offset map load factor.",
+    ),
     BrokerKey(
         "log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308, "Cleaner I/O cap."
     ),

@@ -19,8 +19,8 @@ import pytest
 from cleaner_kit import Run, append, dir_bytes, fold, leftovers, open_manager, wait_for_file
 
 from kompakt.cleaner import Cleaner
-from kompakt.cleaner.cleaner import HOLD_ENV
 from kompakt.cleaner.manager import CleaningAbortedError
+from kompakt.cleaner.segment_io import HOLD_ENV
 from kompakt.errors import InvalidConfigError, UnknownTopicError
 from kompakt.log.manager import LogManager
 

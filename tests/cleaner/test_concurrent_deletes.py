@@ -25,7 +25,7 @@ import pytest
 from cleaner_kit import Run, append, fold, leftovers, open_manager, wait_for_file
 
 from kompakt.cleaner import Cleaner
-from kompakt.cleaner.cleaner import HOLD_ENV
+from kompakt.cleaner.segment_io import HOLD_ENV
 from kompakt.log.manager import LogManager
 
 TOPIC = {"cleanup.policy": "compact,delete", "segment.bytes": "300", "retention.ms": "100000"}

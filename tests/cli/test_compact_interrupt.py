@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from compact_kit import fold, leftovers, make_data_dir, snapshot
 
-from kompakt.cleaner.cleaner import HOLD_ENV
+from kompakt.cleaner.segment_io import HOLD_ENV
 
 
 def kompakt_cmd() -> list[str]:
