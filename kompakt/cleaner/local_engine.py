@@ -10,19 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from kompakt.cleaner import cleanable
 from kompakt.cleaner.cleanable import LogToClean
 from kompakt.cleaner.config import DEDUPE_BUFFER_SIZE_DEFAULT, IO_BUFFER_LOAD_FACTOR_DEFAULT
 from kompakt.cleaner.engine import CleanJob, EngineRun, GroupResult, Progress
+from kompakt.cleaner.key_map import feeds_key_map
 from kompakt.cleaner.offset_map import OffsetMap, hash_keys
 from kompakt.cleaner.rewrite import RoundContext
 from kompakt.cleaner.segment_io import segment_buffer, write_cleaned_group
 from kompakt.cleaner.stats import DirtyRange
-from kompakt.cleaner.transactions import ProducerSummary, TxnTracker, control_type_of
+from kompakt.cleaner.transactions import ProducerSummary, TxnTracker
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import LogSegment
-from kompakt.record.batch import CONTROL_BIT, TRANSACTIONAL_BIT
-from kompakt.record.scan import scan_records
+from kompakt.record.scan import RecordScan, scan_records
 
 
 def _never_aborted() -> None:
@@ -75,27 +77,8 @@ class LocalEngine:
             buf = segment_buffer(seg.log_path, seg.size)
             scan = scan_records(buf, 0, len(buf), verify_crc=True)
             out.bytes_read += len(buf)
-            # which batches feed the map: not control, not aborted
             nb = len(scan.batch_position)
-            use = (scan.batch_attributes & CONTROL_BIT) == 0
-            if (scan.batch_attributes & (CONTROL_BIT | TRANSACTIONAL_BIT)).any():
-                for b in range(nb):
-                    pid = int(scan.batch_producer_id[b])
-                    last = int(scan.batch_last_offset[b])
-                    if scan.batch_attributes[b] & CONTROL_BIT:
-                        pos = int(scan.batch_position[b])
-                        size = int(scan.batch_size[b])
-                        ctype = (
-                            control_type_of(buf[pos : pos + size])
-                            if scan.batch_record_count[b]
-                            else None
-                        )
-                        txn.on_control_batch(pid, last, ctype)
-                    elif txn.on_batch(
-                        pid, last, bool(scan.batch_attributes[b] & TRANSACTIONAL_BIT)
-                    ):
-                        use[b] = False
-            mask = use[scan.batch_index] & ~scan.key_null & (scan.offset >= start)
+            mask = feeds_key_map(scan, buf, txn, start)
             h1, h2 = hash_keys(scan.key_offsets, scan.key_data)
             consumed = m.put(h1, h2, scan.offset, mask)
             if consumed < len(scan.offset):
@@ -117,7 +100,7 @@ class LocalEngine:
         out.map_utilization = m.utilization
         out.map_entries = m.size
 
-        def lookup(scan):
+        def lookup(scan: RecordScan) -> np.ndarray:
             h1, h2 = hash_keys(scan.key_offsets, scan.key_data)
             return m.get(h1, h2)
 

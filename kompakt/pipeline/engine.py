@@ -1,7 +1,9 @@
 """The Spark compaction engine: the cleaner's dedup and rewrite stages as one Spark job.
 
-Dedup: ``groupBy(partition, key).max(offset)`` over the dirty range — exact keys, any
-number of them, one pass, so a round always reaches the first uncleanable offset (no
+Dedup: ``groupBy(partition, key).max(offset)`` over the records of the dirty range that
+the cleaner's rule feeds to the key map (:mod:`kompakt.cleaner.key_map`, run in one
+task per segment, as the in-process engine runs it) — exact keys, any number of them,
+one pass, so a round always reaches the first uncleanable offset (no
 offset map, no partial cleans). Rewrite: every record of the range to rewrite is joined
 with its key's latest offset and each segment group goes to one task, which runs the
 cleaner's own group rewrite (:func:`kompakt.cleaner.segment_io.write_cleaned_group`, so the
@@ -103,9 +105,9 @@ class SparkEngine:
         ends = {i: g[-1].next_offset for i, g in enumerate(groups)}
         clean = _group_cleaner(ctx, plog._segment_kwargs(), dry_run, ends)
         with spark_job(spark, f"kompakt clean {plog.name}", job.progress, job.check_done):
-            latest = latest_offsets(
-                spark, data_dir, plog.topic, {part: (job.ltc.first_dirty_offset, end)}
-            )
+            dirty = (job.ltc.first_dirty_offset, end)
+            aborted = {part: job.producers.aborted_between(*dirty)}
+            latest = latest_offsets(spark, data_dir, plog.topic, {part: dirty}, aborted)
             start = max(groups[0][0].base_offset, plog.log_start_offset)
             records = records_with_latest(
                 spark,
