@@ -18,6 +18,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
@@ -101,41 +102,48 @@ def _make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
             path = urlparse(self.path).path
             try:
                 if path == "/metrics":
-                    self._send(200, api.metrics(), "text/plain; version=0.0.4; charset=utf-8")
+                    self._send(
+                        HTTPStatus.OK, api.metrics(), "text/plain; version=0.0.4; charset=utf-8"
+                    )
                 elif path == "/v1/partitions":
-                    self._json(200, {"partitions": api.partitions()})
+                    self._json(HTTPStatus.OK, {"partitions": api.partitions()})
                 else:
-                    self._json(404, {"error": f"no such endpoint {path}"})
+                    self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {path}"})
             except Exception as exc:  # an admin request must never take the broker down
                 log.exception("admin GET %s failed", path)
-                self._json(500, {"error": str(exc)})
+                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
 
         def do_POST(self) -> None:  # noqa: N802
             path = urlparse(self.path).path
             if path != "/v1/compact":
-                self._json(404, {"error": f"no such endpoint {path}"})
+                self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {path}"})
                 return
             try:
                 length = int(self.headers.get("Content-Length") or 0)
             except ValueError:
-                self._json(400, {"error": "bad Content-Length"})
+                self._json(HTTPStatus.BAD_REQUEST, {"error": "bad Content-Length"})
                 return
             if length < 0 or length > MAX_BODY:
-                self._json(400, {"error": f"body must be at most {MAX_BODY} bytes"})
+                self._json(
+                    HTTPStatus.BAD_REQUEST, {"error": f"body must be at most {MAX_BODY} bytes"}
+                )
                 return
             try:
                 req = json.loads(self.rfile.read(length) or b"{}")
             except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, deep nesting
-                self._json(400, {"error": f"invalid JSON: {type(exc).__name__}: {exc}"})
+                self._json(
+                    HTTPStatus.BAD_REQUEST, {"error": f"invalid JSON: {type(exc).__name__}: {exc}"}
+                )
                 return
             if not isinstance(req, dict) or not isinstance(req.get("topic"), str):
                 self._json(
-                    400, {"error": 'expected {"topic": str, "partition": int?, "dry_run": bool?}'}
+                    HTTPStatus.BAD_REQUEST,
+                    {"error": 'expected {"topic": str, "partition": int?, "dry_run": bool?}'},
                 )
                 return
             # imported here: the cleaner (numba, numpy) loads on the first compaction
-            from kompakt.cleaner.cleaner import check_engine
             from kompakt.cleaner.manager import CleaningAbortedError
+            from kompakt.engines import check_engine
 
             part = req.get("partition")
             dry = req.get("dry_run", False)
@@ -144,26 +152,27 @@ def _make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
                 if engine is not None:
                     check_engine(engine if isinstance(engine, str) else repr(engine))
             except InvalidConfigError as exc:
-                self._json(400, {"error": str(exc)})
+                self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
                 return
             if (
                 part is not None
                 and (not isinstance(part, int) or isinstance(part, bool) or part < 0)
             ) or not isinstance(dry, bool):
                 self._json(
-                    400, {"error": "partition must be a non-negative integer and dry_run a boolean"}
+                    HTTPStatus.BAD_REQUEST,
+                    {"error": "partition must be a non-negative integer and dry_run a boolean"},
                 )
                 return
             try:
-                self._json(200, api.compact(req["topic"], part, dry, engine))
+                self._json(HTTPStatus.OK, api.compact(req["topic"], part, dry, engine))
             except (UnknownTopicError, InvalidTopicError) as exc:
-                self._json(404, {"error": str(exc)})
+                self._json(HTTPStatus.NOT_FOUND, {"error": str(exc)})
             except CleaningAbortedError as exc:
-                self._json(503, {"error": str(exc)})
+                self._json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)})
             except KompaktError as exc:
-                self._json(409, {"error": str(exc)})
+                self._json(HTTPStatus.CONFLICT, {"error": str(exc)})
             except Exception as exc:
                 log.exception("admin compact failed")
-                self._json(500, {"error": str(exc)})
+                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
 
     return Handler

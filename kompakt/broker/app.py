@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import socket
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
 from kompakt.broker.background import BackgroundTasks
@@ -44,7 +45,7 @@ log = logging.getLogger("kompakt.broker")
 
 
 class CleanerUnavailableError(KompaktError):
-    error_code = -1
+    error_code = ErrorCode.unknown_server_error
 
 
 class Broker:
@@ -70,11 +71,12 @@ class Broker:
             lambda: self.logs,
             self._cleaner_if_started,
             lambda: coordinator_if_started(self.state) if self.state else None,
+            self._cleaning_status,
         )
         self._stopped: asyncio.Event | None = None
         self._stopping = False
         self.stop_error: BaseException | None = None  # why the last stop was unclean
-        self._tombstones = TombstoneCounter()
+        self._status: Any = None  # CleaningStatus of self.logs, built on first use
         self._coordinator_load: asyncio.Task | None = None
         self._spark_warm: threading.Thread | None = None
 
@@ -84,6 +86,7 @@ class Broker:
         cfg = self.config
         await asyncio.to_thread(cfg.load_dynamic)  # dynamic broker configs, before the logs
         self.logs = await asyncio.to_thread(LogManager, cfg.data_dir, cfg.log_config, self.clock)
+        self._status = None
         try:
             self.state = BrokerState(cfg, self.logs, self.registry)
             self.state.notifier = AppendNotifier(asyncio.get_running_loop())
@@ -229,14 +232,14 @@ class Broker:
         }
 
     def _default_cleaner(self) -> Any:
-        from kompakt.cleaner.cleaner import build_cleaner
+        from kompakt.engines import build_cleaner
 
         return build_cleaner(self.logs, self._cleaner_settings())
 
     def _start_spark(self) -> None:
         """``kompakt.spark.start=eager`` (the default) with the Spark engine: create the
         SparkSession in a daemon thread now and run one throwaway clean on it
-        (:func:`kompakt.pipeline.engine.warm_up`), so the first clean finds it warm. Nothing
+        (:func:`kompakt.engines.warm_up_spark`), so the first clean finds it warm. Nothing
         waits for it: start-up and the Kafka port go on, a clean that comes first waits
         on the session's lock, and a stop during the warm-up does not wait (the JVM dies
         with the process)."""
@@ -251,11 +254,11 @@ class Broker:
         settings = self._cleaner_settings()
 
         def warm() -> None:
-            from kompakt.pipeline.engine import warm_up
+            from kompakt.engines import warm_up_spark
 
             try:
                 # a clean waiting for the session warms Spark itself
-                started, first_job = warm_up(settings, busy=self._cleaning)
+                started, first_job = warm_up_spark(settings, busy=self._cleaning)
             except Exception as exc:  # the first clean tries again and reports it
                 if not self._stopping:
                     log.warning("Spark did not start (the first clean retries): %s", exc)
@@ -281,44 +284,35 @@ class Broker:
         return self.background.cleaner_if_started() if self.background is not None else None
 
     # -- admin endpoint callables ---------------------------------------------------------
-    def _partitions(self) -> list[dict[str, Any]]:
-        assert self.logs is not None
-        out = []
-        checkpoints = self.logs.cleaner_checkpoint().read()
-        for plog in self.logs.logs():
-            out.append(
-                {
-                    "topic": plog.topic,
-                    "partition": plog.partition,
-                    "cleanup_policy": ",".join(plog.config.cleanup_policy),
-                    "log_start_offset": plog.log_start_offset,
-                    "log_end_offset": plog.log_end_offset,
-                    "size_bytes": plog.size_bytes(),
-                    "segments": len(plog.segments),
-                    "uncleanable_reason": plog.uncleanable_reason,
-                    **self._cleaning_status(plog, checkpoints),
-                }
-            )
-        return out
+    def _cleaning_status(self) -> Any:
+        """The one :class:`~kompakt.cleaner.status.CleaningStatus` of this broker's logs,
+        behind ``/v1/partitions`` and ``/metrics`` (None before the logs are open)."""
+        if self._status is None and self.logs is not None:
+            from kompakt.cleaner.status import CleaningStatus
 
-    def _cleaning_status(self, plog: Any, checkpoints: dict) -> dict[str, Any]:
-        """Dirty ratio, cleanable bytes, tombstones pending and the last clean's stats."""
-        from kompakt.cleaner.cleanable import log_to_clean
+            self._status = CleaningStatus(self.logs, self._last_stats)
+        return self._status
 
-        if not plog.config.compact:
-            return {}
-        ltc = log_to_clean(plog, checkpoints.get((plog.topic, plog.partition)), self.logs.clock())
+    def _last_stats(self) -> Any:
         cleaner = self._cleaner_if_started()
-        last = cleaner.last_stats.get((plog.topic, plog.partition)) if cleaner else None
-        return {
-            "dirty_ratio": round(ltc.cleanable_ratio, 4),
-            "cleanable_bytes": ltc.cleanable_bytes,
-            "first_dirty_offset": ltc.first_dirty_offset,
-            "first_uncleanable_offset": ltc.first_uncleanable_offset,
-            "last_compaction_ms": last.started_ms if last else None,
-            "last_compaction": last.to_json() if last else None,
-            "tombstones_pending": self._tombstones.pending(plog),
-        }
+        return cleaner.last_stats if cleaner is not None else {}
+
+    def _partitions(self) -> list[dict[str, Any]]:
+        """``GET /v1/partitions``: each log's offsets and size, and its cleaning status."""
+        assert self.logs is not None
+        return [
+            {
+                "topic": plog.topic,
+                "partition": plog.partition,
+                "cleanup_policy": ",".join(plog.config.cleanup_policy),
+                "log_start_offset": plog.log_start_offset,
+                "log_end_offset": plog.log_end_offset,
+                "size_bytes": plog.size_bytes(),
+                "segments": len(plog.segments),
+                **status.to_json(),
+            }
+            for plog, status in self._cleaning_status().partitions()
+        ]
 
     def _compact(
         self, topic: str, partition: int | None, dry_run: bool, engine: str | None = None
@@ -334,39 +328,6 @@ class Broker:
         if compact_now is None:
             raise CleanerUnavailableError("cleaner not available")
         return compact_now(topic, partition, dry_run=dry_run, engine=engine).to_json()
-
-
-class TombstoneCounter:
-    """Tombstones still in a log (kept until their delete horizon passes), per segment.
-
-    A sealed segment's bytes never change (a clean writes a new file), so its count is
-    cached by (path, inode, size) and ``GET /v1/partitions`` scans only new bytes.
-    """
-
-    def __init__(self) -> None:
-        self._cache: dict[tuple[str, int, int], int] = {}
-
-    def pending(self, plog: Any) -> int:
-        from kompakt.record.scan import scan_records
-
-        count = 0
-        live = set()
-        for seg in plog.segments_snapshot():
-            if not seg.size:
-                continue
-            try:
-                key = (str(seg.log_path), os.stat(seg.log_path).st_ino, seg.size)
-                live.add(key)
-                if key not in self._cache:
-                    view = seg.read_all()
-                    self._cache[key] = int(scan_records(view, verify_crc=False).value_null.sum())
-                count += self._cache[key]
-            except Exception:  # a segment deleted or damaged meanwhile is not counted
-                continue
-        prefix = str(plog.dir) + os.sep
-        for key in [k for k in self._cache if k[0].startswith(prefix) and k not in live]:
-            del self._cache[key]
-        return count
 
 
 def run(config: BrokerConfig, cleaner_factory: Callable[[], Any] | None = None) -> int:

@@ -21,6 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kompakt.cleaner.config import (
+    DEDUPE_BUFFER_SIZE_DEFAULT,
+    IO_BUFFER_LOAD_FACTOR_DEFAULT,
+    IO_BUFFER_SIZE_DEFAULT,
+)
 from kompakt.errors import InvalidConfigError
 from kompakt.log.config import (
     BROKER_LOG_KEYS,
@@ -100,7 +105,7 @@ _KEYS: list[BrokerKey] = [
     BrokerKey(
         "log.cleaner.dedupe.buffer.size",
         "long",
-        134217728,
+        DEDUPE_BUFFER_SIZE_DEFAULT,
         "Offset map memory (local engine).",
         at_least(0),
     ),
@@ -110,7 +115,7 @@ _KEYS: list[BrokerKey] = [
     BrokerKey(
         "log.cleaner.io.buffer.size",
         "int",
-        524288,
+        IO_BUFFER_SIZE_DEFAULT,
         "Cleaner I/O buffer.",
         at_least(0),
         "the cleaner reads and writes whole batches, not through a fixed buffer.",
@@ -118,7 +123,7 @@ _KEYS: list[BrokerKey] = [
     BrokerKey(
         "log.cleaner.io.buffer.load.factor",
         "double",
-        0.9,
+        IO_BUFFER_LOAD_FACTOR_DEFAULT,
         "Offset map load factor.",
         None,
         "the local engine's offset map fills to Kafka's default 0.9; the spark engine "

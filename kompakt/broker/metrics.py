@@ -42,17 +42,16 @@ class _PartitionCollector:
 
 
 class _CleanerCollector:
-    """``kompakt_log_cleaner_*``, read at scrape time from the logs and the cleaner."""
+    """``kompakt_log_cleaner_*``, read at scrape time: totals from the cleaner, the rest
+    from the broker's one :class:`~kompakt.cleaner.status.CleaningStatus`."""
 
-    def __init__(self, logs: Callable[[], LogManager | None], cleaner: Callable[[], Any]):
-        self._logs = logs
+    def __init__(self, cleaner: Callable[[], Any], status: Callable[[], Any]):
         self._cleaner = cleaner
+        self._status = status
 
     def collect(self) -> Iterable[Any]:
-        from kompakt.cleaner.cleanable import log_to_clean
-
         cleaner = self._cleaner()
-        logs = self._logs()
+        status = self._status()
         compactions = CounterMetricFamily(
             "kompakt_log_cleaner_compactions", "Cleans finished (all partitions)"
         )
@@ -76,23 +75,14 @@ class _CleanerCollector:
             "Partitions the cleaner skips after an error (see /v1/partitions for the reason)",
         )
         bad = 0
-        if logs is not None:
-            checkpoints = logs.cleaner_checkpoint().read()
-            now = logs.clock()
-            for plog in logs.logs():
-                try:
-                    if plog.uncleanable_reason:
-                        bad += 1
-                    if not plog.config.compact:
-                        continue
-                    tp = (plog.topic, plog.partition)
-                    ltc = log_to_clean(plog, checkpoints.get(tp), now)
-                    ratio.add_metric([plog.topic, str(plog.partition)], ltc.cleanable_ratio)
-                    last = cleaner.last_stats.get(tp) if cleaner else None
-                    if last is not None:
-                        duration.add_metric([plog.topic, str(plog.partition)], last.duration_s)
-                except Exception:  # a partition deleted during the scrape
-                    continue
+        if status is not None:
+            for _plog, st in status.partitions(tombstones=False):
+                labels = [st.topic, str(st.partition)]
+                bad += bool(st.uncleanable_reason)
+                if st.compacted:
+                    ratio.add_metric(labels, st.dirty_ratio)
+                if st.last_clean is not None:
+                    duration.add_metric(labels, st.last_clean.duration_s)
         uncleanable.add_metric([], bad)
         yield from (compactions, cleaned, duration, ratio, uncleanable)
 
@@ -129,6 +119,7 @@ class BrokerMetrics:
         logs: Callable[[], LogManager | None],
         cleaner: Callable[[], Any] = lambda: None,
         coordinator: Callable[[], Any] = lambda: None,
+        cleaning_status: Callable[[], Any] = lambda: None,
     ):
         self.registry = CollectorRegistry()
         self.requests = Counter(
@@ -164,7 +155,7 @@ class BrokerMetrics:
             ),
         )
         self.registry.register(_PartitionCollector(logs))
-        self.registry.register(_CleanerCollector(logs, cleaner))
+        self.registry.register(_CleanerCollector(cleaner, cleaning_status))
         self.registry.register(_GroupCollector(coordinator))
 
     def observe(self, api: str, seconds: float, error: bool) -> None:

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from kio.schema.errors import ErrorCode
+
 from kompakt.errors import KompaktError
 
 TopicPartition = tuple[str, int]
@@ -41,7 +43,7 @@ class CleaningAbortedError(KompaktError):
     """Kafka's ``LogCleaningAbortedException``: the clean stopped at a safe point and
     left the partition as it was (no ``.cleaned`` file, checkpoint unchanged)."""
 
-    error_code = -1
+    error_code = ErrorCode.unknown_server_error
 
     def __init__(self, tp: TopicPartition | None, why: str, shutdown: bool = True):
         self.tp = tp

@@ -83,7 +83,7 @@ def compact_offline(
 ) -> dict[str, Any]:
     from rich.progress import Progress
 
-    from kompakt.cleaner.cleaner import Cleaner, build_engine
+    from kompakt.engines import build_cleaner
     from kompakt.log.manager import LogManager
 
     require_data_dir(data_dir)  # never turn a folder that is not a data dir into one
@@ -92,7 +92,7 @@ def compact_offline(
         config = {"spark.ui.showConsoleProgress": "false", **logs.broker_config}
         if verbose:  # Spark's warnings too (kompakt.pipeline keeps only its errors)
             config["kompakt.spark.log.level"] = "WARN"
-        cleaner = Cleaner(logs, engine=build_engine(engine, config), config=config)
+        cleaner = build_cleaner(logs, config, engine=engine)
         with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
 
             def progress_for(plog: Any):
@@ -223,9 +223,9 @@ def compact(
     ] = False,
 ) -> None:
     """Compact now: records/bytes read and written, tombstones removed, per partition."""
-    from kompakt.cleaner.cleaner import check_engine
     from kompakt.cleaner.manager import CleaningAbortedError
     from kompakt.cleaner.report import uncleanable_lines
+    from kompakt.engines import check_engine
 
     if engine is not None:
         check_engine(engine)  # before anything is opened or asked

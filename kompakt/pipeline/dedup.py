@@ -1,16 +1,17 @@
-"""Spark stages of a clean that need no cleaner policy: the key map and its lookup.
+"""Spark stages of a clean: the key map and each record's lookup in it.
 
 Kafka builds an in-memory offset map (key hash -> latest offset) over the dirty range
 and, when the map is full, cleans only part of it per pass. Here the map is a Spark
 aggregation: ``groupBy(partition, key).max(offset)`` shuffles exact keys, so any
-number of distinct keys is handled in one pass and no two keys can collide. The
-lookup joins every record of the range being rewritten with that map, so each record
-carries the latest dirty offset of its key (null: the key is not in the dirty range).
+number of distinct keys is handled in one pass and no two keys can collide. Which
+records feed it is the cleaner's rule (:func:`kompakt.cleaner.key_map.segment_key_map`,
+one task per dirty segment), the same code the in-process engine runs. The lookup joins
+every keyed record of the range being rewritten with that map, so each record carries
+the latest dirty offset of its key (null: the key is not in the dirty range).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -19,42 +20,98 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kompakt.pipeline import register
+from kompakt.cleaner.key_map import SegmentKeys, aborted_in, segment_key_map, segment_lookups
+from kompakt.cleaner.transactions import AbortedTxn
+from kompakt.pipeline.layout import list_segments, partition_dir, segment_path, segments_covering
 
 OffsetRange = tuple[int, int]  # [start, end)
+KEYS_SCHEMA = "partition int, key binary, offset long"
+# one row per segment a task reads: (partition, file, first offset, end, aborted txns)
+SEGMENTS_SCHEMA = (
+    "partition int, path string, start long, end long, "
+    "aborted array<struct<producer_id: long, first_offset: long, last_offset: long>>"
+)
 
 
-def read_ranges(
-    spark: SparkSession, data_dir: str | os.PathLike, topic: str, ranges: Mapping[int, OffsetRange]
-) -> DataFrame:
-    """Records of ``topic`` in the given offset range of each listed partition."""
-    register(spark)
-    parts = sorted(ranges)
-    return (
-        spark.read.format("kompakt")
-        .option("path", str(data_dir))
-        .option("assign", json.dumps({topic: parts}))
-        .option("startingOffsets", json.dumps({topic: {str(p): ranges[p][0] for p in parts}}))
-        .option("endingOffsets", json.dumps({topic: {str(p): ranges[p][1] for p in parts}}))
-        .option("includeHeaders", "false")
-        .load()
+def _segments(
+    data_dir: str | os.PathLike,
+    topic: str,
+    ranges: Mapping[int, OffsetRange],
+    aborted: Mapping[int, Sequence[AbortedTxn]],
+) -> list[tuple]:
+    """The segment rows covering each partition's range, each with the aborted
+    transactions that overlap that segment."""
+    rows = []
+    for part in sorted(ranges):
+        start, end = ranges[part]
+        pdir = partition_dir(data_dir, topic, part)
+        bases = list_segments(pdir)
+        covering = segments_covering(bases, start, end)
+        for i, base in enumerate(covering):
+            seg_end = covering[i + 1] if i + 1 < len(covering) else end
+            txns = [
+                (t.producer_id, t.first_offset, t.last_offset)
+                for t in aborted_in(aborted.get(part, ()), base, seg_end)
+            ]
+            rows.append((part, str(segment_path(pdir, base)), start, end, txns))
+    return rows
+
+
+def _keys_batch(part: int, keys: SegmentKeys) -> pa.RecordBatch:
+    scan, mask = keys.scan, keys.mask
+    n = len(scan.offset)
+    all_keys = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(),
+        n,
+        [None, pa.py_buffer(scan.key_offsets.astype(np.int64)), pa.py_buffer(scan.key_data)],
+    )
+    chosen = all_keys.filter(pa.array(mask)).cast(pa.binary())
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(np.full(len(chosen), part, np.int32)),
+            chosen,
+            pa.array(scan.offset[mask].astype(np.int64)),
+        ],
+        names=["partition", "key", "offset"],
+    )
+
+
+def _map_feeds(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Executor side: each segment row to the keyed records that feed the key map."""
+    for rb in batches:
+        for row in rb.to_pylist():
+            aborted = [AbortedTxn(**t) for t in row["aborted"] or []]
+            yield _keys_batch(row["partition"], segment_key_map(row["path"], aborted, row["start"]))
+
+
+def _lookups(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Executor side: each segment row to its keyed data records in the range."""
+    for rb in batches:
+        for row in rb.to_pylist():
+            keys = segment_lookups(row["path"], row["start"], row["end"])
+            yield _keys_batch(row["partition"], keys)
+
+
+def _segment_frame(spark: SparkSession, rows: list[tuple]) -> DataFrame:
+    return spark.createDataFrame(rows, SEGMENTS_SCHEMA).repartition(
+        max(1, min(len(rows), spark.sparkContext.defaultParallelism * 4))
     )
 
 
 def latest_offsets(
-    spark: SparkSession, data_dir: str | os.PathLike, topic: str, dirty: Mapping[int, OffsetRange]
+    spark: SparkSession,
+    data_dir: str | os.PathLike,
+    topic: str,
+    dirty: Mapping[int, OffsetRange],
+    aborted: Mapping[int, Sequence[AbortedTxn]] | None = None,
 ) -> DataFrame:
-    """(partition, key, latest): the highest offset of every key in the dirty ranges.
-
-    Control batches and aborted transactions are not in it (the source reads
-    ``read_committed``); records without a key are not either, as in Kafka's map.
-    """
-    records = read_ranges(spark, data_dir, topic, dirty)
-    return (
-        records.where(F.col("key").isNotNull())
-        .groupBy("partition", "key")
-        .agg(F.max("offset").alias("latest"))
-    )
+    """(partition, key, latest): the highest offset of every key in the dirty ranges,
+    over the records the cleaner's rule feeds to the key map (no control batches, no
+    aborted transactions — ``aborted`` per partition, as the cleaner collected them —
+    no null keys)."""
+    rows = _segments(data_dir, topic, dirty, aborted or {})
+    keys = _segment_frame(spark, rows).mapInArrow(_map_feeds, KEYS_SCHEMA)
+    return keys.groupBy("partition", "key").agg(F.max("offset").alias("latest"))
 
 
 def group_of_offsets(bounds: Mapping[int, Sequence[int]]):
@@ -85,8 +142,11 @@ def records_with_latest(
     latest: DataFrame,
     group_bounds: Mapping[int, Sequence[int]],
 ) -> DataFrame:
-    """(partition, group, offset, latest) for every record of the range to rewrite."""
-    records = read_ranges(spark, data_dir, topic, to_rewrite).select("partition", "key", "offset")
+    """(partition, group, offset, latest) for every keyed data record of the range to
+    rewrite (the others need no lookup: the rewrite drops unkeyed records and decides
+    control batches and aborted transactions itself)."""
+    rows = _segments(data_dir, topic, to_rewrite, {})
+    records = _segment_frame(spark, rows).mapInArrow(_lookups, KEYS_SCHEMA)
     joined = records.join(latest, on=["partition", "key"], how="left").select(
         "partition", "offset", F.col("latest").cast("long")
     )

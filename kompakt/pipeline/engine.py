@@ -1,10 +1,12 @@
 """The Spark compaction engine: the cleaner's dedup and rewrite stages as one Spark job.
 
-Dedup: ``groupBy(partition, key).max(offset)`` over the dirty range — exact keys, any
-number of them, one pass, so a round always reaches the first uncleanable offset (no
+Dedup: ``groupBy(partition, key).max(offset)`` over the records of the dirty range that
+the cleaner's rule feeds to the key map (:mod:`kompakt.cleaner.key_map`, run in one
+task per segment, as the in-process engine runs it) — exact keys, any number of them,
+one pass, so a round always reaches the first uncleanable offset (no
 offset map, no partial cleans). Rewrite: every record of the range to rewrite is joined
 with its key's latest offset and each segment group goes to one task, which runs the
-cleaner's own group rewrite (:func:`kompakt.cleaner.cleaner.write_cleaned_group`, so the
+cleaner's own group rewrite (:func:`kompakt.cleaner.segment_io.write_cleaned_group`, so the
 survive/discard rule is the same code) and leaves a ``.cleaned`` segment next to the
 originals. The driver then does the crash-safe swap and the checkpoint, as for the
 in-process engine. Data dirs must be on a path every executor sees. An abort
@@ -23,17 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from kompakt.cleaner.cleanable import LogToClean
-from kompakt.cleaner.cleaner import DirtyRange, write_cleaned_group
+from kompakt.cleaner.engine import CleanJob, EngineRun, GroupResult
 from kompakt.cleaner.rewrite import GroupStats, RoundContext, lookup_from_arrays
-from kompakt.cleaner.transactions import ProducerSummary
-from kompakt.log.partition_log import PartitionLog
+from kompakt.cleaner.segment_io import write_cleaned_group
+from kompakt.cleaner.stats import DirtyRange
 from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_file
 
 
 def _group_cleaner(
-    ctx: RoundContext, seg_kwargs: dict, dry_run: bool, ends: Mapping[int, int]
-) -> Callable:
+    ctx: RoundContext, seg_kwargs: dict[str, Any], dry_run: bool, ends: Mapping[int, int]
+) -> Callable[[Any, np.ndarray, np.ndarray], dict[str, Any]]:
     def clean(task, offsets: np.ndarray, latest: np.ndarray) -> dict[str, Any]:
         directory = Path(task.dir)
         sources = [(b, segment_file(directory, b), None) for b in task.bases]
@@ -60,7 +61,6 @@ class SparkEngine:
 
     def __init__(self, config: Mapping[str, str] | None = None):
         self.config = dict(config or {})
-        self.check_done: Callable[[tuple[str, int]], None] = lambda tp: None
 
     def _session(self) -> Any:
         """The session, keeping the caller's SIGINT handler: creating a SparkContext in
@@ -76,31 +76,25 @@ class SparkEngine:
             signal.signal(signal.SIGINT, before)
         return spark
 
-    def dedup(self, ltc: LogToClean, producers: ProducerSummary) -> DirtyRange:
-        # the shuffle runs inside rewrite(); one pass always covers the whole dirty range
-        return DirtyRange(
-            end_offset=ltc.first_uncleanable_offset,
-            lookup=None,
-            extra={"first_dirty": ltc.first_dirty_offset},
-        )
+    def clean(self, job: CleanJob) -> EngineRun:
+        """One pass always covers the whole dirty range: the shuffle has no size limit,
+        so the round ends at the first uncleanable offset (no partial clean)."""
+        end = job.ltc.first_uncleanable_offset
+        groups = job.groups_to(end)
+        ctx = job.round_context(end)
+        return EngineRun(DirtyRange(end_offset=end), self._rewrite(job, groups, ctx))
 
-    def rewrite(
-        self,
-        plog: PartitionLog,
-        groups: list[list[LogSegment]],
-        dirty: DirtyRange,
-        ctx: RoundContext,
-        dry_run: bool,
-        progress: Callable[[int, int], None] | None,
-    ) -> list[tuple[GroupStats, LogSegment | None, list[LogSegment]]]:
+    def _rewrite(
+        self, job: CleanJob, groups: list[list[LogSegment]], ctx: RoundContext
+    ) -> list[GroupResult]:
         from kompakt.pipeline.dedup import latest_offsets, records_with_latest
         from kompakt.pipeline.groups import GroupTask, run_groups
         from kompakt.pipeline.progress import spark_job
 
         if not groups:
             return []
-        tp = (plog.topic, plog.partition)
-        self.check_done(tp)
+        plog, dry_run, end = job.log, job.dry_run, job.ltc.first_uncleanable_offset
+        job.check_done()
         spark = self._session()
         data_dir = str(plog.dir.parent)
         part = plog.partition
@@ -110,21 +104,21 @@ class SparkEngine:
         ]
         ends = {i: g[-1].next_offset for i, g in enumerate(groups)}
         clean = _group_cleaner(ctx, plog._segment_kwargs(), dry_run, ends)
-        with spark_job(spark, f"kompakt clean {plog.name}", progress, lambda: self.check_done(tp)):
-            latest = latest_offsets(
-                spark, data_dir, plog.topic, {part: (dirty.extra["first_dirty"], dirty.end_offset)}
-            )
+        with spark_job(spark, f"kompakt clean {plog.name}", job.progress, job.check_done):
+            dirty = (job.ltc.first_dirty_offset, end)
+            aborted = {part: job.producers.aborted_between(*dirty)}
+            latest = latest_offsets(spark, data_dir, plog.topic, {part: dirty}, aborted)
             start = max(groups[0][0].base_offset, plog.log_start_offset)
             records = records_with_latest(
                 spark,
                 data_dir,
                 plog.topic,
-                {part: (start, dirty.end_offset)},
+                {part: (start, end)},
                 latest,
                 {part: [g[0].base_offset for g in groups]},
             )
             rows = run_groups(spark, records, tasks, clean)
-        out = []
+        out: list[GroupResult] = []
         for row, group in zip(rows, groups, strict=True):
             stats = GroupStats(**{k: row[k] for k in asdict(GroupStats())})
             dest = None

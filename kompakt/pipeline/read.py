@@ -7,9 +7,11 @@ change under compaction, which is what makes resuming by offset safe.
 
 Transactions are read as ``read_committed``: a transactional batch is returned only if
 the next control marker of its producer is a COMMIT. The marker may sit beyond the
-range, so a :class:`TxnTracker` scans batch headers ahead until it is found; a
+range, so :class:`CommitMarkers` scans batch headers ahead until it is found; a
 transaction without a marker yet is still open and is not returned (Kafka's
-last-stable-offset rule).
+last-stable-offset rule). This is a consumer's view of transactions; the cleaner does
+not use it (its rule, :mod:`kompakt.cleaner.key_map`, goes by aborted transactions
+only, as Kafka's ``CleanedTransactionMetadata`` does).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from kompakt.record.header import CONTROL_ABORT
 
 CHUNK_BYTES = 16 << 20  # decode this much batch payload per Arrow batch
 RELIST_ATTEMPTS = 20
+AFTER_ANY_MARKER_TYPE = 1 << 30  # sorts after (offset, every control type) in bisect
+END_OF_LOG = 1 << 62  # an offset past every segment
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ class RangeToRead:
 
 
 @dataclass
-class TxnTracker:
+class CommitMarkers:
     """Commit/abort decisions for transactional batches of one partition, read ahead lazily."""
 
     dir: str
@@ -66,7 +70,7 @@ class TxnTracker:
 
     def _marker_after(self, pid: int, offset: int) -> int | None:
         marks = self.markers.get(pid, [])
-        i = bisect.bisect_right(marks, (offset, 1 << 30))
+        i = bisect.bisect_right(marks, (offset, AFTER_ANY_MARKER_TYPE))
         return marks[i][1] if i < len(marks) else None
 
     def committed(self, pid: int, offset: int) -> bool:
@@ -81,7 +85,9 @@ class TxnTracker:
         """Feed the next unscanned segment after ``offset``; False when none is left."""
         for _attempt in range(RELIST_ATTEMPTS):
             bases = list_segments(self.dir)
-            todo = [b for b in segments_covering(bases, offset, 1 << 62) if b not in self.scanned]
+            todo = [
+                b for b in segments_covering(bases, offset, END_OF_LOG) if b not in self.scanned
+            ]
             if not todo:
                 return False
             try:
@@ -94,7 +100,7 @@ class TxnTracker:
         return False
 
 
-def _visible_mask(batches: list[RecordBatch], tracker: TxnTracker) -> list[bool]:
+def _visible_mask(batches: list[RecordBatch], tracker: CommitMarkers) -> list[bool]:
     return [
         (not b.header.is_transactional)
         or tracker.committed(b.header.producer_id, b.header.last_offset)
@@ -119,7 +125,7 @@ def read_range(
     r: RangeToRead, include_headers: bool = True, read_committed: bool = True
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records in ``r`` (control batches and aborted data left out)."""
-    tracker = TxnTracker(r.dir)
+    tracker = CommitMarkers(r.dir)
     cursor = r.start
     bases = list(r.bases)
     attempts = 0

@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from shared_kit import wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
-from kompakt.cleaner.cleaner import HOLD_ENV
+from kompakt.cleaner.segment_io import HOLD_ENV
 
 ONLY_ON_DEMAND = {"min.cleanable.dirty.ratio": "1"}  # the background never picks it
 

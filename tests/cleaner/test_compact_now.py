@@ -28,8 +28,8 @@ from cleaner_kit import (
 from shared_kit import condition_wait_frame, corrupt_first_batch, snapshot, wait_for
 
 from kompakt.cleaner import Cleaner
-from kompakt.cleaner.cleaner import HOLD_ENV
 from kompakt.cleaner.manager import CleaningAbortedError
+from kompakt.cleaner.segment_io import HOLD_ENV
 from kompakt.errors import InvalidConfigError, UnknownTopicError
 from kompakt.log.manager import LogManager
 

@@ -33,7 +33,7 @@ from cleaner_kit import (
 from shared_kit import condition_wait_frame, wait_for
 
 from kompakt.cleaner import Cleaner
-from kompakt.cleaner.cleaner import HOLD_ENV
+from kompakt.cleaner.segment_io import HOLD_ENV
 from kompakt.log.manager import LogManager
 
 TOPIC = {"cleanup.policy": "compact,delete", "segment.bytes": "300", "retention.ms": "100000"}

@@ -19,7 +19,7 @@ import pytest
 from compact_kit import fold, leftovers, make_data_dir, snapshot
 from shared_kit import wait_for
 
-from kompakt.cleaner.cleaner import HOLD_ENV
+from kompakt.cleaner.segment_io import HOLD_ENV
 
 
 def kompakt_cmd() -> list[str]:

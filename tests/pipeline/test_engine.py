@@ -11,12 +11,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from engine_kit import clean_twice, snapshot, write_log
+from engine_kit import NOW, TOPIC_CONFIG, clean_twice, snapshot, write_log
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kompakt.cleaner import LocalEngine
+from kompakt.cleaner import Cleaner, LocalEngine
+from kompakt.log.manager import LogManager
 from kompakt.pipeline.engine import SparkEngine
+from kompakt.record.batch import CONTROL_COMMIT, build_control_batch, build_simple_batch
 
 batch_st = st.tuples(
     st.lists(
@@ -61,3 +63,59 @@ def test_engines_agree_on_tombstones_producers_and_codecs(spark, tmp_path):
         for i in range(120)
     ]
     assert_engines_agree(tmp_path, batches)
+
+
+def write_committed_txn_log(root: Path) -> None:
+    """k=v0, then k=v1 in a transaction of producer 9 whose COMMIT marker sits in the
+    next segment, each segment padded so that no segment group holds both."""
+    pad = b"x" * 380
+    with LogManager(root, clock=lambda: NOW) as logs:
+        logs.create_topic("t", 1, TOPIC_CONFIG)
+        plog = logs.get_log("t", 0)
+        plog.append(build_simple_batch([(b"k", b"v0")], timestamp=NOW))
+        txn = {"producer_id": 9, "producer_epoch": 0, "base_sequence": 0, "transactional": True}
+        plog.append(build_simple_batch([(b"k", b"v1")], timestamp=NOW, **txn))
+        plog.append(build_simple_batch([(b"pad1", pad)], timestamp=NOW))
+        plog.roll()
+        plog.append(
+            build_control_batch(CONTROL_COMMIT, producer_id=9, producer_epoch=0, timestamp=NOW)
+        )
+        plog.append(build_simple_batch([(b"pad2", pad)], timestamp=NOW))
+        plog.roll()
+
+
+def clean_past_the_marker_horizon(root: Path, engine) -> list[tuple[bytes, bytes | None]]:
+    """Clean 1 stamps the COMMIT marker's delete horizon; clean 2, past it, removes the
+    marker (its transaction's data is in another group: Kafka's per-group
+    ``CleanedTransactionMetadata`` sees none); then k=v2 is written and clean 3 runs.
+    Returns the log's records (key, value) afterwards."""
+    now = [NOW + 10_000]
+    with LogManager(root, clock=lambda: now[0]) as logs:
+        cleaner = Cleaner(logs, engine=engine)
+        plog = logs.get_log("t", 0)
+        for key in (None, b"other", b"k"):
+            if key is not None:
+                plog.append(build_simple_batch([(key, b"v2")], timestamp=now[0]))
+                plog.roll()
+            assert cleaner.clean_partition(plog) is not None
+            now[0] += 5_000
+        return [(r.key, r.value) for b in plog.iter_batches() for r in b.records()]
+
+
+def test_a_committed_record_whose_marker_was_removed_is_compacted_by_both_engines(spark, tmp_path):
+    """Was: the Spark engine looked up keys only for records its source returned as
+    ``read_committed``, which looks for the COMMIT marker; once a clean had removed the
+    marker (Kafka keeps it only until its delete horizon) the committed k=v1 had no
+    lookup and survived k=v2 in Spark, while the in-process engine (aborted
+    transactions only, Kafka's ``CleanedTransactionMetadata``) removed it."""
+    write_committed_txn_log(tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    local = clean_past_the_marker_horizon(tmp_path / "a", LocalEngine(1 << 20))
+    spark_state = clean_past_the_marker_horizon(tmp_path / "b", SparkEngine())
+    pad = b"x" * 380
+    assert local == [(b"pad1", pad), (b"pad2", pad), (b"other", b"v2"), (b"k", b"v2")]
+    assert spark_state == local
+    a, b = snapshot(tmp_path / "a"), snapshot(tmp_path / "b")
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name] == b[name], name

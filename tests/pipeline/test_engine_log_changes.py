@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kompakt.cleaner.cleaner import HOLD_ENV
+from kompakt.cleaner.segment_io import HOLD_ENV
 
 JOB = Path(__file__).with_name("retention_race_job.py")
 

@@ -1,0 +1,24 @@
+"""The cleaner's own settings and their defaults, once.
+
+Kafka keeps these in ``org.apache.kafka.storage.internals.log.CleanerConfig``
+(``LOG_CLEANER_DEDUPE_BUFFER_SIZE_DEFAULT`` and friends) and the broker's config
+definition refers to them; here the broker's key table (:mod:`kompakt.broker.config`)
+does the same, so a default is written in one place and the cleaner, which sits below
+the broker, never imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+DEDUPE_BUFFER_SIZE_KEY = "log.cleaner.dedupe.buffer.size"
+DEDUPE_BUFFER_SIZE_DEFAULT = 128 << 20  # Kafka: 128 MiB for all cleaner threads
+IO_BUFFER_LOAD_FACTOR_DEFAULT = 0.9  # Kafka: log.cleaner.io.buffer.load.factor
+IO_BUFFER_SIZE_DEFAULT = 512 << 10  # Kafka: log.cleaner.io.buffer.size
+ENGINE_KEY = "kompakt.cleaner.engine"
+ENGINE_DEFAULT = "spark"
+
+
+def dedupe_buffer_size(settings: Mapping[str, str]) -> int:
+    """``log.cleaner.dedupe.buffer.size`` from broker-style settings, else Kafka's default."""
+    return int(settings.get(DEDUPE_BUFFER_SIZE_KEY, DEDUPE_BUFFER_SIZE_DEFAULT))

@@ -1,0 +1,148 @@
+"""Segment files as a clean reads and writes them (Kafka's ``Cleaner`` I/O helpers).
+
+Reading a segment's bytes (memory-mapped), summarising its producers from batch
+headers, writing one cleaned group into ``<first base>.log.cleaned`` and removing what
+a failed rewrite left behind. No policy here: the engines call these, the
+:class:`~kompakt.cleaner.cleaner.Cleaner` decides when.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kompakt.cleaner.rewrite import GroupStats, LatestLookup, RoundContext, clean_group
+from kompakt.cleaner.transactions import ProducerSummary, SummaryBuilder, control_type_of
+from kompakt.errors import CorruptRecordError
+from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_files
+from kompakt.record.header import CONTROL_BIT
+from kompakt.record.scan import scan_batch_headers, scan_records
+
+
+def segment_buffer(path: str | os.PathLike, size: int | None = None) -> np.ndarray:
+    """The bytes of a segment file, memory-mapped (empty array for an empty file)."""
+    with open(path, "rb") as f:
+        n = os.fstat(f.fileno()).st_size if size is None else size
+        if n == 0:
+            return np.empty(0, np.uint8)
+        m = mmap.mmap(f.fileno(), n, access=mmap.ACCESS_READ)
+    return np.frombuffer(m, np.uint8)
+
+
+def summarize_producers(segments: Sequence[LogSegment], now: int) -> ProducerSummary:
+    """One pass over the batch headers of ``segments``: what Kafka reads from its
+    ``.txnindex`` and producer snapshots (aborted transactions, last producer records)."""
+    builder = SummaryBuilder()
+    counts: dict[int, int] = {}
+    for seg in segments:
+        if not seg.size:
+            continue
+        buf = segment_buffer(seg.log_path, seg.size)
+        h = scan_batch_headers(buf)
+        counts[seg.base_offset] = int(h.record_count.sum())
+        controls = {}
+        for i in np.nonzero((h.attributes & CONTROL_BIT) != 0)[0]:
+            pos, size = int(h.position[i]), int(h.size[i])
+            controls[pos] = control_type_of(buf[pos : pos + size]) if h.record_count[i] else None
+        builder.add(h, controls)
+    summary = builder.finish(now)
+    summary.segment_records = counts
+    return summary
+
+
+def new_cleaned_segment(directory: Path, base: int, **seg_kwargs: Any) -> LogSegment:
+    """An empty ``<base>.log.cleaned`` (and its indexes), replacing a stale one."""
+    for path in segment_files(directory, base, CLEANED_SUFFIX):
+        path.unlink(missing_ok=True)
+    return LogSegment(directory, base, suffix=CLEANED_SUFFIX, **seg_kwargs)
+
+
+def write_cleaned_group(
+    directory: Path,
+    sources: Sequence[tuple[int, str | os.PathLike, int]],
+    lookup: LatestLookup,
+    ctx: RoundContext,
+    seg_kwargs: dict[str, Any],
+    dry_run: bool,
+    group_end: int,
+    check_done: Callable[[], None] | None = None,
+) -> tuple[GroupStats, LogSegment | None]:
+    """Clean ``sources`` ((base, path, size), in order) into ``<first base>.log.cleaned``.
+
+    Flushed and with the last source's mtime, as Kafka leaves it before the swap. The
+    half-written file is removed if anything fails (an abort raised by ``check_done``
+    too).
+    """
+    bufs = (segment_buffer(path, size) for _base, path, size in sources)
+    first = sources[0][0]
+    if dry_run:
+        hold_for_tests(first, check_done)
+        return clean_group(list(bufs), lookup, ctx, None, first, group_end, check_done), None
+    dest = new_cleaned_segment(directory, first, **seg_kwargs)
+    try:
+        hold_for_tests(first, check_done)
+        stats = clean_group(list(bufs), lookup, ctx, dest, first, group_end, check_done)
+        dest.on_become_inactive()
+        dest.flush()
+        mtime = int(os.stat(sources[-1][1]).st_mtime * 1000)
+        dest.set_last_modified_ms(mtime)
+    except BaseException:
+        dest.delete_files()
+        raise
+    return stats, dest
+
+
+HOLD_ENV = "KOMPAKT_TEST_HOLD_CLEAN"
+
+
+def hold_for_tests(base: int, check_done: Callable[[], None] | None) -> None:
+    """Test hook, off unless ``KOMPAKT_TEST_HOLD_CLEAN=DIR`` is set: the rewrite of the
+    group starting at ``base``, once begun (its ``.cleaned`` file exists), touches
+    ``DIR/held-<base>`` and waits, polling ``check_done``, until ``DIR/release`` or
+    ``DIR/release-<base>`` exists (at most 120 s). Tests use it to stop or race a clean
+    at a known point in a real engine, including inside Spark tasks."""
+    where = os.environ.get(HOLD_ENV)
+    if not where:
+        return
+    d = Path(where)
+    (d / f"held-{base}").touch()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (d / "release").exists() or (d / f"release-{base}").exists():
+            return
+        if check_done is not None:
+            check_done()
+        time.sleep(0.02)
+
+
+def remove_cleaned_files(directory: Path, groups: Sequence[Sequence[LogSegment]]) -> None:
+    """Drop the ``.cleaned`` files of a rewrite that failed part-way (Spark tasks that
+    finished before another one failed leave theirs): on a full disk they hold the
+    space a retry needs, and only a swap may turn them into segments."""
+    for group in groups:
+        if group:
+            for path in segment_files(directory, group[0].base_offset, CLEANED_SUFFIX):
+                path.unlink(missing_ok=True)
+
+
+def locate_corruption(segments: Sequence[LogSegment]) -> tuple[str, int, str] | None:
+    """(file, byte position, message) of the first batch that fails its CRC or framing:
+    names the damage for an uncleanable mark when the engine's error lost it (a Spark
+    task's error is text)."""
+    for seg in segments:
+        if not seg.size:
+            continue
+        try:
+            buf = segment_buffer(seg.log_path, seg.size)
+            scan_records(buf, 0, len(buf), verify_crc=True)
+        except CorruptRecordError as exc:
+            return str(seg.log_path), int(exc.position or 0), str(exc)
+        except (OSError, ValueError):
+            continue
+    return None

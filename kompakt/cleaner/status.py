@@ -1,0 +1,147 @@
+"""Cleaning status of a partition, computed in one place.
+
+Kafka's ``LogCleanerManager`` answers the cleaner's gauges (``max-dirty-percent``,
+``uncleanable-partitions-count``, ``time-since-last-run-ms``) from its own state; here
+:class:`CleaningStatus` does it for ``GET /v1/partitions`` (what ``kompakt topic
+describe`` shows), the Prometheus collector and the embedded API alike: dirty ratio and
+cleanable bytes (:func:`kompakt.cleaner.cleanable.log_to_clean`, the rule the cleaner
+itself plans with), the last clean's stats, tombstones still in the log and the reason
+a partition is uncleanable. It needs no running cleaner: a broker whose cleaner is not
+built yet still reports the ratios.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kompakt.cleaner.cleanable import log_to_clean
+from kompakt.cleaner.stats import CleanStats
+from kompakt.log.partition_log import PartitionLog
+from kompakt.record.scan import scan_records
+
+TopicPartition = tuple[str, int]
+LastStats = Callable[[], Mapping[TopicPartition, CleanStats]]
+
+
+def _no_stats() -> Mapping[TopicPartition, CleanStats]:
+    return {}
+
+
+@dataclass
+class PartitionStatus:
+    """One partition's cleaning status; the compaction fields are None unless the log
+    is compacted (``cleanup.policy`` has ``compact``)."""
+
+    topic: str
+    partition: int
+    uncleanable_reason: str | None
+    compacted: bool
+    dirty_ratio: float | None = None
+    cleanable_bytes: int | None = None
+    first_dirty_offset: int | None = None
+    first_uncleanable_offset: int | None = None
+    last_clean: CleanStats | None = None
+    tombstones_pending: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``/v1/partitions`` fields (compaction fields only for a compacted log)."""
+        if not self.compacted:
+            return {"uncleanable_reason": self.uncleanable_reason}
+        last = self.last_clean
+        return {
+            "uncleanable_reason": self.uncleanable_reason,
+            "dirty_ratio": round(self.dirty_ratio or 0.0, 4),
+            "cleanable_bytes": self.cleanable_bytes,
+            "first_dirty_offset": self.first_dirty_offset,
+            "first_uncleanable_offset": self.first_uncleanable_offset,
+            "last_compaction_ms": last.started_ms if last else None,
+            "last_compaction": last.to_json() if last else None,
+            "tombstones_pending": self.tombstones_pending,
+        }
+
+
+class TombstoneCounter:
+    """Tombstones still in a log (kept until their delete horizon passes), per segment.
+
+    A sealed segment's bytes never change (a clean writes a new file), so its count is
+    cached by (path, inode, size) and a status request scans only new bytes.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[str, int, int], int] = {}
+
+    def pending(self, plog: PartitionLog) -> int:
+        count = 0
+        live = set()
+        for seg in plog.segments_snapshot():
+            if not seg.size:
+                continue
+            try:
+                key = (str(seg.log_path), os.stat(seg.log_path).st_ino, seg.size)
+                live.add(key)
+                if key not in self._cache:
+                    view = seg.read_all()
+                    self._cache[key] = int(scan_records(view, verify_crc=False).value_null.sum())
+                count += self._cache[key]
+            except Exception:  # a segment deleted or damaged meanwhile is not counted
+                continue
+        prefix = str(plog.dir) + os.sep
+        for key in [k for k in self._cache if k[0].startswith(prefix) and k not in live]:
+            del self._cache[key]
+        return count
+
+
+class CleaningStatus:
+    """The status of every partition of a :class:`~kompakt.log.manager.LogManager`.
+
+    ``last_stats`` gives the last clean of each partition (the cleaner's, once it runs).
+    """
+
+    def __init__(self, logs: Any, last_stats: LastStats = _no_stats) -> None:
+        self.logs = logs
+        self.last_stats = last_stats
+        self._tombstones = TombstoneCounter()
+
+    def partitions(self, tombstones: bool = True) -> Iterator[tuple[PartitionLog, PartitionStatus]]:
+        """(log, status) of every partition; ``tombstones=False`` skips the tombstone
+        count (a metrics scrape does not need it and must stay cheap). A partition
+        deleted while it is looked at is left out."""
+        checkpoints = self.logs.cleaner_checkpoint().read()
+        now = self.logs.clock()
+        last = self.last_stats()
+        for plog in self.logs.logs():
+            try:
+                yield plog, self.of(plog, checkpoints, now, last, tombstones)
+            except Exception:  # deleted during the walk
+                continue
+
+    def of(
+        self,
+        plog: PartitionLog,
+        checkpoints: Mapping[TopicPartition, int],
+        now: int,
+        last: Mapping[TopicPartition, CleanStats],
+        tombstones: bool = True,
+    ) -> PartitionStatus:
+        tp = (plog.topic, plog.partition)
+        out = PartitionStatus(plog.topic, plog.partition, plog.uncleanable_reason, False)
+        if not plog.config.compact:
+            return out
+        ltc = log_to_clean(plog, checkpoints.get(tp), now)
+        out.compacted = True
+        out.dirty_ratio = ltc.cleanable_ratio
+        out.cleanable_bytes = ltc.cleanable_bytes
+        out.first_dirty_offset = ltc.first_dirty_offset
+        out.first_uncleanable_offset = ltc.first_uncleanable_offset
+        out.last_clean = last.get(tp)
+        if tombstones:
+            out.tombstones_pending = self._tombstones.pending(plog)
+        return out
+
+    def of_log(self, plog: PartitionLog) -> PartitionStatus:
+        """One partition's status, now."""
+        checkpoints = self.logs.cleaner_checkpoint().read()
+        return self.of(plog, checkpoints, self.logs.clock(), self.last_stats())

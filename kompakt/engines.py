@@ -1,0 +1,76 @@
+"""Cleaner engines by name: the registry above ``cleaner`` and ``pipeline``.
+
+Layer: above :mod:`kompakt.cleaner` (the policy and the in-process engine) and
+:mod:`kompakt.pipeline` (the Spark engine), below :mod:`kompakt.broker` and
+:mod:`kompakt.cli`, which choose an engine by its ``kompakt.cleaner.engine`` name. It is
+the one module that knows every engine, so the cleaner never imports the pipeline
+(Kafka's ``LogCleaner`` builds its ``Cleaner`` threads from ``CleanerConfig`` the same
+way, one level above both). The Spark engine is imported only when asked for: PySpark
+is heavy and the local engine must not need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kompakt.cleaner.cleaner import Cleaner, Clock
+from kompakt.cleaner.config import ENGINE_DEFAULT, ENGINE_KEY, dedupe_buffer_size
+from kompakt.cleaner.engine import Engine
+from kompakt.cleaner.local_engine import LocalEngine
+from kompakt.errors import InvalidConfigError
+
+
+def _local(settings: Mapping[str, str]) -> Engine:
+    return LocalEngine(dedupe_buffer_size(settings))
+
+
+def _spark(settings: Mapping[str, str]) -> Engine:
+    from kompakt.pipeline.engine import SparkEngine
+
+    return SparkEngine(settings)
+
+
+ENGINES: dict[str, Callable[[Mapping[str, str]], Engine]] = {"spark": _spark, "local": _local}
+
+
+def check_engine(name: str) -> str:
+    """``name`` if it is an engine kompakt has; else the one-line error users see."""
+    if name not in ENGINES:
+        raise InvalidConfigError(f"unknown engine {name!r}: expected one of {', '.join(ENGINES)}")
+    return name
+
+
+def build_engine(name: str, settings: Mapping[str, str] | None = None) -> Engine:
+    """An engine by name, configured from broker-style settings."""
+    return ENGINES[check_engine(name)](dict(settings or {}))
+
+
+def build_cleaner(
+    logs: Any,
+    settings: Mapping[str, str] | None = None,
+    clock: Clock | None = None,
+    engine: str | None = None,
+) -> Cleaner:
+    """The cleaner a broker (or ``kompakt compact`` offline) runs: engine ``engine``,
+    else ``kompakt.cleaner.engine`` (spark|local); other engines by name on demand."""
+    config = dict(settings or {})
+    name = engine or config.get(ENGINE_KEY, ENGINE_DEFAULT)
+    return Cleaner(
+        logs,
+        engine=build_engine(name, config),
+        clock=clock,
+        config=config,
+        engine_factory=lambda other: build_engine(other, config),
+    )
+
+
+def warm_up_spark(
+    settings: Mapping[str, str] | None = None, busy: Callable[[], bool] = lambda: False
+) -> tuple[float, float]:
+    """Start the Spark engine ahead of its first clean (``kompakt.spark.start=eager``):
+    :func:`kompakt.pipeline.engine.warm_up`, reached through the registry so the broker
+    never imports the pipeline. Returns (session seconds, warm-up clean seconds)."""
+    from kompakt.pipeline.engine import warm_up
+
+    return warm_up(settings, busy)

@@ -1,0 +1,76 @@
+"""Cleaning status is computed in one place (CleaningStatus) for /v1/partitions, metrics
+and the embedded API: the figures Kafka's LogCleanerManager reports as gauges."""
+
+from __future__ import annotations
+
+from cleaner_kit import append, open_manager
+
+from kompakt.cleaner import Cleaner, LocalEngine
+from kompakt.cleaner.cleanable import log_to_clean
+from kompakt.cleaner.status import CleaningStatus
+
+COMPACT = {"cleanup.policy": "compact", "segment.bytes": "600"}
+
+
+def test_status_of_a_compacted_log_is_what_the_cleaner_plans_with(tmp_path, clock):
+    with open_manager(tmp_path, clock) as m:
+        m.create_topic("c", 1, COMPACT)
+        m.create_topic("d", 1, {"cleanup.policy": "delete"})
+        plog = m.get_log("c", 0)
+        for i in range(30):
+            append(plog, [(b"k%d" % (i % 4), None if i % 10 == 9 else b"v%d" % i)])
+        plog.roll()
+        status = CleaningStatus(m)
+        got = {(s.topic, s.partition): s for _plog, s in status.partitions()}
+        c, d = got[("c", 0)], got[("d", 0)]
+        ltc = log_to_clean(plog, None, clock())
+        assert c.compacted and c.dirty_ratio == ltc.cleanable_ratio > 0
+        assert c.cleanable_bytes == ltc.cleanable_bytes
+        assert c.first_dirty_offset == 0
+        assert c.first_uncleanable_offset == ltc.first_uncleanable_offset
+        assert c.tombstones_pending == 3
+        assert c.last_clean is None
+        assert not d.compacted and d.dirty_ratio is None and d.tombstones_pending is None
+        assert d.to_json() == {"uncleanable_reason": None}
+        assert set(c.to_json()) == {
+            "uncleanable_reason",
+            "dirty_ratio",
+            "cleanable_bytes",
+            "first_dirty_offset",
+            "first_uncleanable_offset",
+            "last_compaction_ms",
+            "last_compaction",
+            "tombstones_pending",
+        }
+        quick = [s for _p, s in status.partitions(tombstones=False)]
+        assert sorted(s.topic for s in quick) == ["c", "d"]
+        assert all(s.tombstones_pending is None for s in quick)
+
+
+def test_the_cleaners_status_shows_its_last_clean_and_the_new_dirty_range(tmp_path, clock):
+    with open_manager(tmp_path, clock) as m:
+        m.create_topic("c", 1, COMPACT)
+        plog = m.get_log("c", 0)
+        for i in range(30):
+            append(plog, [(b"k%d" % (i % 4), b"v%d" % i)])
+        plog.roll()
+        cleaner = Cleaner(m, engine=LocalEngine(1 << 20))
+        stats = cleaner.clean_partition(plog)
+        assert stats is not None
+        after = cleaner.status.of_log(plog)
+        assert after.last_clean is stats
+        assert after.first_dirty_offset == stats.end_offset
+        assert after.dirty_ratio == 0
+        doc = cleaner.partition_status(plog)
+        assert doc["last_compaction_ms"] == stats.started_ms
+        assert doc["last_compaction"] == stats.to_json()
+
+
+def test_an_uncleanable_partition_reports_its_reason(tmp_path, clock):
+    with open_manager(tmp_path, clock) as m:
+        m.create_topic("c", 1, COMPACT)
+        plog = m.get_log("c", 0)
+        plog.uncleanable_reason = "corrupt batch in x at byte position 0: bad CRC"
+        [(_plog, s)] = list(CleaningStatus(m).partitions())
+        assert s.uncleanable_reason == plog.uncleanable_reason
+        assert s.to_json()["uncleanable_reason"] == plog.uncleanable_reason
