@@ -15,14 +15,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kompakt.cleaner.cleaner import Cleaner, Clock
-from kompakt.cleaner.config import ENGINE_DEFAULT, ENGINE_KEY, dedupe_buffer_size
+from kompakt.cleaner.config import ENGINE_DEFAULT, ENGINE_KEY, dedupe_buffer_size, load_factor
 from kompakt.cleaner.engine import Engine
 from kompakt.cleaner.local_engine import LocalEngine
 from kompakt.errors import InvalidConfigError
 
 
 def _local(settings: Mapping[str, str]) -> Engine:
-    return LocalEngine(dedupe_buffer_size(settings))
+    return LocalEngine(dedupe_buffer_size(settings), load_factor(settings))
 
 
 def _spark(settings: Mapping[str, str]) -> Engine:

@@ -228,6 +228,7 @@ class Broker:
             "kompakt.spark.master": str(cfg.get("kompakt.spark.master")),
             "kompakt.spark.log.level": str(cfg.get("kompakt.spark.log.level")),
             "log.cleaner.dedupe.buffer.size": str(cfg.get("log.cleaner.dedupe.buffer.size")),
+            "log.cleaner.io.buffer.load.factor": str(cfg.get("log.cleaner.io.buffer.load.factor")),
             **cfg.spark,
         }
 

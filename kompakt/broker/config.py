@@ -124,10 +124,7 @@ _KEYS: list[BrokerKey] = [
         "log.cleaner.io.buffer.load.factor",
         "double",
         IO_BUFFER_LOAD_FACTOR_DEFAULT,
-        "Offset map load factor.",
-        None,
-        "the local engine's offset map fills to Kafka's default 0.9; the spark engine "
-        "has no fixed map.",
+        "Offset map load factor (local engine; the spark engine has no fixed map).",
     ),
     BrokerKey(
         "log.cleaner.io.max.bytes.per.second",

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 
 DEDUPE_BUFFER_SIZE_KEY = "log.cleaner.dedupe.buffer.size"
 DEDUPE_BUFFER_SIZE_DEFAULT = 128 << 20  # Kafka: 128 MiB for all cleaner threads
-IO_BUFFER_LOAD_FACTOR_DEFAULT = 0.9  # Kafka: log.cleaner.io.buffer.load.factor
+LOAD_FACTOR_KEY = "log.cleaner.io.buffer.load.factor"
+IO_BUFFER_LOAD_FACTOR_DEFAULT = 0.9  # Kafka: how full the offset map may get
 IO_BUFFER_SIZE_DEFAULT = 512 << 10  # Kafka: log.cleaner.io.buffer.size
 ENGINE_KEY = "kompakt.cleaner.engine"
 ENGINE_DEFAULT = "spark"
@@ -22,3 +23,9 @@ ENGINE_DEFAULT = "spark"
 def dedupe_buffer_size(settings: Mapping[str, str]) -> int:
     """``log.cleaner.dedupe.buffer.size`` from broker-style settings, else Kafka's default."""
     return int(settings.get(DEDUPE_BUFFER_SIZE_KEY, DEDUPE_BUFFER_SIZE_DEFAULT))
+
+
+def load_factor(settings: Mapping[str, str]) -> float:
+    """``log.cleaner.io.buffer.load.factor``: how full the local engine's offset map may
+    get before a pass stops (Kafka's ``SkimpyOffsetMap`` slots x this factor)."""
+    return float(settings.get(LOAD_FACTOR_KEY, IO_BUFFER_LOAD_FACTOR_DEFAULT))
