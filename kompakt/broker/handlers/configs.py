@@ -112,14 +112,19 @@ def _config_entry(
     }
 
 
-def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> dict[str, Any]:
-    res: dict[str, Any] = {
+def _describe_result(r: Any) -> dict[str, Any]:
+    """One resource's DescribeConfigs result, before any config or error is known."""
+    return {
         "error_code": ErrorCode.none,
         "error_message": None,
         "resource_type": r.resource_type,
         "resource_name": r.resource_name,
         "configs": [],
     }
+
+
+def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> dict[str, Any]:
+    res = _describe_result(r)
     reason = invalid_topic_reason(r.resource_name or "")
     if reason is not None:  # Kafka's ConfigHelper.describeConfigs calls Topic.validate
         res["error_code"] = ErrorCode.invalid_topic_exception
@@ -144,13 +149,7 @@ def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> 
 
 
 def _describe_broker(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> dict[str, Any]:
-    res: dict[str, Any] = {
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "resource_type": r.resource_type,
-        "resource_name": r.resource_name,
-        "configs": [],
-    }
+    res = _describe_result(r)
     if r.resource_name not in ("", str(ctx.state.node_id)):
         res["error_code"] = ErrorCode.invalid_request
         res["error_message"] = (
