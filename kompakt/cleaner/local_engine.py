@@ -131,7 +131,7 @@ class LocalEngine:
                         sources,
                         dirty.lookup,
                         ctx,
-                        plog._segment_kwargs(),
+                        plog.segment_kwargs(),
                         dry_run,
                         end,
                         self._check_done,

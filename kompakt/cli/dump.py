@@ -45,7 +45,7 @@ def _base_offset(path: Path) -> int | None:
 def batch_info(batch: RecordBatch, deep: bool) -> tuple[dict[str, Any], str | None]:
     """A batch's header fields (and records when ``deep``); second item: a record error."""
     from kompakt.record import codecs
-    from kompakt.record.header import CONTROL_COMMIT, CONTROL_KEY, MAGIC
+    from kompakt.record.header import CONTROL_COMMIT, CONTROL_KEY, MAGIC, TIMESTAMP_TYPE_BIT
 
     h = batch.header
     crc_valid = h.magic == MAGIC and batch.compute_crc() == h.crc
@@ -65,7 +65,7 @@ def batch_info(batch: RecordBatch, deep: bool) -> tuple[dict[str, Any], str | No
         "partitionLeaderEpoch": h.partition_leader_epoch,
         "isTransactional": h.is_transactional,
         "isControl": h.is_control,
-        "timestampType": "LogAppendTime" if h.attributes & 0x08 else "CreateTime",
+        "timestampType": "LogAppendTime" if h.attributes & TIMESTAMP_TYPE_BIT else "CreateTime",
         "maxTimestamp": h.max_timestamp,
     }
     if h.has_delete_horizon:

@@ -87,14 +87,16 @@ class PartitionLog:
         self.uncleanable_reason: str | None = None
 
     # -- loading -------------------------------------------------------------------------
-    def _segment_kwargs(self) -> dict:
+    def segment_kwargs(self) -> dict:
+        """The index settings every segment of this log is opened with (from the topic
+        config), for whoever writes one beside it: the loader and the cleaner engines."""
         return {
             "index_interval_bytes": self.config.index_interval_bytes,
             "max_index_size": self.config.segment_index_bytes,
         }
 
     def _load(self, needs_recovery: bool, recovery_point: int | None) -> None:
-        loader = LogLoader(self.dir, self._segment_kwargs(), self.clock)
+        loader = LogLoader(self.dir, self.segment_kwargs(), self.clock)
         for seg in loader.load(needs_recovery, recovery_point):
             self._add(seg)
 
@@ -202,7 +204,7 @@ class PartitionLog:
                 self.dir,
                 base,
                 created_ms=self.clock() if now is None else now,
-                **self._segment_kwargs(),
+                **self.segment_kwargs(),
             )
             self._add(seg)
             log.debug("%s: rolled new segment at offset %d", self.name, base)

@@ -103,7 +103,7 @@ class SparkEngine:
             for i, g in enumerate(groups)
         ]
         ends = {i: g[-1].next_offset for i, g in enumerate(groups)}
-        clean = _group_cleaner(ctx, plog._segment_kwargs(), dry_run, ends)
+        clean = _group_cleaner(ctx, plog.segment_kwargs(), dry_run, ends)
         with spark_job(spark, f"kompakt clean {plog.name}", job.progress, job.check_done):
             dirty = (job.ltc.first_dirty_offset, end)
             aborted = {part: job.producers.aborted_between(*dirty)}
@@ -128,7 +128,7 @@ class SparkEngine:
                     group[0].base_offset,
                     suffix=CLEANED_SUFFIX,
                     writable=False,
-                    **plog._segment_kwargs(),
+                    **plog.segment_kwargs(),
                 )
             out.append((stats, dest, group))
         return out

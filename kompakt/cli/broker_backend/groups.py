@@ -9,6 +9,8 @@ import concurrent.futures
 from collections.abc import Sequence
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kompakt.errors import KompaktError
 
 from ..backend import (
@@ -28,13 +30,13 @@ _NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: nothing committed
 class GroupNotEmptyError(KompaktError):
     """A group with active members cannot have its offsets reset (NON_EMPTY_GROUP)."""
 
-    error_code = 68
+    error_code = ErrorCode.non_empty_group
 
 
 class UnknownGroupError(KompaktError):
     """GROUP_ID_NOT_FOUND."""
 
-    error_code = 69
+    error_code = ErrorCode.group_id_not_found
 
 
 def _state_name(state: Any) -> str:
