@@ -83,6 +83,8 @@ class Superseded:
     start: int
     end: int
     bits: np.ndarray  # uint8, ceil((end - start) / 8)
+    rows: int = 0  # keyed records shuffled to compute them
+    collected_bytes: int = 0  # compressed bitmaps the driver received
 
     def mask(self, offsets: np.ndarray) -> np.ndarray:
         """Whether each offset is superseded (False outside ``[start, end)``)."""
@@ -351,4 +353,5 @@ def superseded(
         if len(bits):
             raw = pa.decompress(row.bits, decompressed_size=len(bits), codec=_CODEC, asbytes=True)
             bits |= np.frombuffer(raw, np.uint8)
-    return Superseded(start, end, bits)
+    rows = sum(row.rows for row in out)
+    return Superseded(start, end, bits, rows, sum(len(row.bits) for row in out))
