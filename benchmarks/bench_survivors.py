@@ -24,7 +24,6 @@ import cProfile
 import io
 import os
 import pstats
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -68,22 +67,29 @@ def timed(fn, spark):
 def profile_workers(part_dir: str, base: int, end: int) -> None:
     """cProfile of the map and reduce functions of (b) on one segment, in this process."""
     from kompakt.pipeline.layout import segment_path
-    from kompakt.pipeline.survivors import digest_rows, plan_reads, superseded_bits
+    from kompakt.pipeline.survivors import (
+        bucket_ids,
+        digest_rows,
+        pack_buckets,
+        plan_reads,
+        superseded_bits,
+    )
 
     path = str(segment_path(part_dir, base))
     (task,) = plan_reads([path], task_bytes=1 << 40)
 
-    rb = digest_rows(task, 0, 0, end, ())  # compile the kernels outside the profile
-    superseded_bits(*(rb.column(n).to_numpy()[:10] for n in ("hi", "lo", "offset")), 0, end)
+    rows = digest_rows(task, 0, 0, end, ())  # compile the kernels outside the profile
+    superseded_bits(rows[:10], 0, end)
+    ids = bucket_ids(4)
     prof = cProfile.Profile()
     prof.enable()
-    rb = digest_rows(task, 0, 0, end, ())
-    cols = [rb.column(n).to_numpy() for n in ("hi", "lo", "offset")]
-    superseded_bits(*cols, 0, end)
+    rows = digest_rows(task, 0, 0, end, ())
+    pack_buckets(rows, ids)
+    superseded_bits(rows, 0, end)
     prof.disable()
     out = io.StringIO()
     pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(14)
-    print(f"cProfile, one segment ({os.stat(path).st_size / 1e6:.0f} MB, {rb.num_rows:,} rows):")
+    print(f"cProfile, one segment ({os.stat(path).st_size / 1e6:.0f} MB, {len(rows):,} rows):")
     print("\n".join(out.getvalue().splitlines()[4:30]))
 
 
@@ -94,11 +100,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--skip-today", action="store_true", help="time (b) only")
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="kompakt-bench-survivors-"))
-    try:
-        run(root, args)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="kompakt-bench-survivors-") as tmp:
+        run(Path(tmp), args)
 
 
 def run(root: Path, args: argparse.Namespace) -> None:

@@ -8,19 +8,27 @@ every record of the range it rewrites, ``[start, end)``, in one Spark job:
 1. **Map** (``mapInArrow`` over a small DataFrame of (segment file, byte range) tasks):
    each task scans its batches with :func:`kompakt.record.scan.scan_records`, digests
    the keys with :func:`kompakt.record.digest.key_digests` (128 bits, as Kafka's
-   ``SkimpyOffsetMap`` keys by a 16-byte MD5 digest) and emits one fixed-width row per
-   keyed record: ``(hi, lo, offset)``, three ``long``s. A record that does not feed the
+   ``SkimpyOffsetMap`` keys by a 16-byte MD5 digest) and makes one fixed-width row per
+   keyed record: ``(hi, lo, offset)``, three int64. A record that does not feed the
    map — before ``first_dirty``, in a control batch or an aborted transaction (decided
-   by the cleaner's own :class:`~kompakt.cleaner.transactions.TxnTracker`) — is emitted
-   with ``~offset`` (negative): it must learn whether it is superseded but must not
-   supersede anything. Unkeyed records are not emitted (Kafka's map skips them; the
-   rewrite drops them by its own rule).
-2. **One shuffle** by ``hi``, so every record of a key lands in one partition.
-3. **Reduce** (``mapInArrow`` again): a numba hash table over the partition's rows keeps
+   by the cleaner's own :class:`~kompakt.cleaner.transactions.TxnTracker`) — gets
+   ``~offset`` (negative): it must learn whether it is superseded but must not
+   supersede anything. Unkeyed records get no row (Kafka's map skips them; the
+   rewrite drops them by its own rule). The rows are bucketed by ``hi mod R`` and each
+   bucket leaves the task as one binary value (:func:`pack_buckets`).
+2. **One shuffle** by bucket (``repartition(R, "bucket")``), so every record of a key
+   lands in one partition; bucket ids are chosen so Spark's hash puts one bucket in
+   each of the R partitions (:func:`bucket_ids`). Packing matters: with one Spark row
+   per record, 2M records took 14.0 s here against 62.7 s for today's two-pass plan;
+   Spark's cost is per row (Arrow -> UnsafeRow -> shuffle -> Arrow) while the numpy
+   work on those rows is ~0.25 s per 540k (see ``benchmarks/bench_survivors.py``).
+3. **Reduce** (``mapInArrow`` again): a numba hash table over each bucket's rows keeps
    each digest's highest feeding offset; a record is superseded iff that is above its own
    offset. The partition sets those bits in a packed bitmap over ``[start, end)`` and
    sends it to the driver lz4-compressed, which ORs them (each bitmap holds about
-   1/partitions of the set bits, so it compresses well).
+   1/R of the set bits, so it compresses well). R = range / ``ROWS_PER_REDUCE`` (at
+   least the default parallelism), so a reduce task's memory is bounded whatever the
+   range.
 
 The rewrite of each segment group then needs only its slice of the bitmap
 (:meth:`Superseded.slice`), not a per-record join. Why a bitmap rather than sorted
@@ -52,7 +60,8 @@ from kompakt.record.scan import RecordScan, scan_batch_headers, scan_records
 
 TASK_BYTES = 64 << 20  # segment bytes per map task (split at offset index entries)
 ROWS_PER_REDUCE = 2_000_000  # shuffled rows per reduce partition: ~150 MB of worker memory
-ROW_SCHEMA = "hi long, lo long, offset long"
+ROW_BYTES = 24  # hi, lo, offset: three int64
+BUCKET_SCHEMA = "bucket int, rows binary"
 BITS_SCHEMA = "bits binary, rows long"
 NO_OFFSET = 1 << 62
 _CODEC = "lz4"
@@ -206,33 +215,86 @@ def feeding_batches(buf: np.ndarray, scan: RecordScan, aborted: Sequence[Aborted
 
 def digest_rows(
     task: ReadTask, start: int, first_dirty: int, end: int, aborted: Sequence[AbortedTxn]
-) -> pa.RecordBatch | None:
-    """``(hi, lo, offset)`` of the keyed records of one task in ``[start, end)``; a record
-    that does not feed the map has ``~offset``. None when there is none."""
+) -> np.ndarray:
+    """``(hi, lo, offset)`` rows (an ``(n, 3)`` int64 array) of the keyed records of one
+    task in ``[start, end)``; a record that does not feed the map has ``~offset``."""
     buf = segment_buffer(task.path)
     lo, hi = _batch_range(buf, task)
     if hi <= lo:
-        return None
+        return np.empty((0, 3), np.int64)
     scan = scan_records(buf, lo, hi, verify_crc=True)
     keep = ~scan.key_null & (scan.offset >= start) & (scan.offset < end)
-    if not keep.any():
-        return None
     feeds = feeding_batches(buf, scan, aborted)[scan.batch_index] & (scan.offset >= first_dirty)
     d_hi, d_lo = key_digests(scan.key_offsets, scan.key_data)
-    offset = np.where(feeds, scan.offset, ~scan.offset)
-    cols = [pa.array(a[keep]) for a in (d_hi, d_lo, offset)]
-    return pa.RecordBatch.from_arrays(cols, names=["hi", "lo", "offset"])
+    rows = np.empty((int(keep.sum()), 3), np.int64)
+    rows[:, 0] = d_hi[keep]
+    rows[:, 1] = d_lo[keep]
+    rows[:, 2] = np.where(feeds, scan.offset, ~scan.offset)[keep]
+    return rows
+
+
+def spark_partition_of(value: int, partitions: int) -> int:
+    """The shuffle partition Spark's ``HashPartitioning`` gives an ``int`` column value:
+    ``pmod(Murmur3Hash(value, seed 42), partitions)`` (``Murmur3_x86_32.hashInt``)."""
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k = rotl(((value & 0xFFFFFFFF) * 0xCC9E2D51) & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
+    h = (rotl(42 ^ k, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h ^= 4
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    h ^= h >> 16
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return signed % partitions  # Python's % is Spark's pmod for a positive divisor
+
+
+def bucket_ids(partitions: int) -> list[int]:
+    """For each shuffle partition, an ``int`` that Spark hashes into it: the digest
+    buckets then spread one per partition instead of colliding (balance only; any
+    placement is correct since a bucket never splits)."""
+    ids: dict[int, int] = {}
+    value = 0
+    while len(ids) < partitions:
+        ids.setdefault(spark_partition_of(value, partitions), value)
+        value += 1
+    return [ids[p] for p in range(partitions)]
+
+
+def pack_buckets(rows: np.ndarray, ids: Sequence[int]) -> pa.RecordBatch:
+    """One Arrow row per digest bucket (``hi mod len(ids)``): ``bucket`` (its id from
+    :func:`bucket_ids`) and ``rows``, the bucket's 24-byte rows as one binary value.
+
+    Spark's cost is per row it moves (Arrow -> UnsafeRow -> shuffle -> Arrow); shipping
+    fixed-width rows packed per bucket makes the shuffle cost per megabyte instead.
+    """
+    n = len(ids)
+    bucket = (rows[:, 0].view(np.uint64) % np.uint64(n)).astype(np.int64)
+    order = np.argsort(bucket, kind="stable")
+    packed = np.ascontiguousarray(rows[order])
+    counts = np.bincount(bucket, minlength=n)
+    present = np.flatnonzero(counts)
+    offsets = np.zeros(len(present) + 1, np.int32)
+    np.cumsum(counts[present] * ROW_BYTES, out=offsets[1:])
+    blobs = pa.Array.from_buffers(
+        pa.binary(), len(present), [None, pa.py_buffer(offsets), pa.py_buffer(packed)]
+    )
+    bucket_col = pa.array(np.asarray(ids, np.int32)[present])
+    return pa.RecordBatch.from_arrays([bucket_col, blobs], names=["bucket", "rows"])
 
 
 def _mapper(
-    start: int, first_dirty: int, end: int, aborted: Sequence[AbortedTxn]
+    start: int, first_dirty: int, end: int, aborted: Sequence[AbortedTxn], ids: Sequence[int]
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in batches:
             for row in rb.to_pylist():  # one row per task, not per record
-                out = digest_rows(ReadTask(**row), start, first_dirty, end, aborted)
-                if out is not None:
-                    yield out
+                rows = digest_rows(ReadTask(**row), start, first_dirty, end, aborted)
+                if len(rows):
+                    yield pack_buckets(rows, ids)
 
     return run
 
@@ -241,9 +303,9 @@ def _mapper(
 
 
 @numba.njit(cache=True, nogil=True)
-def _mark_superseded(hi, lo, offset, start, bits):
+def _mark_superseded(rows, start, bits):
     """Hash (hi, lo) -> highest feeding offset, then set the bit of every row below it."""
-    n = len(hi)
+    n = rows.shape[0]
     cap = 16
     while cap < 2 * n:
         cap <<= 1
@@ -253,22 +315,23 @@ def _mark_superseded(hi, lo, offset, start, bits):
     t_max = np.full(cap, -2, np.int64)  # -2: empty slot, -1: key seen, nothing feeds
     slot_of = np.empty(n, np.int64)
     for i in range(n):
-        s = lo[i] & mask
+        hi, lo, offset = rows[i, 0], rows[i, 1], rows[i, 2]
+        s = lo & mask
         while True:
             if t_max[s] == -2:
-                t_hi[s] = hi[i]
-                t_lo[s] = lo[i]
+                t_hi[s] = hi
+                t_lo[s] = lo
                 t_max[s] = -1
                 break
-            if t_hi[s] == hi[i] and t_lo[s] == lo[i]:
+            if t_hi[s] == hi and t_lo[s] == lo:
                 break
             s = (s + 1) & mask
         slot_of[i] = s
-        if offset[i] > t_max[s]:
-            t_max[s] = offset[i]
+        if offset > t_max[s]:
+            t_max[s] = offset
     marked = 0
     for i in range(n):
-        o = offset[i] if offset[i] >= 0 else ~offset[i]
+        o = rows[i, 2] if rows[i, 2] >= 0 else ~rows[i, 2]
         if t_max[slot_of[i]] > o:
             r = o - start
             bits[r >> 3] |= np.uint8(0x80 >> (r & 7))
@@ -277,13 +340,15 @@ def _mark_superseded(hi, lo, offset, start, bits):
 
 
 def superseded_bits(
-    hi: np.ndarray, lo: np.ndarray, offset: np.ndarray, start: int, end: int
+    rows: np.ndarray, start: int, end: int, bits: np.ndarray | None = None
 ) -> np.ndarray:
-    """Packed bitmap over ``[start, end)`` of the rows superseded by a feeding row of the
-    same digest; every row of a digest must be in the arrays given."""
-    bits = np.zeros((end - start + 7) // 8, np.uint8)
-    if len(hi):
-        _mark_superseded(hi, lo, offset, start, bits)
+    """Set in ``bits`` (a new packed bitmap over ``[start, end)`` if None) the rows
+    superseded by a feeding row of the same digest; every row of a digest must be in
+    ``rows`` (``(n, 3)`` int64: hi, lo, offset)."""
+    if bits is None:
+        bits = np.zeros((end - start + 7) // 8, np.uint8)
+    if len(rows):
+        _mark_superseded(np.ascontiguousarray(rows, np.int64), start, bits)
     return bits
 
 
@@ -291,15 +356,20 @@ def _reducer(
     start: int, end: int
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        parts = list(batches)
-        rows = sum(rb.num_rows for rb in parts)
-        if not rows:
+        by_bucket: dict[int, list[np.ndarray]] = {}
+        for rb in batches:
+            blobs = rb.column("rows")
+            for i, bucket in enumerate(rb.column("bucket").to_pylist()):
+                data = np.frombuffer(blobs[i].as_buffer(), np.int64)
+                by_bucket.setdefault(bucket, []).append(data)
+        if not by_bucket:
             return
-        cols = [
-            np.concatenate([rb.column(name).to_numpy() for rb in parts])
-            for name in ("hi", "lo", "offset")
-        ]
-        bits = superseded_bits(*cols, start, end)
+        bits = np.zeros((end - start + 7) // 8, np.uint8)
+        rows = 0
+        for parts in by_bucket.values():  # a bucket holds every row of its digests
+            table = np.concatenate(parts).reshape(-1, 3)
+            superseded_bits(table, start, end, bits)
+            rows += len(table)
         packed = pa.compress(bits, codec=_CODEC, asbytes=True) if len(bits) else b""
         yield pa.RecordBatch.from_arrays(
             [pa.array([packed], pa.binary()), pa.array([rows], pa.int64())],
@@ -342,9 +412,10 @@ def superseded(
         "path string, lo_position long, lo_offset long, hi_position long, hi_offset long",
     )
     reduces = max(sc.defaultParallelism, math.ceil(width / rows_per_reduce))
+    ids = bucket_ids(reduces)
     out = (
-        task_df.mapInArrow(_mapper(start, first_dirty, end, aborted), ROW_SCHEMA)
-        .repartition(reduces, "hi")
+        task_df.mapInArrow(_mapper(start, first_dirty, end, aborted, ids), BUCKET_SCHEMA)
+        .repartition(reduces, "bucket")
         .mapInArrow(_reducer(start, end), BITS_SCHEMA)
         .collect()
     )

@@ -53,6 +53,12 @@ def _le64(data, pos, n):
     return v
 
 
+@numba.njit(inline="always")
+def _scramble(k, first, r, second):
+    """One lane's block mix: ``k *= first; k = ROTL64(k, r); k *= second``."""
+    return _rotl(k * first, r) * second
+
+
 @numba.njit(cache=True, nogil=True)
 def _murmur3_x64_128(key_offsets, key_data, hi, lo):
     c1 = _C1
@@ -65,36 +71,18 @@ def _murmur3_x64_128(key_offsets, key_data, hi, lo):
         nblocks = length // 16
         for b in range(nblocks):
             p = start + 16 * b
-            k1 = _le64(key_data, p, 8)
-            k2 = _le64(key_data, p + 8, 8)
-            k1 *= c1
-            k1 = _rotl(k1, 31)
-            k1 *= c2
-            h1 ^= k1
-            h1 = _rotl(h1, 27)
-            h1 += h2
+            h1 ^= _scramble(_le64(key_data, p, 8), c1, 31, c2)
+            h1 = _rotl(h1, 27) + h2
             h1 = h1 * np.uint64(5) + np.uint64(0x52DCE729)
-            k2 *= c2
-            k2 = _rotl(k2, 33)
-            k2 *= c1
-            h2 ^= k2
-            h2 = _rotl(h2, 31)
-            h2 += h1
+            h2 ^= _scramble(_le64(key_data, p + 8, 8), c2, 33, c1)
+            h2 = _rotl(h2, 31) + h1
             h2 = h2 * np.uint64(5) + np.uint64(0x38495AB5)
         tail = start + 16 * nblocks
         rest = length & 15
         if rest > 8:
-            k2 = _le64(key_data, tail + 8, rest - 8)
-            k2 *= c2
-            k2 = _rotl(k2, 33)
-            k2 *= c1
-            h2 ^= k2
+            h2 ^= _scramble(_le64(key_data, tail + 8, rest - 8), c2, 33, c1)
         if rest > 0:
-            k1 = _le64(key_data, tail, min(rest, 8))
-            k1 *= c1
-            k1 = _rotl(k1, 31)
-            k1 *= c2
-            h1 ^= k1
+            h1 ^= _scramble(_le64(key_data, tail, min(rest, 8)), c1, 31, c2)
         n = np.uint64(length)
         h1 ^= n
         h2 ^= n

@@ -24,8 +24,11 @@ from kompakt.pipeline.layout import segment_path
 from kompakt.pipeline.survivors import (
     ReadTask,
     Superseded,
+    bucket_ids,
     digest_rows,
+    pack_buckets,
     plan_reads,
+    spark_partition_of,
     superseded,
     superseded_bits,
 )
@@ -238,8 +241,7 @@ def test_a_stale_offset_index_falls_back_to_walking_the_batches(logs):
         for t in tasks
     ]
     for parts in (good, lied):
-        offsets = np.concatenate([p.column("offset").to_numpy() for p in parts if p is not None])
-        assert offsets.tolist() == whole.column("offset").to_numpy().tolist()
+        assert np.concatenate(parts).tolist() == whole.tolist()
 
 
 def test_the_bitmap_decides_retention_as_the_exact_latest_offset_does():
@@ -259,7 +261,7 @@ def test_the_bitmap_decides_retention_as_the_exact_latest_offset_does():
     exact[key_null] = -1
     hi = keys[~key_null].astype(np.int64)
     rows_off = np.where(offsets >= first_dirty, offsets, ~offsets)[~key_null]
-    bits = superseded_bits(hi, hi * 7919, rows_off, 100, 500)
+    bits = superseded_bits(np.stack([hi, hi * 7919, rows_off], axis=1), 100, 500)
     s = Superseded(100, 500, bits)
 
     class Scan:
@@ -293,7 +295,43 @@ def test_digest_rows_mark_records_that_do_not_feed_the_map(tmp_path: Path):
     ) + build_control_batch(CONTROL_COMMIT, producer_id=3, producer_epoch=0, timestamp=NOW)
     seg = tmp_path / "00000000000000000000.log"
     seg.write_bytes(data)
-    rb = digest_rows(ReadTask(str(seg), 0, -1, len(data), 1 << 62), 0, 2, 4, ())
+    rows = digest_rows(ReadTask(str(seg), 0, -1, len(data), 1 << 62), 0, 2, 4, ())
     # unkeyed record 1 and the marker's record are left out; offset 0 is clean head
-    assert rb.column("offset").to_pylist() == [~0, 2]
+    assert rows[:, 2].tolist() == [~0, 2]
     assert len(scan_records(data).offset) == 3
+
+
+def test_spark_partition_of_is_spark_hash_partitioning(spark):
+    """Buckets are spread one per shuffle partition only if the driver computes the
+    partition exactly as Spark's ``HashPartitioning`` (Murmur3, seed 42, pmod)."""
+    from pyspark.sql import functions as F
+
+    for partitions in (1, 2, 5, 13):
+        ids = bucket_ids(partitions)
+        df = spark.createDataFrame([(i,) for i in ids], "bucket int").repartition(
+            partitions, "bucket"
+        )
+        placed = df.select("bucket", F.spark_partition_id().alias("p")).collect()
+        assert sorted((r.p, r.bucket) for r in placed) == list(enumerate(ids))
+    values = list(range(-50, 50)) + [2**31 - 1, -(2**31)]
+    want = spark.createDataFrame([(v,) for v in values], "v int").select(
+        F.pmod(F.hash("v"), F.lit(7)).alias("p")
+    )
+    assert [r.p for r in want.collect()] == [spark_partition_of(v, 7) for v in values]
+
+
+def test_packed_buckets_hold_every_row_once_and_a_digest_in_one_bucket():
+    rng = np.random.default_rng(9)
+    rows = rng.integers(-(2**63), 2**63 - 1, (1000, 3), dtype=np.int64)
+    rows[500:, :2] = rows[:500, :2]  # every digest twice
+    ids = bucket_ids(4)
+    rb = pack_buckets(rows, ids)
+    seen = {}
+    for bucket, blob in zip(rb.column("bucket").to_pylist(), rb.column("rows"), strict=True):
+        part = np.frombuffer(blob.as_buffer(), np.int64).reshape(-1, 3)
+        for hi, lo, _off in part.tolist():
+            seen.setdefault((hi, lo), set()).add(bucket)
+            assert bucket in ids
+        assert len(part)
+    assert sum(len(np.frombuffer(b.as_buffer(), np.int64)) for b in rb.column("rows")) == 3000
+    assert all(len(b) == 1 for b in seen.values()) and len(seen) == 500
