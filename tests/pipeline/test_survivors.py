@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from kompakt.cleaner import rule
 from kompakt.cleaner.cleaner import summarize_producers
+from kompakt.cleaner.rewrite import RoundContext, clean_group
 from kompakt.log.manager import LogManager
 from kompakt.pipeline.layout import segment_path
 from kompakt.pipeline.survivors import (
@@ -36,8 +37,6 @@ from kompakt.record import codecs
 from kompakt.record.batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
-    Record,
-    build_batch,
     build_control_batch,
     build_simple_batch,
 )
@@ -66,11 +65,16 @@ class Writer:
     def txn(self, pid, items):
         seq = self.seq.get(pid, 0)
         self.seq[pid] = seq + len(items)
-        recs = [Record(i, NOW, k, v) for i, (k, v) in enumerate(items)]
-        batch = build_batch(
-            recs, producer_id=pid, producer_epoch=0, base_sequence=seq, transactional=True
+        self.plog.append(
+            build_simple_batch(
+                items,
+                timestamp=NOW,
+                producer_id=pid,
+                producer_epoch=0,
+                base_sequence=seq,
+                transactional=True,
+            )
         )
-        self.plog.append(batch)
 
     def marker(self, pid, kind):
         self.plog.append(
@@ -78,8 +82,8 @@ class Writer:
         )
 
 
-def model(plog, start: int, first_dirty: int, end: int) -> set[int]:
-    """Offsets in [start, end) superseded by a later map-feeding record of their key."""
+def model_latest(plog, first_dirty: int, end: int) -> dict[bytes, int]:
+    """Kafka's offset map over [first_dirty, end): key -> its latest feeding offset."""
     batches = list(plog.iter_batches())
     markers = [
         (b.header.base_offset, b.header.producer_id, b.control_record().type)
@@ -93,17 +97,23 @@ def model(plog, start: int, first_dirty: int, end: int) -> set[int]:
         after = [m for m in markers if m[1] == b.header.producer_id and m[0] > b.header.last_offset]
         return bool(after) and min(after)[2] == CONTROL_ABORT
 
-    data = [b for b in batches if not b.header.is_control]
     latest: dict[bytes, int] = {}
-    for b in data:
-        if aborted(b):
+    for b in batches:
+        if b.header.is_control or aborted(b):
             continue
         for r in b.records():
             if r.key is not None and first_dirty <= r.offset < end:
                 latest[r.key] = r.offset
+    return latest
+
+
+def model(plog, start: int, first_dirty: int, end: int) -> set[int]:
+    """Offsets in [start, end) superseded by a later map-feeding record of their key."""
+    latest = model_latest(plog, first_dirty, end)
     return {
         r.offset
-        for b in data
+        for b in plog.iter_batches()
+        if not b.header.is_control
         for r in b.records()
         if start <= r.offset < end and r.key is not None and latest.get(r.key, -1) > r.offset
     }
@@ -156,6 +166,45 @@ def test_superseded_is_the_brute_force_model_on_every_record_kind(spark, logs):
     assert {0, 2} & as_set(got) == set()
     assert 7 in as_set(got)  # aborted c@7, committed c@10
     assert {5, 15} & as_set(got) == set()  # a@5 and e@15: only aborted records follow
+
+
+def exact_latest(plog, first_dirty: int, end: int) -> dict[int, int]:
+    """offset -> the latest map-feeding offset of its key (absent: key not in the map)."""
+    got = model_latest(plog, first_dirty, end)
+    return {
+        r.offset: got[r.key]
+        for b in plog.iter_batches()
+        if not b.header.is_control
+        for r in b.records()
+        if r.key in got
+    }
+
+
+def test_group_rewrite_from_the_bitmap_equals_rewrite_from_exact_latest_offsets(spark, logs):
+    """What the bitmap hands each group's rewrite decides every batch and record as
+    Kafka's offset map would (``Cleaner.cleanSegments`` on the same log, dry run)."""
+    logs.create_topic("t", 1, {"segment.bytes": "200"})
+    plog = logs.get_log("t", 0)
+    write_every_case(Writer(plog))
+    first_dirty = 4
+    got, _want = run(spark, plog, first_dirty)
+    end = plog.log_end_offset
+    exact = exact_latest(plog, first_dirty, end)
+    segments = [s for s in plog.segments_snapshot() if s.base_offset < end]
+    ctx = RoundContext(end - 1, end, NOW + 1, 1000, summarize_producers(segments, NOW))
+
+    def exact_lookup(scan):
+        return np.array([exact.get(int(o), -1) for o in scan.offset], np.int64)
+
+    for i in range(0, len(segments), 2):
+        group = segments[i : i + 2]
+        g_end = segments[i + 2].base_offset if i + 2 < len(segments) else end
+        sources = [s.log_path.read_bytes() for s in group]
+        bits = got.slice(group[0].base_offset, g_end)
+        args = (ctx, None, group[0].base_offset, g_end)
+        want = clean_group(sources, exact_lookup, *args)
+        assert clean_group(sources, bits.latest_lookup(), *args) == want
+        assert want.records_read > 0
 
 
 def test_many_small_tasks_and_reduce_partitions_give_the_same_answer(spark, logs):
