@@ -64,6 +64,47 @@ def timed(fn, spark):
     return out, dt, dict(sampler.stop(), max_workers=sampler.max_workers)
 
 
+def stage_times(spark, since: int) -> list[str]:
+    """Spark UI (REST) timings of the stages with an id >= ``since``: wall, summed task
+    run time and CPU, shuffle bytes written."""
+    import json
+    import urllib.request
+
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages?status=complete"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        stages = json.load(resp)
+    out = []
+    for st in sorted(stages, key=lambda s: s["stageId"]):
+        if st["stageId"] < since:
+            continue
+        wall = "?"
+        if st.get("submissionTime") and st.get("completionTime"):
+            from datetime import datetime
+
+            fmt = "%Y-%m-%dT%H:%M:%S.%f%Z"
+            t0 = datetime.strptime(st["submissionTime"].replace("GMT", "UTC"), fmt)
+            t1 = datetime.strptime(st["completionTime"].replace("GMT", "UTC"), fmt)
+            wall = f"{(t1 - t0).total_seconds():.1f}"
+        out.append(
+            f"  stage {st['stageId']:>3} {st['numTasks']:>4} tasks, wall {wall:>6} s, "
+            f"task time {st['executorRunTime'] / 1e3:>7.1f} s, "
+            f"CPU {st['executorCpuTime'] / 1e9:>7.1f} s, "
+            f"shuffle write {st['shuffleWriteBytes'] / 1e6:>7.1f} MB  {st['name'][:40]}"
+        )
+    return out
+
+
+def next_stage_id(spark) -> int:
+    import json
+    import urllib.request
+
+    sc = spark.sparkContext
+    url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return max((s["stageId"] for s in json.load(resp)), default=-1) + 1
+
+
 def profile_workers(part_dir: str, base: int, end: int) -> None:
     """cProfile of the map and reduce functions of (b) on one segment, in this process."""
     from kompakt.pipeline.layout import segment_path
@@ -114,6 +155,7 @@ def run(root: Path, args: argparse.Namespace) -> None:
             "kompakt.spark.master": MASTER,
             "spark.sql.shuffle.partitions": "4",
             "spark.ui.showConsoleProgress": "false",
+            "spark.ui.enabled": "true",  # stage timings through the UI's REST API
         }
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -134,11 +176,16 @@ def run(root: Path, args: argparse.Namespace) -> None:
         profile_workers(part_dir, bases[0], end)
 
     rows = []
+    stages = {}
     if not args.skip_today:
+        first = next_stage_id(spark)
         n, t_a, mem_a = timed(lambda: today(spark, root / "src", bases, end), spark)
         assert n == records, (n, records)
         rows.append(("(a) latest_offsets + records_with_latest", t_a, mem_a))
+        stages["(a)"] = stage_times(spark, first)
+    first = next_stage_id(spark)
     got, t_b, mem_b = timed(lambda: one_pass(spark, part_dir, bases, end), spark)
+    stages["(b)"] = stage_times(spark, first)
     superseded_count = int(np.unpackbits(got.bits, count=end).sum())
     assert superseded_count == records - args.keys, (superseded_count, records - args.keys)
     rows.append(("(b) survivors.superseded, one pass", t_b, mem_b))
@@ -154,6 +201,9 @@ def run(root: Path, args: argparse.Namespace) -> None:
         )
     if len(rows) == 2:
         print(f"ratio (a)/(b): {rows[0][1] / rows[1][1]:.2f}x")
+    for name, lines in stages.items():
+        print(f"Spark stages of {name}:")
+        print("\n".join(lines))
     print(
         f"(b) shuffled {got.rows:,} rows ({got.rows * 24 / 1e6:.0f} MB); driver collected "
         f"{got.collected_bytes / 1e6:.2f} MB of lz4 bitmaps (final bitmap "

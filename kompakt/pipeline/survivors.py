@@ -19,8 +19,8 @@ every record of the range it rewrites, ``[start, end)``, in one Spark job:
 2. **One shuffle** by bucket (``repartition(R, "bucket")``), so every record of a key
    lands in one partition; bucket ids are chosen so Spark's hash puts one bucket in
    each of the R partitions (:func:`bucket_ids`). Packing matters: with one Spark row
-   per record, 2M records took 14.0 s here against 62.7 s for today's two-pass plan;
-   Spark's cost is per row (Arrow -> UnsafeRow -> shuffle -> Arrow) while the numpy
+   per record, 2M records took 14.0 s here, packed 7.3 s (same load; today's two-pass
+   plan 62.7 s); Spark's cost is per row (Arrow -> UnsafeRow -> shuffle -> Arrow) while the numpy
    work on those rows is ~0.25 s per 540k (see ``benchmarks/bench_survivors.py``).
 3. **Reduce** (``mapInArrow`` again): a numba hash table over each bucket's rows keeps
    each digest's highest feeding offset; a record is superseded iff that is above its own
@@ -32,9 +32,9 @@ every record of the range it rewrites, ``[start, end)``, in one Spark job:
 
 The rewrite of each segment group then needs only its slice of the bitmap
 (:meth:`Superseded.slice`), not a per-record join. Why a bitmap rather than sorted
-superseded offsets: at 10M records, 9M superseded, offsets are 72 MB to collect (8 B
-each) where the bitmaps are ~1.2 MB each before compression (see
-``benchmarks/bench_survivors.py``, which prints both sizes).
+superseded offsets, measured at 10M records (1M keys x 10, 9M superseded): sorted int64
+offsets would be 72 MB to collect; the R = 5 lz4 bitmaps were 5.6 MB together and OR
+into a 1.25 MB bitmap (``benchmarks/bench_survivors.py`` prints both sizes).
 
 Segment files are opened by path inside the tasks: local to the workers in local mode
 and on shared storage in a cluster, as :mod:`kompakt.pipeline.source` assumes.
@@ -60,6 +60,7 @@ from kompakt.record.scan import RecordScan, scan_batch_headers, scan_records
 
 TASK_BYTES = 64 << 20  # segment bytes per map task (split at offset index entries)
 ROWS_PER_REDUCE = 2_000_000  # shuffled rows per reduce partition: ~150 MB of worker memory
+PACK_ROWS = 1 << 20  # rows packed per Arrow batch a map task yields (24 MiB)
 ROW_BYTES = 24  # hi, lo, offset: three int64
 BUCKET_SCHEMA = "bucket int, rows binary"
 BITS_SCHEMA = "bits binary, rows long"
@@ -293,8 +294,8 @@ def _mapper(
         for rb in batches:
             for row in rb.to_pylist():  # one row per task, not per record
                 rows = digest_rows(ReadTask(**row), start, first_dirty, end, aborted)
-                if len(rows):
-                    yield pack_buckets(rows, ids)
+                for i in range(0, len(rows), PACK_ROWS):  # binary values stay far below 2 GiB
+                    yield pack_buckets(rows[i : i + PACK_ROWS], ids)
 
     return run
 
