@@ -117,7 +117,7 @@ def profile_workers(part_dir: str, base: int, end: int) -> None:
     )
 
     path = str(segment_path(part_dir, base))
-    (task,) = plan_reads([path], task_bytes=1 << 40)
+    (task,) = plan_reads(part_dir, [base], task_bytes=1 << 40)
 
     rows = digest_rows(task, 0, 0, end, ())  # compile the kernels outside the profile
     superseded_bits(rows[:10], 0, end)

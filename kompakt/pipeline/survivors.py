@@ -46,6 +46,8 @@ import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from itertools import pairwise
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -53,8 +55,9 @@ import pyarrow as pa
 
 from kompakt.cleaner.cleaner import segment_buffer
 from kompakt.cleaner.transactions import AbortedTxn, TxnTracker, control_type_of
+from kompakt.log.segment import INDEX_SUFFIX, filename_prefix
 from kompakt.pipeline.layout import segment_path
-from kompakt.record.batch import CONTROL_BIT, TRANSACTIONAL_BIT, read_header
+from kompakt.record.batch import CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT, read_header
 from kompakt.record.digest import key_digests
 from kompakt.record.scan import RecordScan, scan_batch_headers, scan_records
 
@@ -111,8 +114,10 @@ class Superseded:
         lo, hi = max(lo, self.start), min(hi, self.end)
         if hi <= lo:
             return Superseded(lo, lo, np.empty(0, np.uint8))
-        unpacked = np.unpackbits(self.bits, count=self.end - self.start)
-        return Superseded(lo, hi, np.packbits(unpacked[lo - self.start : hi - self.start]))
+        first, last = lo - self.start, hi - self.start
+        window = np.unpackbits(self.bits[first >> 3 : (last + 7) >> 3])  # only these bytes
+        skip = first & 7
+        return Superseded(lo, hi, np.packbits(window[skip : skip + last - first]))
 
     def latest_lookup(self) -> Callable[[RecordScan], np.ndarray]:
         """A :data:`kompakt.cleaner.rewrite.LatestLookup` answering from these bits.
@@ -131,13 +136,13 @@ class Superseded:
 # -- planning (driver) ------------------------------------------------------------------
 
 
-def _index_entries(log_path: str) -> tuple[np.ndarray, np.ndarray]:
+def _index_entries(part_dir: str | os.PathLike, base: int) -> tuple[np.ndarray, np.ndarray]:
     """(last offset, position) of the ``.index`` entries past position 0 (Kafka's
     ``OffsetIndex``: one per ``index.interval.bytes``, each a batch start); empty
     without an index. Read-only: the partition may belong to a running broker."""
-    base = int(os.path.basename(log_path).split(".")[0])
+    path = Path(part_dir) / f"{filename_prefix(base)}{INDEX_SUFFIX}"
     try:
-        raw = np.fromfile(log_path[: -len(".log")] + ".index", dtype=">i4")
+        raw = np.fromfile(path, dtype=">i4")
     except (FileNotFoundError, ValueError):
         return np.empty(0, np.int64), np.empty(0, np.int64)
     pairs = raw[: len(raw) // 2 * 2].reshape(-1, 2).astype(np.int64)
@@ -145,22 +150,26 @@ def _index_entries(log_path: str) -> tuple[np.ndarray, np.ndarray]:
     return base + pairs[:, 0], pairs[:, 1]
 
 
-def plan_reads(paths: Sequence[str], task_bytes: int = TASK_BYTES) -> list[ReadTask]:
-    """Map tasks of about ``task_bytes``, split at offset index entries (batch starts)."""
+def plan_reads(
+    part_dir: str | os.PathLike, bases: Sequence[int], task_bytes: int = TASK_BYTES
+) -> list[ReadTask]:
+    """Map tasks of about ``task_bytes`` over the segments ``bases`` of ``part_dir``,
+    split at offset index entries (batch starts)."""
     tasks = []
-    for path in paths:
+    for base in bases:
+        path = str(segment_path(part_dir, base))
         size = os.stat(path).st_size
         if not size:
             continue
         cuts: list[tuple[int, int]] = [(0, -1)]
         if size > task_bytes:
-            offsets, positions = _index_entries(path)
+            offsets, positions = _index_entries(part_dir, base)
             for k in range(1, math.ceil(size / task_bytes)):
                 i = int(np.searchsorted(positions, k * task_bytes))
                 if i < len(positions) and positions[i] > cuts[-1][0] and positions[i] < size:
                     cuts.append((int(positions[i]), int(offsets[i])))
         cuts.append((size, NO_OFFSET))
-        for (lo_pos, lo_off), (hi_pos, hi_off) in zip(cuts, cuts[1:], strict=False):
+        for (lo_pos, lo_off), (hi_pos, hi_off) in pairwise(cuts):
             tasks.append(ReadTask(path, lo_pos, lo_off, hi_pos, hi_off))
     return tasks
 
@@ -173,7 +182,7 @@ def _batch_range(buf: np.ndarray, task: ReadTask) -> tuple[int, int]:
     headers there carry the offsets the index says."""
 
     def at(position: int, offset: int) -> bool:
-        if position + 61 > len(buf):
+        if position + HEADER_SIZE > len(buf):
             return False
         return read_header(memoryview(buf), position).last_offset == offset
 
@@ -401,8 +410,7 @@ def superseded(
     aborted transactions (``ProducerSummary.aborted``; those overlapping the range
     suffice). One read of the segments, one shuffle of 24-byte rows."""
     width = max(0, end - start)
-    paths = [str(segment_path(part_dir, b)) for g in groups for b in g]
-    tasks = plan_reads(paths, task_bytes)
+    tasks = plan_reads(part_dir, [b for g in groups for b in g], task_bytes)
     if not tasks or width == 0:
         return Superseded(start, start + width, np.zeros((width + 7) // 8, np.uint8))
     aborted = [t for t in aborted if t.last_offset >= start and t.first_offset < end]
@@ -412,7 +420,8 @@ def superseded(
         task_rows,
         "path string, lo_position long, lo_offset long, hi_position long, hi_offset long",
     )
-    reduces = max(sc.defaultParallelism, math.ceil(width / rows_per_reduce))
+    cores = max(1, sc.defaultParallelism)  # whole waves of reduce tasks
+    reduces = cores * math.ceil(width / (rows_per_reduce * cores))
     ids = bucket_ids(reduces)
     out = (
         task_df.mapInArrow(_mapper(start, first_dirty, end, aborted, ids), BUCKET_SCHEMA)

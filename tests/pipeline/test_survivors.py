@@ -215,8 +215,8 @@ def test_many_small_tasks_and_reduce_partitions_give_the_same_answer(spark, logs
     for _ in range(60):
         w.plain([(b"k%d" % rng.randrange(15), b"v" * rng.randrange(30)) for _ in range(3)])
     plog.roll()
-    paths = [str(segment_path(plog.dir, s.base_offset)) for s in plog.segments_snapshot()]
-    assert len(plan_reads(paths, 300)) > 2 * len(paths)  # split at offset index entries
+    bases = [s.base_offset for s in plog.segments_snapshot()]
+    assert len(plan_reads(plog.dir, bases, 300)) > 2 * len(bases)  # split at index entries
     got, want = run(spark, plog, 50, group_size=1, task_bytes=300, rows_per_reduce=7)
     assert as_set(got) == want and want
 
@@ -273,7 +273,7 @@ def test_a_stale_offset_index_falls_back_to_walking_the_batches(logs):
         Writer(plog).plain([(b"k%d" % (i % 3), b"v")])
     plog.roll()
     path = str(segment_path(plog.dir, 0))
-    tasks = plan_reads([path], 200)
+    tasks = plan_reads(plog.dir, [0], 200)
     assert len(tasks) > 2
     whole = digest_rows(ReadTask(path, 0, -1, tasks[-1].hi_position, 1 << 62), 0, 0, 10, ())
     good = [digest_rows(t, 0, 0, 10, ()) for t in tasks]
