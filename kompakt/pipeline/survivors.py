@@ -33,7 +33,7 @@ every record of the range it rewrites, ``[start, end)``, in one Spark job:
 The rewrite of each segment group then needs only its slice of the bitmap
 (:meth:`Superseded.slice`), not a per-record join. Why a bitmap rather than sorted
 superseded offsets, measured at 10M records (1M keys x 10, 9M superseded): sorted int64
-offsets would be 72 MB to collect; the R = 5 lz4 bitmaps were 5.6 MB together and OR
+offsets would be 72 MB to collect; the R = 6 lz4 bitmaps were 6.8 MB together and OR
 into a 1.25 MB bitmap (``benchmarks/bench_survivors.py`` prints both sizes).
 
 Segment files are opened by path inside the tasks: local to the workers in local mode
