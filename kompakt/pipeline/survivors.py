@@ -47,18 +47,19 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from itertools import pairwise
-from pathlib import Path
 
 import numba
 import numpy as np
 import pyarrow as pa
 
-from kompakt.cleaner.cleaner import segment_buffer
-from kompakt.cleaner.transactions import AbortedTxn, TxnTracker, control_type_of
-from kompakt.log.segment import INDEX_SUFFIX, filename_prefix
+from kompakt.cleaner.key_map import feeds_key_map
+from kompakt.cleaner.segment_io import segment_buffer
+from kompakt.cleaner.transactions import AbortedTxn, TxnTracker
+from kompakt.log.index import OffsetIndex
+from kompakt.log.segment import INDEX_SUFFIX, segment_file
 from kompakt.pipeline.layout import segment_path
-from kompakt.record.batch import CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT, read_header
 from kompakt.record.digest import key_digests
+from kompakt.record.header import HEADER_SIZE, read_header
 from kompakt.record.scan import RecordScan, scan_batch_headers, scan_records
 
 TASK_BYTES = 64 << 20  # segment bytes per map task (split at offset index entries)
@@ -137,17 +138,16 @@ class Superseded:
 
 
 def _index_entries(part_dir: str | os.PathLike, base: int) -> tuple[np.ndarray, np.ndarray]:
-    """(last offset, position) of the ``.index`` entries past position 0 (Kafka's
+    """(offset, position) of the ``.index`` entries past position 0 (Kafka's
     ``OffsetIndex``: one per ``index.interval.bytes``, each a batch start); empty
     without an index. Read-only: the partition may belong to a running broker."""
-    path = Path(part_dir) / f"{filename_prefix(base)}{INDEX_SUFFIX}"
     try:
-        raw = np.fromfile(path, dtype=">i4")
-    except (FileNotFoundError, ValueError):
+        index = OffsetIndex.read_only(segment_file(part_dir, base, INDEX_SUFFIX), base)
+    except FileNotFoundError:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    pairs = raw[: len(raw) // 2 * 2].reshape(-1, 2).astype(np.int64)
-    pairs = pairs[pairs[:, 1] > 0]  # a preallocated index is zero-filled past its entries
-    return base + pairs[:, 0], pairs[:, 1]
+    pairs = np.array([index.entry(i) for i in range(index.entries)], np.int64).reshape(-1, 2)
+    pairs = pairs[pairs[:, 1] > 0]
+    return pairs[:, 0], pairs[:, 1]
 
 
 def plan_reads(
@@ -197,32 +197,6 @@ def _batch_range(buf: np.ndarray, task: ReadTask) -> tuple[int, int]:
     return int(h.position[own[0]]), int(h.position[own[-1]] + h.size[own[-1]])
 
 
-def feeding_batches(buf: np.ndarray, scan: RecordScan, aborted: Sequence[AbortedTxn]) -> np.ndarray:
-    """Per batch of ``scan``: may its records enter the key map?
-
-    Not control batches, not data of aborted transactions (Kafka ``buildOffsetMap`` with
-    ``CleanedTransactionMetadata``; here the cleaner's :class:`TxnTracker`, fed the
-    batches in order with the aborted transactions overlapping them). Thin adapter:
-    ``LocalEngine.dedup`` applies the same tracker the same way inline; issue 13 point 2
-    makes that one function both engines call.
-    """
-    attrs = scan.batch_attributes
-    use = (attrs & CONTROL_BIT) == 0
-    if not ((attrs & (CONTROL_BIT | TRANSACTIONAL_BIT)) != 0).any():
-        return use
-    first = int(scan.batch_base_offset[0])
-    txn = TxnTracker([t for t in aborted if t.last_offset >= first])
-    for b in range(len(attrs)):
-        pid, last = int(scan.batch_producer_id[b]), int(scan.batch_last_offset[b])
-        if attrs[b] & CONTROL_BIT:
-            pos, size = int(scan.batch_position[b]), int(scan.batch_size[b])
-            marker = control_type_of(buf[pos : pos + size]) if scan.batch_record_count[b] else None
-            txn.on_control_batch(pid, last, marker)
-        elif txn.on_batch(pid, last, bool(attrs[b] & TRANSACTIONAL_BIT)):
-            use[b] = False
-    return use
-
-
 def digest_rows(
     task: ReadTask, start: int, first_dirty: int, end: int, aborted: Sequence[AbortedTxn]
 ) -> np.ndarray:
@@ -234,7 +208,9 @@ def digest_rows(
         return np.empty((0, 3), np.int64)
     scan = scan_records(buf, lo, hi, verify_crc=True)
     keep = ~scan.key_null & (scan.offset >= start) & (scan.offset < end)
-    feeds = feeding_batches(buf, scan, aborted)[scan.batch_index] & (scan.offset >= first_dirty)
+    first = int(scan.batch_base_offset[0])
+    txn = TxnTracker([t for t in aborted if t.last_offset >= first])
+    feeds = feeds_key_map(scan, buf, txn, first_dirty)
     d_hi, d_lo = key_digests(scan.key_offsets, scan.key_data)
     rows = np.empty((int(keep.sum()), 3), np.int64)
     rows[:, 0] = d_hi[keep]
