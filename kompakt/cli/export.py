@@ -6,6 +6,7 @@ not be replaced) happens before Spark starts, so it is quick and leaves no trace
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -64,9 +65,17 @@ def export(
         if topic not in read_topics(data_dir):
             raise CliError(f"unknown topic '{topic}' in {data_dir}")
         from kompakt.pipeline import session
-        from kompakt.pipeline.export import export_latest
+        from kompakt.pipeline.export import ExportInterrupted, export_latest
 
-        rows = export_latest(
-            session(), data_dir, topic, out, format=fmt, overwrite=overwrite, quiet_interrupt=True
-        )
+        spark = session()
+        try:
+            rows = export_latest(
+                spark, data_dir, topic, out, format=fmt, overwrite=overwrite, quiet_interrupt=True
+            )
+        except ExportInterrupted as stop:
+            # the session is this command's: once Spark is stopped nothing can make the
+            # temporary folder again, so the last removal is final
+            spark.stop()
+            shutil.rmtree(stop.tmp, ignore_errors=True)
+            raise
     emit(f"Exported {rows} key(s) of {topic} to {out} ({fmt}).")

@@ -163,11 +163,22 @@ def export_latest(
         _move_into_place(tmp, out)
     except KeyboardInterrupt:
         _remove_settled(tmp)
-        raise
+        raise ExportInterrupted(tmp) from None
     finally:
         table.unpersist()
         shutil.rmtree(tmp, ignore_errors=True)
     return rows
+
+
+class ExportInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped an export. ``tmp`` is its temporary folder, already removed; a
+    caller that owns the session removes it once more after stopping Spark, since a
+    write command's JVM thread on a loaded machine can make it again later than any
+    quiet period :func:`_remove_settled` waits for."""
+
+    def __init__(self, tmp: Path):
+        super().__init__(str(tmp))
+        self.tmp = tmp
 
 
 def _remove_settled(path: Path, quiet_s: float = 0.5, timeout_s: float = 10.0) -> None:
