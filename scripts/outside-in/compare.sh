@@ -10,7 +10,7 @@ mask() {
   sed -E -e 's/-[a-z0-9]{8,10}[0-9]{0,3}/-UNIQ/g' -e 's/\b1[0-9]{12}\b/TS/g' \
     -e 's/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/UUID/g' \
     -e 's/(127\.0\.0\.1:|"port":)[0-9]+/\1PORT/g' -e 's/"clusterId":"[0-9a-f]+"/"clusterId":ID/g' \
-    -e 's/"(duration_s|mb_per_s|started_ms)": ?[0-9.e-]+/"\1":X/g' -e 's/L[a-z0-9]*l{100,}/LONG/g' \
+    -e 's/(duration_s|mb_per_s|started_ms)(\\?"): ?[0-9.e-]+/\1\2:X/g' -e 's/L[a-z0-9]*l{100,}/LONG/g' \
     -e 's/(after|in|took|at) [0-9]+( ?ms)?/\1 N\2/g' -e 's#"log.dirs","[^"]*"#"log.dirs",DIR#' "$1"
 }
 status=0
