@@ -1,6 +1,6 @@
 // Compaction while a group consumes (eachBatch, manual commits), then a fresh consumer reads the compacted topic from the
 // beginning (offset gaps) and must see exactly the latest value per key; tombstones kept; other topic untouched.
-const { kafka, run, uniq, j, sleep, compact, partitions } = require('./common')
+const { kafka, run, uniq, j, sleep, compact, partitions, stat } = require('./common')
 run(async () => {
   const admin = kafka.admin(); await admin.connect()
   const t = uniq('cmp'), other = uniq('cmpo')
@@ -33,9 +33,9 @@ run(async () => {
     await heartbeat(); await sleep(150)
   } })
   await sleep(1500)
-  console.log('compact while consuming', j((await compact(t)).map(x => typeof x === 'string' ? JSON.parse(x).results.map(r => [r.partition, r.status, r.records_read, r.records_written]) : x)))
+  console.log('compact while consuming', j((await compact(t)).map(x => typeof x === 'string' ? JSON.parse(x).results.map(r => [r.partition, r.status, stat(r).records_read, stat(r).records_written]) : x)))
   await produce(10)
-  console.log('compact again', j((await compact(t)).map(x => typeof x === 'string' ? JSON.parse(x).results.map(r => [r.partition, r.status, r.records_read, r.records_written]) : x)))
+  console.log('compact again', j((await compact(t)).map(x => typeof x === 'string' ? JSON.parse(x).results.map(r => [r.partition, r.status, stat(r).records_read, stat(r).records_written]) : x)))
   for (let i = 0; i < 80; i++) { const o = await admin.fetchOffsets({ groupId: g, topics: [t] }); const e = await admin.fetchTopicOffsets(t); if (o[0].partitions.every(x => e.find(y => y.partition === x.partition).high === x.offset)) break; await sleep(500) }
   await c.disconnect()
   // monotonic offsets per partition in what the consumer saw?

@@ -1,7 +1,7 @@
 // Offsets with gaps after compaction: seek into a gap, a committed offset inside a removed range, a whole segment removed;
 // then an idempotent producer whose earlier batches were all compacted away keeps producing across a broker restart
 // (Kafka's cleaner keeps each producer's last batch so its sequence state survives).
-const { kafka, run, uniq, j, err, sleep, compact } = require('./common')
+const { kafka, run, uniq, j, err, sleep, compact, stat } = require('./common')
 const { execSync } = require('child_process')
 run(async () => {
   const admin = kafka.admin(); await admin.connect()
@@ -14,7 +14,7 @@ run(async () => {
   await ip.send({ topic: t, messages: [{ key: 'a', value: 'a-last' }] })
   await ip.send({ topic: t, messages: [{ key: 'z', value: 'z' }] })
   await admin.setOffsets({ groupId: g, topic: t, partitions: [{ partition: 0, offset: '12' }] })
-  const r = JSON.parse((await compact(t, 0))[1]).results[0]
+  const r = stat(JSON.parse((await compact(t, 0))[1]).results[0])
   console.log('compact', r.status, r.records_read, '->', r.records_written, 'segments', r.segments_before, '->', r.segments_after)
   const readFrom = async (label, start) => {
     const c = kafka.consumer({ groupId: start === undefined ? g : uniq('gs') }); await c.connect(); await c.subscribe({ topic: t, fromBeginning: true })

@@ -1,6 +1,6 @@
 // Compaction of gzip batches that are partly superseded: KafkaJS must read exactly the survivors, also when it starts
 // (seek) in the middle of a rewritten batch.
-const { kafka, run, uniq, j, sleep, compact, CompressionTypes } = require('./common')
+const { kafka, run, uniq, j, sleep, compact, CompressionTypes, stat } = require('./common')
 run(async () => {
   const admin = kafka.admin(); await admin.connect()
   const t = uniq('gzc')
@@ -13,7 +13,7 @@ run(async () => {
     await p.send({ topic: t, compression: CompressionTypes.GZIP, messages: msgs })
   }
   await p.send({ topic: t, messages: [{ key: 'end', value: 'end' }] }); latest.set('end', 'end')
-  for (let i = 0; i < 2; i++) { const r = await compact(t, 0); const x = JSON.parse(r[1]).results[0]; console.log('compact', x.status, x.records_read, '->', x.records_written, 'tombstones removed', x.tombstones_removed) }
+  for (let i = 0; i < 2; i++) { const r = await compact(t, 0); const x = stat(JSON.parse(r[1]).results[0]); console.log('compact', x.status, x.records_read, '->', x.records_written, 'tombstones removed', x.tombstones_removed) }
   const read = async seek => {
     const c = kafka.consumer({ groupId: uniq('gzr') }); await c.connect(); await c.subscribe({ topic: t, fromBeginning: true })
     const got = []

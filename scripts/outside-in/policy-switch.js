@@ -1,6 +1,6 @@
 // A delete topic with unkeyed records is switched to compact (Kafka's cleaner drops records without a key and carries on),
 // then compacted; deleteTopicRecords on a compact-only topic is refused with POLICY_VIOLATION (UnifiedLog.deleteRecords).
-const { kafka, run, uniq, j, err, sleep, compact } = require('./common')
+const { kafka, run, uniq, j, err, sleep, compact, stat } = require('./common')
 run(async () => {
   const admin = kafka.admin(); await admin.connect()
   const t = uniq('sw')
@@ -9,7 +9,7 @@ run(async () => {
   for (let i = 0; i < 20; i++) await p.send({ topic: t, messages: [{ key: i % 3 === 0 ? null : 'k' + (i % 4), value: 'v' + i }] })
   await admin.alterConfigs({ resources: [{ type: 2, name: t, configEntries: [{ name: 'cleanup.policy', value: 'compact' }, { name: 'segment.bytes', value: '300' }] }] })
   try { await p.send({ topic: t, messages: [{ value: 'nokey-after-switch' }] }); console.log('null key after switch accepted?!') } catch (e) { console.log('null key after switch refused:', e.type) }
-  const r = JSON.parse((await compact(t, 0))[1]).results[0]
+  const r = stat(JSON.parse((await compact(t, 0))[1]).results[0])
   console.log('compact', r.status, r.records_read, '->', r.records_written, 'unkeyed_removed', r.unkeyed_removed, r.reason || '')
   await admin.fetchTopicMetadata({ topics: [t] })
   try { await admin.deleteTopicRecords({ topic: t, partitions: [{ partition: 0, offset: '5' }] }); console.log('deleteRecords on compact topic accepted?!') } catch (e) { console.log('deleteRecords on compact topic:', e.cause ? j(e.cause.partitions.map(x => x.error.type)) : err(e)) }

@@ -3,7 +3,8 @@ const { kafka, run, uniq, j, err, compact, sleep } = require('./common')
 run(async () => {
   const admin = kafka.admin(); await admin.connect()
   const t = uniq('ts')
-  await admin.createTopics({ waitForLeaders: true, topics: [{ topic: t, numPartitions: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact' }, { name: 'segment.bytes', value: '300' }, { name: 'min.cleanable.dirty.ratio', value: '0.01' }] }] })
+  // Kafka 4 refuses CreateTimes over 1 h ahead (message.timestamp.after.max.ms, KIP-1030): lift it for the year-2500 record
+  await admin.createTopics({ waitForLeaders: true, topics: [{ topic: t, numPartitions: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact' }, { name: 'segment.bytes', value: '300' }, { name: 'min.cleanable.dirty.ratio', value: '0.01' }, { name: 'message.timestamp.after.max.ms', value: '9223372036854775807' }] }] })
   const p = kafka.producer(); await p.connect()
   // offsets 0..9: ts 1000..10000 ; offset 10: far future ; offsets 11..14: ts 20000..23000 ; offset 15: ts 5500 (late)
   for (let i = 0; i < 10; i++) await p.send({ topic: t, messages: [{ key: 'k' + i, value: 'v' + i, timestamp: String(1000 * (i + 1)) }] })
