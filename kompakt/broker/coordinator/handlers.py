@@ -14,7 +14,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from kio.schema.add_partitions_to_txn.v0.request import AddPartitionsToTxnRequest
 from kio.schema.delete_groups.v0.request import DeleteGroupsRequest
 from kio.schema.describe_groups.v0.request import DescribeGroupsRequest
 from kio.schema.errors import ErrorCode
@@ -115,52 +114,41 @@ def _host(ctx: RequestContext) -> str:
 # -- FindCoordinator ---------------------------------------------------------------------
 
 
-NO_TRANSACTIONS = (
-    "transactions are not supported by this kompakt broker yet "
-    "(use an idempotent producer without transactional.id)"
-)
-
-
 async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    """FindCoordinator. Until the broker has a transaction coordinator, a transaction key
-    (``key_type`` 1) answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED with a message saying
-    why: librdkafka (``rd_kafka_txn_handle_FindCoordinator``), the Java client and
-    KafkaJS treat it as fatal, so ``init_transactions()`` fails at once; the retriable
-    COORDINATOR_NOT_AVAILABLE would keep them retrying until their timeout."""
-    key_type = int(getattr(req, "key_type", KEY_TYPE_GROUP))
-    ok = key_type == KEY_TYPE_GROUP or (
-        key_type == KEY_TYPE_TRANSACTION
-        and AddPartitionsToTxnRequest.__api_key__ in ctx.state.registry
-    )
-    error_code = ErrorCode.coordinator_not_available
-    error_message = "no coordinator for this key type"
-    if key_type == KEY_TYPE_TRANSACTION and not ok:
-        error_code = ErrorCode.transactional_id_authorization_failed
-        error_message = NO_TRANSACTIONS
-    if key_type == KEY_TYPE_GROUP:
-        try:
-            await coordinator(ctx)  # creates __consumer_offsets, loads offsets
-        except (KompaktError, OSError) as exc:  # e.g. a full disk creating the topic
-            ok, error_message = False, f"group coordinator not available: {exc}"
+    """FindCoordinator for group keys (``kompakt.broker.handlers.txn`` answers
+    TRANSACTION keys and hands the rest here); another key type has no coordinator."""
+    if int(getattr(req, "key_type", KEY_TYPE_GROUP)) != KEY_TYPE_GROUP:
+        return coordinator_response(
+            ctx, req, ErrorCode.coordinator_not_available, "no coordinator for this key type"
+        )
+    try:
+        await coordinator(ctx)  # creates __consumer_offsets, loads offsets
+    except (KompaktError, OSError) as exc:  # e.g. a full disk creating the topic
+        return coordinator_response(
+            ctx,
+            req,
+            ErrorCode.coordinator_not_available,
+            f"group coordinator not available: {exc}",
+        )
+    return coordinator_response(ctx, req, ErrorCode.none, None)
+
+
+def coordinator_response(
+    ctx: RequestContext, req: Any, error_code: ErrorCode, error_message: str | None
+) -> dict[str, Any]:
+    """FindCoordinator's answer for every key of ``req``: this node, or ``error_code``
+    and no node (Kafka's ``Node.noNode``)."""
     ep = ctx.state.broker_endpoint()
+    ok = error_code == ErrorCode.none
 
     def one(key: str) -> dict[str, Any]:
-        if not ok:
-            return {
-                "key": key,
-                "error_code": error_code,
-                "error_message": error_message,
-                "node_id": NO_NODE,
-                "host": "",
-                "port": NO_NODE,
-            }
         return {
             "key": key,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-            "node_id": ep["node_id"],
-            "host": ep["host"],
-            "port": ep["port"],
+            "error_code": error_code,
+            "error_message": error_message,
+            "node_id": ep["node_id"] if ok else NO_NODE,
+            "host": ep["host"] if ok else "",
+            "port": ep["port"] if ok else NO_NODE,
         }
 
     if ctx.api_version >= 4:

@@ -24,6 +24,7 @@ from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.broker.coordinator.state import Group
 from kompakt.errors import KompaktError, TopicExistsError
 from kompakt.record.encode import build_simple_batch
+from kompakt.record.header import CONTROL_COMMIT, CONTROL_KEY
 
 log = logging.getLogger("kompakt.broker.coordinator")
 
@@ -80,16 +81,22 @@ class OffsetsStorage:
         metas: dict[str, rec.GroupMetadataValue] = {}
         for p in range(self.num_partitions):
             plog = logs.get_log(OFFSETS_TOPIC, p)
+            # TxnOffsetCommit's records wait for their producer's marker (Kafka's
+            # pendingTransactionalOffsetCommits): replayed on COMMIT, dropped on ABORT
+            pending: dict[int, list] = {}
             for batch in plog.iter_batches(plog.log_start_offset):
-                if batch.header.is_control:
+                h = batch.header
+                if h.is_control:
+                    held = pending.pop(h.producer_id, [])
+                    if h.is_transactional and _is_commit(batch):
+                        for r in held:
+                            _replay_one(r, metas, offsets)
+                    continue
+                if h.is_transactional:
+                    pending.setdefault(h.producer_id, []).extend(batch.records())
                     continue
                 for r in batch.records():
-                    if r.key is None:
-                        continue
-                    try:
-                        _replay(r.key, r.value, metas, offsets)
-                    except Exception:
-                        log.warning("skipping undecodable %s record at %d", OFFSETS_TOPIC, r.offset)
+                    _replay_one(r, metas, offsets)
         out = {gid: (metas.get(gid), offsets.get(gid, {})) for gid in metas.keys() | offsets}
         log.info(
             "loaded %d committed offsets of %d groups from %s",
@@ -216,6 +223,27 @@ class OffsetsStorage:
             os.replace(tmp, path)
         except OSError as exc:  # the offsets themselves are safe; only the check weakens
             log.warning("cannot write %s: %s", path, exc)
+
+
+def _is_commit(batch: Any) -> bool:
+    """Is this control batch a COMMIT marker (Kafka's ``ControlRecordType``)?"""
+    for r in batch.records():
+        if r.key is not None and len(r.key) >= CONTROL_KEY.size:
+            return CONTROL_KEY.unpack_from(bytes(r.key))[1] == CONTROL_COMMIT
+    return False
+
+
+def _replay_one(
+    r: Any,
+    metas: dict[str, rec.GroupMetadataValue],
+    offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]],
+) -> None:
+    if r.key is None:
+        return
+    try:
+        _replay(r.key, r.value, metas, offsets)
+    except Exception:
+        log.warning("skipping undecodable %s record at %d", OFFSETS_TOPIC, r.offset)
 
 
 def _replay(
