@@ -34,6 +34,7 @@ from kompakt.log.segment import (
     SWAP_SUFFIX,
     LogSegment,
 )
+from kompakt.log.transactions import TransactionTracker
 from kompakt.record.decode import RecordBatch, iter_batches
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class PartitionLog:
         self.clock = clock
         self.lock = threading.RLock()
         self.append_listeners: list[Callable[[PartitionLog], None]] = []
+        self.transactions = TransactionTracker()
         self._schedule_delete = schedule_delete
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
@@ -126,7 +128,21 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        """Kafka's ``UnifiedLog.lastStableOffset``: the first offset of the earliest
+        open transaction, else the high watermark."""
+        with self.lock:
+            hw = self.high_watermark
+            first = self.transactions_up_to_date().first_unstable_offset()
+        return hw if first is None else min(first, hw)
+
+    def transactions_up_to_date(self) -> TransactionTracker:
+        """The partition's :class:`TransactionTracker`, fed the batches appended since
+        it last looked (all of them on first use after a start)."""
+        with self.lock:
+            tracker = self.transactions
+            if tracker.next_offset < self.log_end_offset:
+                tracker.observe(self.iter_batches(tracker.next_offset))
+            return tracker
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)

@@ -375,3 +375,60 @@ def test_broker_killed_between_prepare_commit_and_markers_completes_on_restart(
             assert data_values(logs, topic, part) == [b"x%d" % part]
     finally:
         logs.close()
+
+
+# -- stage 2: read_committed ----------------------------------------------------------------
+
+
+def consume_until(c: Consumer, done: Any) -> list[bytes]:
+    """Poll ``c`` until ``done(c)``; returns the values read meanwhile."""
+    got: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT
+    while not done(c):
+        assert time.monotonic() < deadline, f"read only {got}"
+        m = c.poll(0.2)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    return got
+
+
+def test_read_committed_sees_committed_records_only_and_an_open_transaction_after_commit(
+    tbroker: BrokerThread,
+) -> None:
+    """Kafka's READ_COMMITTED: a fetch stops at the last stable offset (the first offset
+    of the earliest open transaction) and names the aborted transactions so the client
+    drops their records; ListOffsets LATEST answers the LSO."""
+    topic = unique("rc")
+    create(tbroker.bootstrap, topic)
+    p = txn_producer(tbroker.bootstrap, unique("tx"))
+    for prefix, end in ((b"c", "commit"), (b"a", "abort"), (b"o", "open")):
+        p.begin_transaction()
+        for i in range(2):
+            p.produce(topic, value=prefix + b"%d" % i, partition=i)
+        assert p.flush(TIMEOUT) == 0
+        if end == "commit":
+            p.commit_transaction(TIMEOUT)
+        elif end == "abort":
+            p.abort_transaction(TIMEOUT)
+    for part in (0, 1):
+        wait_markers(tbroker.logs, topic, part, 2)
+    # each partition: c (0), COMMIT (1), a (2), ABORT (3), o (4): LSO 4, HW 5
+    tps = [TopicPartition(topic, i) for i in (0, 1)]
+    rc = consumer(tbroker.bootstrap, unique("g"), "read_committed")
+    ru = consumer(tbroker.bootstrap, unique("g"))
+    try:
+        assert [rc.get_watermark_offsets(tp, TIMEOUT, cached=False)[1] for tp in tps] == [4, 4]
+        assert [ru.get_watermark_offsets(tp, TIMEOUT, cached=False)[1] for tp in tps] == [5, 5]
+        rc.assign([TopicPartition(topic, i, 0) for i in (0, 1)])
+
+        def at(offset: int) -> Any:
+            return lambda c: [tp.offset for tp in c.position(tps)] == [offset, offset]
+
+        before = consume_until(rc, at(4))  # read up to the LSO: past the aborted ones
+        assert sorted(before) == [b"c0", b"c1"]
+        p.commit_transaction(TIMEOUT)
+        after = consume_until(rc, at(6))
+        assert sorted(after) == [b"o0", b"o1"]
+    finally:
+        rc.close()
+        ru.close()

@@ -23,8 +23,9 @@ from kompakt.broker.coordinator import records as rec
 from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.broker.coordinator.state import Group
 from kompakt.errors import KompaktError, TopicExistsError
+from kompakt.log.transactions import control_type
 from kompakt.record.encode import build_simple_batch
-from kompakt.record.header import CONTROL_COMMIT, CONTROL_KEY
+from kompakt.record.header import CONTROL_COMMIT
 
 log = logging.getLogger("kompakt.broker.coordinator")
 
@@ -88,7 +89,7 @@ class OffsetsStorage:
                 h = batch.header
                 if h.is_control:
                     held = pending.pop(h.producer_id, [])
-                    if h.is_transactional and _is_commit(batch):
+                    if h.is_transactional and control_type(batch) == CONTROL_COMMIT:
                         for r in held:
                             _replay_one(r, metas, offsets)
                     continue
@@ -223,14 +224,6 @@ class OffsetsStorage:
             os.replace(tmp, path)
         except OSError as exc:  # the offsets themselves are safe; only the check weakens
             log.warning("cannot write %s: %s", path, exc)
-
-
-def _is_commit(batch: Any) -> bool:
-    """Is this control batch a COMMIT marker (Kafka's ``ControlRecordType``)?"""
-    for r in batch.records():
-        if r.key is not None and len(r.key) >= CONTROL_KEY.size:
-            return CONTROL_KEY.unpack_from(bytes(r.key))[1] == CONTROL_COMMIT
-    return False
 
 
 def _replay_one(
