@@ -330,7 +330,7 @@ def test_broker_killed_between_prepare_commit_and_markers_completes_on_restart(
 ) -> None:
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
-    topic, tid = unique("crash"), unique("tx")
+    topic, tid, group = unique("crash"), unique("tx"), unique("g")
     proc = start_process(tmp_path, port, {KILL_BEFORE_MARKERS_ENV: "1"})
     try:
         create(bootstrap, topic)
@@ -339,6 +339,11 @@ def test_broker_killed_between_prepare_commit_and_markers_completes_on_restart(
         p.produce(topic, value=b"x0", partition=0)
         p.produce(topic, value=b"x1", partition=1)
         assert p.flush(TIMEOUT) == 0
+        meta = consumer(bootstrap, group)
+        p.send_offsets_to_transaction(
+            [TopicPartition(topic, 0, 11)], meta.consumer_group_metadata(), TIMEOUT
+        )
+        meta.close()
         # EndTxn is answered once PrepareCommit is written, so the answer may or may not
         # leave before the broker dies writing the markers: both are fine
         try:
@@ -356,6 +361,8 @@ def test_broker_killed_between_prepare_commit_and_markers_completes_on_restart(
         # the load finishes the commit without a client; InitProducerId answers
         # CONCURRENT_TRANSACTIONS (librdkafka retries) until CompleteCommit is written
         txn_producer(bootstrap, tid)
+        # the offsets sent in the transaction were applied with its COMMIT marker
+        assert committed(bootstrap, group, topic, 0) == 11
         got = read_uncommitted(bootstrap, topic, 2, 2)
         assert sorted(got) == [b"x0", b"x1"]
     finally:

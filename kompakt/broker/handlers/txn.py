@@ -177,9 +177,17 @@ class TransactionBroker:
     async def _load(self) -> None:
         try:
             found = await self.loop.run_in_executor(self._io, self._read)
+            # before the load finishes cut-off commits: their offsets wait in the log
+            pending = await self.loop.run_in_executor(self._io, self._read_pending_offsets)
         except BaseException:
             self._loaded = None  # the next request tries again
             raise
+        if pending:  # the group coordinator's offsets first, so the marker's win
+            await group_handlers.load_coordinator(self.state)
+        for pid, groups in pending.items():
+            mine = self.pending_offsets.setdefault(pid, {})
+            for group_id, offsets in groups.items():
+                mine.setdefault(group_id, {}).update(offsets)
         for _tid, value in found:
             if value is not None:
                 self.state.producers.ensure_above(value.producer_id)
@@ -195,6 +203,35 @@ class TransactionBroker:
     def _read(self) -> list[tuple[str, TransactionLogValue | None]]:
         self.storage.ensure_topic()
         return self.storage.read()
+
+    def _read_pending_offsets(
+        self,
+    ) -> dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]]:
+        """TxnOffsetCommit records in ``__consumer_offsets`` whose producer has no marker
+        after them (Kafka's ``pendingTransactionalOffsetCommits`` at load): a restart
+        that finishes their transaction applies or drops them like a live one."""
+        logs = self.state.logs
+        pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
+        if not logs.has_topic(OFFSETS_TOPIC):
+            return pending
+        for p in range(logs.partition_count(OFFSETS_TOPIC)):
+            plog = logs.get_log(OFFSETS_TOPIC, p)
+            for batch in plog.iter_batches(plog.log_start_offset):
+                h = batch.header
+                if not h.is_transactional:
+                    continue
+                if h.is_control:
+                    pending.pop(h.producer_id, None)
+                    continue
+                for r in batch.records():
+                    parsed = group_rec.parse_key(bytes(r.key)) if r.key is not None else None
+                    if parsed is None or parsed[0] != "offset" or r.value is None:
+                        continue
+                    group_id, topic, partition = parsed[1]
+                    om = group_rec.parse_offset_value(bytes(r.value))
+                    groups = pending.setdefault(h.producer_id, {})
+                    groups.setdefault(group_id, {})[(topic, partition)] = om
+        return pending
 
     def shutdown(self) -> None:
         self.coordinator.shutdown()
