@@ -73,21 +73,28 @@ def start_coordinator(state: Any, clock: Callable[[], int] | None = None) -> Gro
     )
     gc = GroupCoordinator(cfg, LoopScheduler(loop, clock or state.logs.clock), storage)
     state.extra[_KEY] = gc
-    notifier = getattr(state, "notifier", None)
-    if notifier is not None:
-        ev = notifier.register([])
-        state.extra[_KEY + ".watch"] = loop.create_task(_shutdown_on_close(state, gc, ev))
+    shutdown_when_closing(state, _KEY, gc)
     return gc
 
 
-async def _shutdown_on_close(state: Any, gc: GroupCoordinator, ev: asyncio.Event) -> None:
+def shutdown_when_closing(state: Any, key: str, target: Any) -> None:
+    """Call ``target.shutdown()`` once the broker starts closing (it wakes every waiter
+    of its append notifier); the watching task is kept in ``state.extra[key.watch]``."""
+    notifier = getattr(state, "notifier", None)
+    if notifier is not None:
+        ev = notifier.register([])
+        loop = asyncio.get_running_loop()
+        state.extra[key + ".watch"] = loop.create_task(_shutdown_on_close(state, target, ev))
+
+
+async def _shutdown_on_close(state: Any, target: Any, ev: asyncio.Event) -> None:
     while True:
         await ev.wait()
         ev.clear()
         if state.closing:
             break
     state.notifier.unregister(ev, [])
-    gc.shutdown()
+    target.shutdown()
 
 
 async def load_coordinator(state: Any) -> GroupCoordinator:

@@ -68,14 +68,7 @@ class OffsetsStorage:
         each, so order within it is total."""
         logs = self.logs
         if not logs.has_topic(OFFSETS_TOPIC):
-            try:
-                logs.create_topic(
-                    OFFSETS_TOPIC,
-                    self.num_partitions,
-                    {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)},
-                )
-            except TopicExistsError:
-                pass
+            ensure_internal_topic(logs, OFFSETS_TOPIC, self.num_partitions, self.segment_bytes)
             return {}
         self.num_partitions = logs.partition_count(OFFSETS_TOPIC)
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
@@ -224,6 +217,22 @@ class OffsetsStorage:
             os.replace(tmp, path)
         except OSError as exc:  # the offsets themselves are safe; only the check weakens
             log.warning("cannot write %s: %s", path, exc)
+
+
+def ensure_internal_topic(logs: Any, name: str, partitions: int, segment_bytes: int) -> int:
+    """Create a coordinator's compacted internal topic if absent (Kafka creates
+    ``__consumer_offsets`` and ``__transaction_state`` on the first FindCoordinator);
+    returns its partition count, which an existing topic keeps."""
+    if not logs.has_topic(name):
+        try:
+            logs.create_topic(
+                name,
+                partitions,
+                {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)},
+            )
+        except TopicExistsError:
+            pass
+    return int(logs.partition_count(name))
 
 
 def _replay_one(

@@ -23,6 +23,7 @@ ABORT drops them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -43,7 +44,7 @@ from kompakt.broker.coordinator import records as group_rec
 from kompakt.broker.coordinator.records import NO_LEADER_EPOCH, OffsetAndMetadata
 from kompakt.broker.coordinator.scheduler import LoopScheduler
 from kompakt.broker.coordinator.state import Group
-from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
+from kompakt.broker.coordinator.storage import OFFSETS_TOPIC, ensure_internal_topic
 from kompakt.broker.handlers.common import error_of
 from kompakt.broker.protocol import ms
 from kompakt.broker.registry import ApiRegistry
@@ -58,7 +59,7 @@ from kompakt.broker.txn.coordinator import (
 )
 from kompakt.broker.txn.records import TransactionLogValue
 from kompakt.broker.txn.state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Completion, TopicPartition
-from kompakt.errors import KompaktError, TopicExistsError, UnknownTopicError
+from kompakt.errors import KompaktError, UnknownTopicError
 from kompakt.record.encode import build_control_batch, build_simple_batch
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
 
@@ -83,20 +84,10 @@ class TransactionLog:
         self.segment_bytes = segment_bytes
 
     def ensure_topic(self) -> None:
-        """Create the topic (compacted) if absent, as Kafka's auto-creation of internal
-        topics on the first FindCoordinator does; an existing one keeps its count."""
-        logs = self.logs
-        if logs.has_topic(TRANSACTION_STATE_TOPIC):
-            self.num_partitions = logs.partition_count(TRANSACTION_STATE_TOPIC)
-            return
-        try:
-            logs.create_topic(
-                TRANSACTION_STATE_TOPIC,
-                self.num_partitions,
-                {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)},
-            )
-        except TopicExistsError:
-            self.num_partitions = logs.partition_count(TRANSACTION_STATE_TOPIC)
+        """Create the topic if absent; an existing one keeps its partition count."""
+        self.num_partitions = ensure_internal_topic(
+            self.logs, TRANSACTION_STATE_TOPIC, self.num_partitions, self.segment_bytes
+        )
 
     def read(self) -> list[tuple[str, TransactionLogValue | None]]:
         """Every record in offset order, decoded (Kafka's
@@ -184,6 +175,11 @@ class TransactionBroker:
             raise
         if pending:  # the group coordinator's offsets first, so the marker's win
             await group_handlers.load_coordinator(self.state)
+        # an existing topic's partition count wins over the configured one (Kafka's
+        # partitionFor uses the topic's), or ids would be looked up in the wrong place
+        self.coordinator.config = self.config = dataclasses.replace(
+            self.config, transaction_state_log_num_partitions=self.storage.num_partitions
+        )
         for pid, groups in pending.items():
             mine = self.pending_offsets.setdefault(pid, {})
             for group_id, offsets in groups.items():
@@ -375,21 +371,8 @@ def start_txn_coordinator(state: Any, clock: Callable[[], int] | None = None) ->
     It shuts down when the broker starts closing, like the group coordinator."""
     tb = TransactionBroker(state, clock)
     state.extra[_KEY] = tb
-    notifier = getattr(state, "notifier", None)
-    if notifier is not None:
-        ev = notifier.register([])
-        state.extra[_KEY + ".watch"] = tb.loop.create_task(_shutdown_on_close(state, tb, ev))
+    group_handlers.shutdown_when_closing(state, _KEY, tb)
     return tb
-
-
-async def _shutdown_on_close(state: Any, tb: TransactionBroker, ev: asyncio.Event) -> None:
-    while True:
-        await ev.wait()
-        ev.clear()
-        if state.closing:
-            break
-    state.notifier.unregister(ev, [])
-    tb.shutdown()
 
 
 async def load_txn_coordinator(state: Any) -> TransactionBroker:
