@@ -439,3 +439,32 @@ def test_read_committed_sees_committed_records_only_and_an_open_transaction_afte
     finally:
         rc.close()
         ru.close()
+
+
+def test_an_existing_transaction_state_topic_keeps_its_partition_count(tmp_path: Path) -> None:
+    """Kafka's ``partitionFor`` hashes over the topic's partitions: a broker restarted
+    with another ``transaction.state.log.num.partitions`` still finds and writes each id
+    where it was (it used the configured count, so this id landed out of range)."""
+    tid = next(t for t in (unique("tx") for _ in range(100)) if partition_for(t, 5) >= 2)
+    topic = unique("count")
+    b = start_test_broker(tmp_path, **SMALL)
+    try:
+        create(b.bootstrap, topic, 1)
+        p = txn_producer(b.bootstrap, tid)
+        p.begin_transaction()
+        p.produce(topic, value=b"one", partition=0)
+        p.commit_transaction(TIMEOUT)
+        wait_markers(b.logs, topic, 0, 1)
+    finally:
+        b.stop()
+    b = start_test_broker(tmp_path, **{**SMALL, "transaction.state.log.num.partitions": 5})
+    try:
+        p = txn_producer(b.bootstrap, tid)
+        p.begin_transaction()
+        p.produce(topic, value=b"two", partition=0)
+        p.commit_transaction(TIMEOUT)
+        wait_markers(b.logs, topic, 0, 2)
+        assert len({pid for pid, _k in markers(b.logs, topic, 0)}) == 1  # same producer id
+        assert b.logs.partition_count(TRANSACTION_STATE_TOPIC) == 2
+    finally:
+        b.stop()
