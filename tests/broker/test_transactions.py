@@ -26,6 +26,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+from raw_kafka import API, call
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator.records import partition_for
@@ -83,6 +85,17 @@ def committed(bootstrap: str, group: str, topic: str, partition: int) -> int:
         return c.committed([TopicPartition(topic, partition)], TIMEOUT)[0].offset
     finally:
         c.close()
+
+
+def offset_fetch_error(b: BrokerThread, group: str, topic: str, stable: bool) -> ErrorCode:
+    """Partition 0's error in a raw OffsetFetch v7 (the first with ``require_stable``)."""
+    body = {
+        "group_id": group,
+        "topics": [{"name": topic, "partition_indexes": [0]}],
+        "require_stable": stable,
+    }
+    r = call(b.port, API.offset_fetch, 7, body)
+    return r.topics[0].partitions[0].error_code
 
 
 def markers(logs: LogManager, topic: str, partition: int) -> list[tuple[int, int]]:
@@ -172,8 +185,13 @@ def test_commit_then_abort_writes_markers_and_offsets_count_only_on_commit(
         assert p.flush(TIMEOUT) == 0
         offsets = [TopicPartition(topic, 0, 5)]
         p.send_offsets_to_transaction(offsets, meta.consumer_group_metadata(), TIMEOUT)
-        # written to __consumer_offsets, but not the group's offset until the commit
+        # written to __consumer_offsets, but not the group's offset until the commit;
+        # a require_stable fetch (read_committed clients) is told to retry meanwhile
         assert committed(tbroker.bootstrap, group, topic, 0) < 0
+        assert offset_fetch_error(tbroker, group, topic, stable=True) == (
+            ErrorCode.unstable_offset_commit
+        )
+        assert offset_fetch_error(tbroker, group, topic, stable=False) == ErrorCode.none
         p.commit_transaction(TIMEOUT)
         wait_offsets_marker(tbroker.logs, group, 1)
         assert committed(tbroker.bootstrap, group, topic, 0) == 5

@@ -318,8 +318,12 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 
 def _fetch_group(
-    ctx: RequestContext, gc: GroupCoordinator, group_id: str, topics: Any
+    ctx: RequestContext, gc: GroupCoordinator, group_id: str, topics: Any, stable: bool = False
 ) -> list[dict[str, Any]]:
+    """OffsetFetch for one group; with ``require_stable`` (v7+) a partition whose
+    transactional offset awaits its marker answers UNSTABLE_OFFSET_COMMIT and the client
+    retries (Kafka's ``GroupMetadataManager.getOffsets``)."""
+    unstable = gc.offsets.unstable(group_id) if stable else set()
     wanted = None
     ids: dict[str, Any] = {}
     if topics is not None:
@@ -340,6 +344,14 @@ def _fetch_group(
                 "partitions": [
                     {
                         "partition_index": p,
+                        "committed_offset": NO_OFFSET,
+                        "committed_leader_epoch": NO_LEADER_EPOCH,
+                        "metadata": "",
+                        "error_code": ErrorCode.unstable_offset_commit,
+                    }
+                    if (name, p) in unstable
+                    else {
+                        "partition_index": p,
                         "committed_offset": om.offset if om else NO_OFFSET,
                         "committed_leader_epoch": om.leader_epoch if om else NO_LEADER_EPOCH,
                         "metadata": om.metadata if om else "",
@@ -354,11 +366,12 @@ def _fetch_group(
 
 async def handle_offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
     gc = await coordinator(ctx)
+    stable = bool(getattr(req, "require_stable", False))
     if ctx.api_version >= 8:
         groups = [
             {
                 "group_id": g.group_id,
-                "topics": _fetch_group(ctx, gc, g.group_id, g.topics),
+                "topics": _fetch_group(ctx, gc, g.group_id, g.topics, stable),
                 "error_code": ErrorCode.none,
             }
             for g in req.groups
@@ -366,7 +379,7 @@ async def handle_offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
         return {"throttle_time": 0, "groups": groups}
     return {
         "throttle_time": 0,
-        "topics": _fetch_group(ctx, gc, req.group_id, req.topics),
+        "topics": _fetch_group(ctx, gc, req.group_id, req.topics, stable),
         "error_code": ErrorCode.none,
     }
 

@@ -142,8 +142,6 @@ class TransactionBroker:
             ),
         )
         self._io = ThreadPoolExecutor(1, thread_name_prefix="kompakt-txn-log")
-        self.pending_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
-        """TxnOffsetCommit offsets by producer id and group, until the marker."""
         self.coordinator = self._make(clock or state.logs.clock)
         self._loaded: asyncio.Task | None = None
 
@@ -180,8 +178,10 @@ class TransactionBroker:
         self.coordinator.config = self.config = dataclasses.replace(
             self.config, transaction_state_log_num_partitions=self.storage.num_partitions
         )
+        gc = group_handlers.coordinator_if_started(self.state)
         for pid, groups in pending.items():
-            mine = self.pending_offsets.setdefault(pid, {})
+            assert gc is not None  # loaded above
+            mine = gc.offsets.pending_txn.setdefault(pid, {})
             for group_id, offsets in groups.items():
                 mine.setdefault(group_id, {}).update(offsets)
         for _tid, value in found:
@@ -305,11 +305,11 @@ class TransactionBroker:
     def _complete_offsets(self, producer_id: int, result: TransactionResult) -> None:
         """Kafka's ``GroupMetadataManager.handleTxnCompletion``: the producer's pending
         offsets become its groups' offsets on COMMIT and vanish on ABORT."""
-        pending = self.pending_offsets.pop(producer_id, {})
-        if result != TransactionResult.COMMIT or not pending:
-            return
         gc = group_handlers.coordinator_if_started(self.state)
-        if gc is None:  # loaded from the log at the group coordinator's start instead
+        if gc is None:  # nothing pending: the group coordinator's load replays the log
+            return
+        pending = gc.offsets.pending_txn.pop(producer_id, {})
+        if result != TransactionResult.COMMIT:
             return
         for group_id, offsets in pending.items():
             g = gc.offsets.groups.get(group_id)
@@ -353,7 +353,7 @@ class TransactionBroker:
 
         def written(error: ErrorCode) -> None:
             if error == ErrorCode.none:
-                mine = self.pending_offsets.setdefault(producer_id, {})
+                mine = gc.offsets.pending_txn.setdefault(producer_id, {})
                 mine.setdefault(group_id, {}).update(offsets)
             out.complete(error)
 
