@@ -141,8 +141,19 @@ class PartitionLog:
         with self.lock:
             tracker = self.transactions
             if tracker.next_offset < self.log_end_offset:
-                tracker.observe(self.iter_batches(tracker.next_offset))
+                tracker.observe(self._batches_from(tracker.next_offset))
             return tracker
+
+    def _batches_from(self, offset: int):
+        """The batches from the one holding ``offset`` on, found through the offset
+        index (``iter_batches`` reads each segment from its start: every fetch would
+        read the whole active segment again)."""
+        with self.lock:
+            segments = self.segments[max(0, bisect.bisect_right(self._bases, offset) - 1) :]
+        for seg in segments:
+            found = seg.translate_offset(offset)
+            if found is not None:
+                yield from seg.iter_batches(found[0])
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)

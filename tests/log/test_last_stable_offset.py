@@ -72,3 +72,24 @@ def test_a_restart_rebuilds_the_open_transactions_from_the_log(tmp_path, clock) 
         assert plog.transactions_up_to_date().collect_aborted(0, 3) == [AbortedTxn(7, 0, 2, 3)]
     finally:
         m.close()
+
+
+def test_tracking_across_segments_reads_on_from_where_it_stopped(manager: LogManager) -> None:
+    """Every batch its own segment: the tracker goes on from the segment holding its
+    next offset, never losing a transaction opened in an earlier one."""
+    manager.create_topic("t", 1, {"segment.bytes": "100"})
+    plog = manager.get_log("t", 0)
+    plog.append(data(7, b"a" * 80))  # 0
+    assert plog.last_stable_offset == 0
+    plog.append(data(8, b"b" * 80))  # 1
+    plog.append(build_simple_batch([(b"k", b"c" * 80)], timestamp=TS))  # 2
+    assert len(plog.segments) >= 3
+    assert plog.last_stable_offset == 0
+    plog.append(marker(7, CONTROL_ABORT))  # 3
+    assert plog.last_stable_offset == 1
+    plog.append(marker(8, CONTROL_ABORT))  # 4
+    assert plog.last_stable_offset == 5
+    assert plog.transactions_up_to_date().collect_aborted(2, 5) == [
+        AbortedTxn(7, 0, 3, 1),
+        AbortedTxn(8, 1, 4, 5),
+    ]
