@@ -31,7 +31,6 @@ from raw_kafka import API, call
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator.records import partition_for
-from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
 from kompakt.broker.handlers.txn import KILL_BEFORE_MARKERS_ENV, TRANSACTION_STATE_TOPIC
 from kompakt.broker.txn import records as txn_rec
 from kompakt.broker.txn.state import TransactionState
@@ -79,8 +78,11 @@ def consumer(bootstrap: str, group: str, isolation: str = "read_uncommitted") ->
     )
 
 
-def committed(bootstrap: str, group: str, topic: str, partition: int) -> int:
-    c = consumer(bootstrap, group)
+def committed(bootstrap: str, group: str, topic: str, partition: int, stable: bool = True) -> int:
+    """The group's offset; ``stable``: as a read_committed client asks (OffsetFetch
+    ``require_stable``, retried by librdkafka while a transactional offset waits for its
+    marker), else as a read_uncommitted one (the offset applied so far)."""
+    c = consumer(bootstrap, group, "read_committed" if stable else "read_uncommitted")
     try:
         return c.committed([TopicPartition(topic, partition)], TIMEOUT)[0].offset
     finally:
@@ -132,14 +134,6 @@ def wait_markers(logs: LogManager, topic: str, partition: int, n: int) -> None:
         plog.append_listeners.remove(on_append)
 
 
-def wait_offsets_marker(logs: LogManager, group: str, n: int) -> None:
-    """Wait for the ``n``-th marker in the group's ``__consumer_offsets`` partition,
-    after which its transactional offsets are applied or dropped."""
-    wait_markers(
-        logs, OFFSETS_TOPIC, partition_for(group, SMALL["offsets.topic.num.partitions"]), n
-    )
-
-
 def data_values(logs: LogManager, topic: str, partition: int) -> list[bytes]:
     return [
         bytes(r.value)
@@ -187,13 +181,12 @@ def test_commit_then_abort_writes_markers_and_offsets_count_only_on_commit(
         p.send_offsets_to_transaction(offsets, meta.consumer_group_metadata(), TIMEOUT)
         # written to __consumer_offsets, but not the group's offset until the commit;
         # a require_stable fetch (read_committed clients) is told to retry meanwhile
-        assert committed(tbroker.bootstrap, group, topic, 0) < 0
+        assert committed(tbroker.bootstrap, group, topic, 0, stable=False) < 0
         assert offset_fetch_error(tbroker, group, topic, stable=True) == (
             ErrorCode.unstable_offset_commit
         )
         assert offset_fetch_error(tbroker, group, topic, stable=False) == ErrorCode.none
         p.commit_transaction(TIMEOUT)
-        wait_offsets_marker(tbroker.logs, group, 1)
         assert committed(tbroker.bootstrap, group, topic, 0) == 5
 
         p.begin_transaction()
@@ -207,7 +200,6 @@ def test_commit_then_abort_writes_markers_and_offsets_count_only_on_commit(
     finally:
         meta.close()
     logs = tbroker.logs
-    wait_offsets_marker(logs, group, 2)
     assert committed(tbroker.bootstrap, group, topic, 0) == 5
     for part in (0, 1):
         wait_markers(logs, topic, part, 2)
@@ -279,7 +271,6 @@ def test_transactional_offsets_after_restart_only_the_committed_ones(tmp_path: P
             else:
                 p.abort_transaction(TIMEOUT)
         meta.close()
-        wait_offsets_marker(b.logs, group, 2)
         assert committed(b.bootstrap, group, topic, 0) == 3
     finally:
         b.stop()
@@ -312,19 +303,22 @@ def start_process(data_dir: Path, port: int, env: dict[str, str]) -> subprocess.
         args,
         cwd=REPO,
         env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc
-        except OSError:
-            assert proc.poll() is None, "broker exited at start"
-            time.sleep(0.05)  # polling a port: nothing to wait on
-    proc.kill()
-    raise AssertionError("broker did not start")
+    assert proc.stdout is not None
+    # the broker logs "listening on" once its port is open: wait for that line
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if "kompakt broker listening on" in line:
+            break
+    else:
+        raise AssertionError("broker did not start:\n" + "".join(seen))
+    drain = threading.Thread(target=proc.stdout.read, daemon=True)  # never block its log
+    drain.start()
+    return proc
 
 
 def states(data_dir: Path, tid: str) -> list[TransactionState]:
