@@ -32,6 +32,11 @@ from kompakt.broker.coordinator.handlers import (
 )
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
 from kompakt.broker.handlers import register_all
+from kompakt.broker.handlers.txn import (
+    TRANSACTION_STATE_TOPIC,
+    load_txn_coordinator,
+    start_txn_coordinator,
+)
 from kompakt.broker.metrics import BrokerMetrics
 from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
@@ -78,6 +83,7 @@ class Broker:
         self.stop_error: BaseException | None = None  # why the last stop was unclean
         self._status: Any = None  # CleaningStatus of self.logs, built on first use
         self._coordinator_load: asyncio.Task | None = None
+        self._txn_load: asyncio.Task | None = None
         self._spark_warm: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -90,8 +96,9 @@ class Broker:
         try:
             self.state = BrokerState(cfg, self.logs, self.registry)
             self.state.notifier = AppendNotifier(asyncio.get_running_loop())
-            self.state.producers = ProducerStateManager()
+            self.state.producers = ProducerStateManager(self.logs.dir)
             start_coordinator(self.state, self.logs.clock)  # loaded below or on first use
+            start_txn_coordinator(self.state, self.logs.clock)
             listener = cfg.listener
             self.server = KafkaServer(
                 self.state, self.registry, self.metrics, listener.host, listener.port
@@ -124,6 +131,8 @@ class Broker:
             cfg.listeners_on_change.append(self._reconfigure)
             if self.logs.has_topic(OFFSETS_TOPIC):
                 self._coordinator_load = asyncio.create_task(self._load_coordinator())
+            if self.logs.has_topic(TRANSACTION_STATE_TOPIC):  # finishes cut-off commits
+                self._txn_load = asyncio.create_task(load_txn_coordinator(self.state))
         except BaseException:
             await self._close_all()
             raise
@@ -190,8 +199,9 @@ class Broker:
             self.config.listeners_on_change.remove(self._reconfigure)
         if self.state is not None:
             self.state.closing = True
-        if self._coordinator_load is not None and not self._coordinator_load.done():
-            await asyncio.wait([self._coordinator_load], timeout=30)
+        loads = [t for t in (self._coordinator_load, self._txn_load) if t and not t.done()]
+        if loads:
+            await asyncio.wait(loads, timeout=30)
         if self.server is not None:
             await self.server.stop()
         if self.admin is not None:

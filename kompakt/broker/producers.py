@@ -19,11 +19,12 @@ idempotent producers:
 
 from __future__ import annotations
 
-import itertools
+import os
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kompakt.errors import KompaktError
 from kompakt.log.partition_log import PartitionLog
@@ -129,15 +130,56 @@ class PartitionProducers:
         )
 
 
+PRODUCER_ID_BLOCK_SIZE = 1000
+"""Ids reserved on disk at a time (Kafka's ``ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE``)."""
+
+PRODUCER_ID_BLOCK_FILE = "kompakt-producer-id-block"
+"""In the data dir: the end of the last reserved block of producer ids."""
+
+
 class ProducerStateManager:
-    def __init__(self) -> None:
-        self._ids = itertools.count(int(time.time() * 1000) * 1000)
+    """Producer ids and each partition's idempotence state.
+
+    With a ``data_dir``, ids are handed out from blocks reserved on disk before use, as
+    Kafka's ``ProducerIdManager`` reserves ``ProducerIdsBlock``s through the controller:
+    an id is never handed out twice, across restarts too, even if the clock went back.
+    A transactional id keeps its producer id in ``__transaction_state``; a restarted
+    broker handing it to another producer would let the two fence each other."""
+
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None) -> None:
+        self._block_path = Path(data_dir) / PRODUCER_ID_BLOCK_FILE if data_dir else None
+        start = int(time.time() * 1000) * 1000
+        if self._block_path is not None:
+            start = max(start, _read_block_end(self._block_path))
+        self._next = start
+        self._block_end = start if self._block_path is not None else None
         self._lock = threading.Lock()
         self._partitions: dict[int, tuple[PartitionLog, PartitionProducers]] = {}
 
     def new_producer_id(self) -> int:
         with self._lock:
-            return next(self._ids)
+            if self._block_end is not None and self._next >= self._block_end:
+                self._reserve(self._next + PRODUCER_ID_BLOCK_SIZE)
+            pid = self._next
+            self._next += 1
+            return pid
+
+    def ensure_above(self, producer_id: int) -> None:
+        """Never hand out ``producer_id`` or a smaller one (ids loaded from
+        ``__transaction_state`` at start)."""
+        with self._lock:
+            self._next = max(self._next, producer_id + 1)
+
+    def _reserve(self, end: int) -> None:
+        """Write the new block end, fsynced, before any id of it is used."""
+        assert self._block_path is not None
+        tmp = self._block_path.with_name(self._block_path.name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(f"{end}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._block_path)
+        self._block_end = end
 
     def for_log(self, plog: PartitionLog) -> PartitionProducers:
         """The partition's state, rebuilt from its log on first use (call under plog.lock)."""
@@ -158,3 +200,12 @@ class ProducerStateManager:
     def forget(self, plog: PartitionLog) -> None:
         with self._lock:
             self._partitions.pop(id(plog), None)
+
+
+def _read_block_end(path: Path) -> int:
+    """The reserved block end written by :meth:`ProducerStateManager._reserve`; 0 if
+    none was written yet."""
+    try:
+        return int(path.read_text().strip())
+    except FileNotFoundError:
+        return 0

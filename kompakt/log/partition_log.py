@@ -34,6 +34,7 @@ from kompakt.log.segment import (
     SWAP_SUFFIX,
     LogSegment,
 )
+from kompakt.log.transactions import TransactionTracker
 from kompakt.record.decode import RecordBatch, iter_batches
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class PartitionLog:
         self.clock = clock
         self.lock = threading.RLock()
         self.append_listeners: list[Callable[[PartitionLog], None]] = []
+        self.transactions = TransactionTracker()
         self._schedule_delete = schedule_delete
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
@@ -128,7 +130,32 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        """Kafka's ``UnifiedLog.lastStableOffset``: the first offset of the earliest
+        open transaction, else the high watermark."""
+        with self.lock:
+            hw = self.high_watermark
+            first = self.transactions_up_to_date().first_unstable_offset()
+        return hw if first is None else min(first, hw)
+
+    def transactions_up_to_date(self) -> TransactionTracker:
+        """The partition's :class:`TransactionTracker`, fed the batches appended since
+        it last looked (all of them on first use after a start)."""
+        with self.lock:
+            tracker = self.transactions
+            if tracker.next_offset < self.log_end_offset:
+                tracker.observe(self._batches_from(tracker.next_offset))
+            return tracker
+
+    def _batches_from(self, offset: int):
+        """The batches from the one holding ``offset`` on, found through the offset
+        index (``iter_batches`` reads each segment from its start: every fetch would
+        read the whole active segment again)."""
+        with self.lock:
+            segments = self.segments[max(0, bisect.bisect_right(self._bases, offset) - 1) :]
+        for seg in segments:
+            found = seg.translate_offset(offset)
+            if found is not None:
+                yield from seg.iter_batches(found[0])
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)

@@ -12,7 +12,7 @@ Kafka's rules checked here, each named in its test:
   (``ClassicGroup.validateOffsetCommit``, ``validateClassicGroupHeartbeat``,
   ``validateSyncGroup``).
 - OffsetDelete (KIP-496, ``OffsetMetadataManager.deleteOffsets``).
-- A transactional producer fails at once while transactions are not implemented.
+- FindCoordinator answers this node for group and transaction keys.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -46,11 +46,11 @@ FAST = {"group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 1
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
+COORDINATOR_NOT_AVAILABLE = 15
 ILLEGAL_GENERATION = 22
 INCONSISTENT_GROUP_PROTOCOL = 23
 UNKNOWN_MEMBER_ID = 25
 REBALANCE_IN_PROGRESS = 27
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
 MEMBER_ID_REQUIRED = 79
@@ -667,26 +667,25 @@ def test_offset_delete_kip496(tmp_path):
         b.stop()
 
 
-# -- 5. transactions fail at once ------------------------------------------------------------
+# -- 5. FindCoordinator by key type ------------------------------------------------------------
 
 
-def test_transactional_producer_fails_at_once_with_a_readable_fatal_error(lbroker):
-    """Until transactions exist, FindCoordinator for a transactional id answers
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED with a message: librdkafka treats it as fatal
-    (``rd_kafka_txn_handle_FindCoordinator``), so ``init_transactions()`` raises a fatal
-    error naming the reason instead of retrying until its timeout."""
-    p = Producer({"bootstrap.servers": lbroker.bootstrap, "transactional.id": unique("tx")})
-    with pytest.raises(KafkaException) as info:
-        p.init_transactions(10)
-    err = info.value.args[0]
-    assert err.fatal() and not err.retriable()
-    assert "transactions are not supported" in err.str()
+def test_find_coordinator_answers_this_node_for_groups_and_transactions(lbroker):
+    """FindCoordinator for a transactional id names this node once the transaction
+    coordinator is loaded (it answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED while
+    transactions were not implemented; tests/broker/test_transactions.py runs a real
+    transactional producer); group keys are unaffected and an unknown key type has no
+    coordinator (Kafka's ``CoordinatorType``)."""
     r = call(lbroker, 10, 6, {"key_type": 1, "coordinator_keys": ["tx"]})
     c = r.coordinators[0]
-    assert (c.error_code, c.node_id) == (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
-    assert "not supported" in c.error_message
+    assert (c.error_code, c.node_id, c.port) == (NONE, 1, lbroker.port)
     r = call(lbroker, 10, 6, {"key_type": 0, "coordinator_keys": ["g"]})
-    assert r.coordinators[0].error_code == NONE  # groups are unaffected
+    assert r.coordinators[0].error_code == NONE
+    r = call(lbroker, 10, 6, {"key_type": 2, "coordinator_keys": ["x"]})
+    assert (r.coordinators[0].error_code, r.coordinators[0].node_id) == (
+        COORDINATOR_NOT_AVAILABLE,
+        -1,
+    )
 
 
 # -- what each group API does to data it was not aimed at --------------------------------------

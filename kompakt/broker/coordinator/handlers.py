@@ -14,7 +14,6 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from kio.schema.add_partitions_to_txn.v0.request import AddPartitionsToTxnRequest
 from kio.schema.delete_groups.v0.request import DeleteGroupsRequest
 from kio.schema.describe_groups.v0.request import DescribeGroupsRequest
 from kio.schema.errors import ErrorCode
@@ -74,21 +73,28 @@ def start_coordinator(state: Any, clock: Callable[[], int] | None = None) -> Gro
     )
     gc = GroupCoordinator(cfg, LoopScheduler(loop, clock or state.logs.clock), storage)
     state.extra[_KEY] = gc
-    notifier = getattr(state, "notifier", None)
-    if notifier is not None:
-        ev = notifier.register([])
-        state.extra[_KEY + ".watch"] = loop.create_task(_shutdown_on_close(state, gc, ev))
+    shutdown_when_closing(state, _KEY, gc)
     return gc
 
 
-async def _shutdown_on_close(state: Any, gc: GroupCoordinator, ev: asyncio.Event) -> None:
+def shutdown_when_closing(state: Any, key: str, target: Any) -> None:
+    """Call ``target.shutdown()`` once the broker starts closing (it wakes every waiter
+    of its append notifier); the watching task is kept in ``state.extra[key.watch]``."""
+    notifier = getattr(state, "notifier", None)
+    if notifier is not None:
+        ev = notifier.register([])
+        loop = asyncio.get_running_loop()
+        state.extra[key + ".watch"] = loop.create_task(_shutdown_on_close(state, target, ev))
+
+
+async def _shutdown_on_close(state: Any, target: Any, ev: asyncio.Event) -> None:
     while True:
         await ev.wait()
         ev.clear()
         if state.closing:
             break
     state.notifier.unregister(ev, [])
-    gc.shutdown()
+    target.shutdown()
 
 
 async def load_coordinator(state: Any) -> GroupCoordinator:
@@ -115,52 +121,41 @@ def _host(ctx: RequestContext) -> str:
 # -- FindCoordinator ---------------------------------------------------------------------
 
 
-NO_TRANSACTIONS = (
-    "transactions are not supported by this kompakt broker yet "
-    "(use an idempotent producer without transactional.id)"
-)
-
-
 async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    """FindCoordinator. Until the broker has a transaction coordinator, a transaction key
-    (``key_type`` 1) answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED with a message saying
-    why: librdkafka (``rd_kafka_txn_handle_FindCoordinator``), the Java client and
-    KafkaJS treat it as fatal, so ``init_transactions()`` fails at once; the retriable
-    COORDINATOR_NOT_AVAILABLE would keep them retrying until their timeout."""
-    key_type = int(getattr(req, "key_type", KEY_TYPE_GROUP))
-    ok = key_type == KEY_TYPE_GROUP or (
-        key_type == KEY_TYPE_TRANSACTION
-        and AddPartitionsToTxnRequest.__api_key__ in ctx.state.registry
-    )
-    error_code = ErrorCode.coordinator_not_available
-    error_message = "no coordinator for this key type"
-    if key_type == KEY_TYPE_TRANSACTION and not ok:
-        error_code = ErrorCode.transactional_id_authorization_failed
-        error_message = NO_TRANSACTIONS
-    if key_type == KEY_TYPE_GROUP:
-        try:
-            await coordinator(ctx)  # creates __consumer_offsets, loads offsets
-        except (KompaktError, OSError) as exc:  # e.g. a full disk creating the topic
-            ok, error_message = False, f"group coordinator not available: {exc}"
+    """FindCoordinator for group keys (``kompakt.broker.handlers.txn`` answers
+    TRANSACTION keys and hands the rest here); another key type has no coordinator."""
+    if int(getattr(req, "key_type", KEY_TYPE_GROUP)) != KEY_TYPE_GROUP:
+        return coordinator_response(
+            ctx, req, ErrorCode.coordinator_not_available, "no coordinator for this key type"
+        )
+    try:
+        await coordinator(ctx)  # creates __consumer_offsets, loads offsets
+    except (KompaktError, OSError) as exc:  # e.g. a full disk creating the topic
+        return coordinator_response(
+            ctx,
+            req,
+            ErrorCode.coordinator_not_available,
+            f"group coordinator not available: {exc}",
+        )
+    return coordinator_response(ctx, req, ErrorCode.none, None)
+
+
+def coordinator_response(
+    ctx: RequestContext, req: Any, error_code: ErrorCode, error_message: str | None
+) -> dict[str, Any]:
+    """FindCoordinator's answer for every key of ``req``: this node, or ``error_code``
+    and no node (Kafka's ``Node.noNode``)."""
     ep = ctx.state.broker_endpoint()
+    ok = error_code == ErrorCode.none
 
     def one(key: str) -> dict[str, Any]:
-        if not ok:
-            return {
-                "key": key,
-                "error_code": error_code,
-                "error_message": error_message,
-                "node_id": NO_NODE,
-                "host": "",
-                "port": NO_NODE,
-            }
         return {
             "key": key,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-            "node_id": ep["node_id"],
-            "host": ep["host"],
-            "port": ep["port"],
+            "error_code": error_code,
+            "error_message": error_message,
+            "node_id": ep["node_id"] if ok else NO_NODE,
+            "host": ep["host"] if ok else "",
+            "port": ep["port"] if ok else NO_NODE,
         }
 
     if ctx.api_version >= 4:
@@ -323,8 +318,12 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 
 def _fetch_group(
-    ctx: RequestContext, gc: GroupCoordinator, group_id: str, topics: Any
+    ctx: RequestContext, gc: GroupCoordinator, group_id: str, topics: Any, stable: bool = False
 ) -> list[dict[str, Any]]:
+    """OffsetFetch for one group; with ``require_stable`` (v7+) a partition whose
+    transactional offset awaits its marker answers UNSTABLE_OFFSET_COMMIT and the client
+    retries (Kafka's ``GroupMetadataManager.getOffsets``)."""
+    unstable = gc.offsets.unstable(group_id) if stable else set()
     wanted = None
     ids: dict[str, Any] = {}
     if topics is not None:
@@ -345,6 +344,14 @@ def _fetch_group(
                 "partitions": [
                     {
                         "partition_index": p,
+                        "committed_offset": NO_OFFSET,
+                        "committed_leader_epoch": NO_LEADER_EPOCH,
+                        "metadata": "",
+                        "error_code": ErrorCode.unstable_offset_commit,
+                    }
+                    if (name, p) in unstable
+                    else {
+                        "partition_index": p,
                         "committed_offset": om.offset if om else NO_OFFSET,
                         "committed_leader_epoch": om.leader_epoch if om else NO_LEADER_EPOCH,
                         "metadata": om.metadata if om else "",
@@ -359,11 +366,12 @@ def _fetch_group(
 
 async def handle_offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
     gc = await coordinator(ctx)
+    stable = bool(getattr(req, "require_stable", False))
     if ctx.api_version >= 8:
         groups = [
             {
                 "group_id": g.group_id,
-                "topics": _fetch_group(ctx, gc, g.group_id, g.topics),
+                "topics": _fetch_group(ctx, gc, g.group_id, g.topics, stable),
                 "error_code": ErrorCode.none,
             }
             for g in req.groups
@@ -371,7 +379,7 @@ async def handle_offset_fetch(ctx: RequestContext, req: Any) -> dict[str, Any]:
         return {"throttle_time": 0, "groups": groups}
     return {
         "throttle_time": 0,
-        "topics": _fetch_group(ctx, gc, req.group_id, req.topics),
+        "topics": _fetch_group(ctx, gc, req.group_id, req.topics, stable),
         "error_code": ErrorCode.none,
     }
 

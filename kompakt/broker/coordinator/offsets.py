@@ -63,6 +63,9 @@ class OffsetManager:
         self.loaded = False
         self.closed = False
         self.offsets_expired = 0  # offsets removed by retention since start (for metrics)
+        self.pending_txn: dict[int, dict[str, Offsets]] = {}
+        """TxnOffsetCommit offsets by producer id and group, written but waiting for
+        their transaction's marker (Kafka's ``pendingTransactionalOffsetCommits``)."""
         self._expiry_timer: TimerHandle | None = None
         self._expiry_task: asyncio.Task | None = None
 
@@ -154,6 +157,11 @@ class OffsetManager:
         if new_topics:
             self.storage.save_topic_ids(new_topics)
         self.storage.append_group(group_id, items)
+
+    def unstable(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of the group with transactional offsets not yet committed or
+        aborted (Kafka's ``hasPendingOffsetCommitsForTopicPartition``)."""
+        return {tp for groups in self.pending_txn.values() for tp in groups.get(group_id, {})}
 
     def fetch(
         self, group_id: str, wanted: list[tuple[str, list[int]]] | None

@@ -23,7 +23,9 @@ from kompakt.broker.coordinator import records as rec
 from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.broker.coordinator.state import Group
 from kompakt.errors import KompaktError, TopicExistsError
+from kompakt.log.transactions import control_type
 from kompakt.record.encode import build_simple_batch
+from kompakt.record.header import CONTROL_COMMIT
 
 log = logging.getLogger("kompakt.broker.coordinator")
 
@@ -66,30 +68,29 @@ class OffsetsStorage:
         each, so order within it is total."""
         logs = self.logs
         if not logs.has_topic(OFFSETS_TOPIC):
-            try:
-                logs.create_topic(
-                    OFFSETS_TOPIC,
-                    self.num_partitions,
-                    {"cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes)},
-                )
-            except TopicExistsError:
-                pass
+            ensure_internal_topic(logs, OFFSETS_TOPIC, self.num_partitions, self.segment_bytes)
             return {}
         self.num_partitions = logs.partition_count(OFFSETS_TOPIC)
         offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
         metas: dict[str, rec.GroupMetadataValue] = {}
         for p in range(self.num_partitions):
             plog = logs.get_log(OFFSETS_TOPIC, p)
+            # TxnOffsetCommit's records wait for their producer's marker (Kafka's
+            # pendingTransactionalOffsetCommits): replayed on COMMIT, dropped on ABORT
+            pending: dict[int, list] = {}
             for batch in plog.iter_batches(plog.log_start_offset):
-                if batch.header.is_control:
+                h = batch.header
+                if h.is_control:
+                    held = pending.pop(h.producer_id, [])
+                    if h.is_transactional and control_type(batch) == CONTROL_COMMIT:
+                        for r in held:
+                            _replay_one(r, metas, offsets)
+                    continue
+                if h.is_transactional:
+                    pending.setdefault(h.producer_id, []).extend(batch.records())
                     continue
                 for r in batch.records():
-                    if r.key is None:
-                        continue
-                    try:
-                        _replay(r.key, r.value, metas, offsets)
-                    except Exception:
-                        log.warning("skipping undecodable %s record at %d", OFFSETS_TOPIC, r.offset)
+                    _replay_one(r, metas, offsets)
         out = {gid: (metas.get(gid), offsets.get(gid, {})) for gid in metas.keys() | offsets}
         log.info(
             "loaded %d committed offsets of %d groups from %s",
@@ -216,6 +217,35 @@ class OffsetsStorage:
             os.replace(tmp, path)
         except OSError as exc:  # the offsets themselves are safe; only the check weakens
             log.warning("cannot write %s: %s", path, exc)
+
+
+def ensure_internal_topic(logs: Any, name: str, partitions: int, segment_bytes: int) -> int:
+    """Create a coordinator's compacted internal topic if absent (Kafka creates
+    ``__consumer_offsets`` and ``__transaction_state`` on the first FindCoordinator);
+    returns its partition count, which an existing topic keeps."""
+    if not logs.has_topic(name):
+        try:
+            logs.create_topic(
+                name,
+                partitions,
+                {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)},
+            )
+        except TopicExistsError:
+            pass
+    return int(logs.partition_count(name))
+
+
+def _replay_one(
+    r: Any,
+    metas: dict[str, rec.GroupMetadataValue],
+    offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]],
+) -> None:
+    if r.key is None:
+        return
+    try:
+        _replay(r.key, r.value, metas, offsets)
+    except Exception:
+        log.warning("skipping undecodable %s record at %d", OFFSETS_TOPIC, r.offset)
 
 
 def _replay(

@@ -26,12 +26,17 @@ from kompakt.broker.protocol import ms
 from kompakt.broker.registry import ApiRegistry, DelayedResponse
 from kompakt.broker.state import RequestContext
 from kompakt.errors import UnknownTopicError
+from kompakt.record.decode import iter_batches
 from kompakt.record.header import NO_TIMESTAMP
 
 INT32_MAX = 2**31 - 1  # FetchRequest.max_bytes before v3 had none: no limit
 NO_FETCH_SESSION = 0  # FetchMetadata.INVALID_SESSION_ID: clients send full requests
 NO_PREFERRED_REPLICA = -1  # FetchResponse.INVALID_PREFERRED_REPLICA_ID: read the leader
 NO_LEADER_EPOCH = -1  # RecordBatch.NO_PARTITION_LEADER_EPOCH
+
+# Fetch/ListOffsets isolation_level (Kafka's ``IsolationLevel``)
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 
 # ListOffsetsRequest's special timestamps (Kafka's ``ListOffsetsRequest`` constants)
 EARLIEST = -2
@@ -42,7 +47,29 @@ EARLIEST_PENDING_UPLOAD = -5
 LATEST_TIERED = -6
 
 
-def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, int]:
+def _committed_only(plog: Any, fetch_offset: int, data: bytes, lso: int) -> tuple[bytes, list]:
+    """READ_COMMITTED (Kafka's ``FetchIsolation.TXN_COMMITTED``): the batches below the
+    last stable offset, and the aborted transactions they overlap
+    (``collectAbortedTransactions`` up to the offset after the data returned), so the
+    client drops the aborted records."""
+    end = 0
+    upper = fetch_offset
+    for b in iter_batches(data):
+        if b.header.base_offset >= lso:
+            break
+        end = b.position + b.header.size
+        upper = b.header.last_offset + 1
+    if end == 0:
+        return b"", []
+    aborted = plog.transactions_up_to_date().collect_aborted(fetch_offset, upper)
+    return data[:end], [
+        {"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted
+    ]
+
+
+def _read_all(
+    ctx: RequestContext, wanted: list, max_bytes: int, committed: bool
+) -> tuple[list, int]:
     """One pass over the requested partitions; returns (topics, bytes read)."""
     total = 0
     out = []
@@ -66,13 +93,18 @@ def _read_all(ctx: RequestContext, wanted: list, max_bytes: int) -> tuple[list, 
                 plog = ctx.logs.get_log(name, p.partition)
                 with plog.lock:
                     hw = plog.high_watermark
+                    lso = plog.last_stable_offset
                     resp["high_watermark"] = hw
-                    resp["last_stable_offset"] = plog.last_stable_offset
+                    resp["last_stable_offset"] = lso
                     resp["log_start_offset"] = plog.log_start_offset
                 limit = min(p.partition_max_bytes, max(0, max_bytes - total))
                 data = b""
                 if limit > 0 or total == 0:
                     data = plog.read(p.fetch_offset, max(limit, 1), min_one_batch=total == 0)
+                if committed:
+                    data, resp["aborted_transactions"] = _committed_only(
+                        plog, p.fetch_offset, data, lso
+                    )
                 resp["records"] = data
                 resp["error_code"] = ErrorCode.none
                 total += len(data)
@@ -103,11 +135,12 @@ def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | DelayedRespo
             keys += [(name, p.partition) for p in t.partitions]
     max_bytes = getattr(req, "max_bytes", INT32_MAX)
     max_wait = ms(req.max_wait) / 1000
+    committed = int(getattr(req, "isolation_level", READ_UNCOMMITTED)) == READ_COMMITTED
 
     def poll() -> tuple[dict[str, Any], bool]:
         """The response from one read, and whether it may go out before the timeout:
         ``min_bytes`` are there or a partition has an error (``DelayedFetch.tryComplete``)."""
-        topics, total = _read_all(ctx, wanted, max_bytes)
+        topics, total = _read_all(ctx, wanted, max_bytes, committed)
         errors = any(p["error_code"] for t in topics for p in t["partitions"])
         response = {
             "throttle_time": 0,
@@ -123,7 +156,11 @@ def handle_fetch(ctx: RequestContext, req: Any) -> dict[str, Any] | DelayedRespo
     return DelayedResponse(tuple(keys), max_wait, poll)
 
 
-def _list_offset(ctx: RequestContext, name: str, p: Any, version: int) -> dict[str, Any]:
+def _list_offset(
+    ctx: RequestContext, name: str, p: Any, version: int, committed: bool = False
+) -> dict[str, Any]:
+    """One partition of ListOffsets; LATEST is the last stable offset for READ_COMMITTED
+    (Kafka's ``UnifiedLog.fetchOffsetByTimestamp`` with ``IsolationLevel``)."""
     resp: dict[str, Any] = {
         "partition_index": p.partition_index,
         "error_code": ErrorCode.none,
@@ -137,7 +174,8 @@ def _list_offset(ctx: RequestContext, name: str, p: Any, version: int) -> dict[s
         if ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
             resp["offset"] = plog.log_start_offset
         elif ts in (LATEST, LATEST_TIERED):
-            resp["offset"] = plog.high_watermark if ts == LATEST else UNKNOWN_OFFSET
+            latest = plog.last_stable_offset if committed else plog.high_watermark
+            resp["offset"] = latest if ts == LATEST else UNKNOWN_OFFSET
         elif ts == MAX_TIMESTAMP:
             if version < 7:
                 resp["error_code"] = ErrorCode.unsupported_version
@@ -173,7 +211,8 @@ def _list_offsets(ctx: RequestContext, req: Any) -> list:
                 for p in t.partitions
             ]
         else:
-            parts = [_list_offset(ctx, t.name, p, ctx.api_version) for p in t.partitions]
+            committed = int(getattr(req, "isolation_level", READ_UNCOMMITTED)) == READ_COMMITTED
+            parts = [_list_offset(ctx, t.name, p, ctx.api_version, committed) for p in t.partitions]
         out.append({"name": t.name, "partitions": parts})
     return out
 

@@ -1,4 +1,4 @@
-"""Produce (API 0) and InitProducerId (API 22).
+"""Produce (API 0); InitProducerId is the transaction coordinator's (handlers/txn.py).
 
 acks=0 sends no response; acks=1 answers once the batch is in the page cache; acks=-1
 (all) additionally fsyncs the partition before answering, so an acknowledged acks=all
@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from kio.schema.errors import ErrorCode
-from kio.schema.init_producer_id.v0.request import InitProducerIdRequest
 from kio.schema.produce.v3.request import ProduceRequest
 
 from kompakt.broker.handlers.common import (
@@ -20,7 +19,7 @@ from kompakt.broker.handlers.common import (
     resolve_topic,
     unknown_topic_code,
 )
-from kompakt.broker.producers import NO_PRODUCER_EPOCH, ProducerStateManager
+from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import InvalidTopicError, KafkaStorageError
@@ -162,25 +161,7 @@ def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     return {"responses": responses, "throttle_time": 0}
 
 
-def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    if req.transactional_id is not None:
-        return {
-            "throttle_time": 0,
-            "error_code": ErrorCode.transactional_id_authorization_failed,
-            "producer_id": NO_PRODUCER_ID,
-            "producer_epoch": NO_PRODUCER_EPOCH,
-        }
-    pid = ctx.state.producers.new_producer_id()
-    return {
-        "throttle_time": 0,
-        "error_code": ErrorCode.none,
-        "producer_id": pid,
-        "producer_epoch": 0,
-    }
-
-
 def register(registry: ApiRegistry) -> None:
     # Kafka 4 advertises Produce from v0 (old librdkafka probes compression support
     # with it) but rejects v0-2 (KAFKA-18659); kio has no schema below v3 anyway.
     registry.register(ProduceRequest.__api_key__, 3, 13, handle_produce, advertised_min=0)
-    registry.register(InitProducerIdRequest.__api_key__, 0, 6, handle_init_producer_id)
