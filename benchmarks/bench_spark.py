@@ -11,9 +11,17 @@ JVM's used heap (``totalMemory - freeMemory``, sampled; in local mode the execut
 the driver JVM), the JVM process RSS and the summed PSS of the PySpark Python workers
 (``/proc`` scan, sampled in a thread).
 
-Then, on K distinct keys (one record each), a ``LocalEngine`` with a 1 MiB dedupe
-buffer (~39k keys) needs several partial passes, while the Spark engine cleans the
-whole dirty range in one pass.
+Then, on D distinct keys (one record each; default 10M, beyond the default 128 MiB
+map), the ``LocalEngine`` needs several partial passes (timed until done, and a 1 MiB
+buffer capped at ``--max-passes``), while the Spark engine cleans the whole dirty range
+in one pass.
+
+Fixed costs (issue 14): a cold first clean of a ~3 KB topic (``kompakt compact
+--data-dir`` in a new process: JVM, session and clean, wall) beside a warm clean of the
+same topic in this process's session and Spark's own session start. The crossover:
+both engines on a few dirty-range sizes (``--crossover``, records, keys = records / 10),
+and the size where the Spark engine's time drops below the in-process engine's,
+interpolated linearly between the two sizes around it.
 Run: ``.venv/bin/python benchmarks/bench_spark.py [--keys N --updates U --distinct D]``.
 """
 
@@ -23,6 +31,8 @@ import argparse
 import os
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -211,19 +221,62 @@ def clean_until_done(data_dir: Path, engine, max_passes: int = 10_000) -> tuple[
         return out, time.perf_counter() - t0
 
 
+def tiny_topic(data_dir: Path) -> int:
+    """A ~3 KB compacted topic: 40 one-record batches of 4 keys, rolled; its bytes."""
+    with LogManager(data_dir) as m:
+        m.create_topic(TOPIC, 1, {"cleanup.policy": "compact", "segment.bytes": "1024"})
+        plog = m.get_log(TOPIC, 0)
+        now = int(time.time() * 1000)
+        for i in range(40):
+            plog.append(build_simple_batch([(b"k%d" % (i % 4), b"v%d" % i)], timestamp=now))
+        plog.roll()
+        return sum(s.size for s in plog.segments_snapshot())
+
+
+def cold_clean_seconds(data_dir: Path) -> float:
+    """Wall time of ``kompakt compact --data-dir`` (Spark engine) in a new process: what
+    a user pays for the first clean (interpreter, JVM, session, clean)."""
+    cli = Path(sys.executable).parent / "kompakt"
+    t0 = time.perf_counter()
+    subprocess.run(
+        [str(cli), "compact", "--data-dir", str(data_dir), "--engine", "spark"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - t0
+
+
+def crossover(sizes: list[int], local_s: list[float], spark_s: list[float]) -> str:
+    """Where ``spark - local`` changes sign from + to -, linearly between two sizes."""
+    diff = [s - loc for s, loc in zip(spark_s, local_s, strict=True)]
+    if diff[0] <= 0:
+        return f"at or below {sizes[0]:,} records (Spark already faster)"
+    for i in range(len(sizes) - 1):
+        (n0, d0), (n1, d1) = (sizes[i], diff[i]), (sizes[i + 1], diff[i + 1])
+        if d0 > 0 >= d1:
+            return f"~{n0 + (n1 - n0) * d0 / (d0 - d1):,.0f} records (interpolated)"
+    ratio = spark_s[-1] / local_s[-1]
+    return f"beyond {sizes[-1]:,} records (Spark / in-process time there {ratio:.2f})"
+
+
 def fmt_mb(b: int) -> str:
     return f"{b / 2**20:,.0f} MiB"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--keys", type=int, default=200_000)
+    ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--updates", type=int, default=10)
-    ap.add_argument("--distinct", type=int, default=1_000_000, help="keys in the big-key case")
+    ap.add_argument("--distinct", type=int, default=10_000_000, help="keys in the big-key case")
     ap.add_argument("--small-buffer", type=int, default=1 << 20, help="LocalEngine bytes there")
     ap.add_argument("--shuffle-partitions", type=int, default=4)
     ap.add_argument("--max-passes", type=int, default=40, help="cap on small-buffer passes")
     ap.add_argument("--skip-distinct", action="store_true")
+    ap.add_argument(
+        "--crossover",
+        default="10000,100000,1000000,3000000",
+        help="dirty-range sizes (records) to find the crossover at; empty to skip",
+    )
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="kompakt-bench-spark-"))
@@ -254,6 +307,30 @@ def run(root: Path, args: argparse.Namespace) -> None:
     build(root / "warm-local", 100, 3)
     clean_once(root / "warm-local", LocalEngine())  # compile the numba kernels untimed
     print(f"Spark {MASTER}: session start {jvm_start:.1f} s, warm-up clean {warm_clean:.1f} s")
+    print(f"load average: {os.getloadavg()}")
+
+    # -- fixed costs ----------------------------------------------------------------------
+    tiny = tiny_topic(root / "tiny-cold")
+    cold = cold_clean_seconds(root / "tiny-cold")
+    tiny_topic(root / "tiny-warm")
+    _st, warm, _mem = clean_once(root / "tiny-warm", spark_engine(), spark)
+    print(
+        f"fixed costs ({tiny:,} B topic): cold first clean (new process) {cold:.1f} s, "
+        f"warm clean {warm:.2f} s, Spark session start {jvm_start:.1f} s"
+    )
+
+    # -- crossover ------------------------------------------------------------------------
+    sizes = [int(x) for x in args.crossover.split(",") if x]
+    if sizes:
+        local_s, spark_s = [], []
+        for n in sizes:
+            build(root / f"x{n}", max(1, n // 10), 10)
+            local_s.append(clean_once(copy(root / f"x{n}", root / "xl"), LocalEngine())[1])
+            spark_s.append(clean_once(copy(root / f"x{n}", root / "xs"), spark_engine())[1])
+            for d in (root / f"x{n}", root / "xl", root / "xs"):
+                shutil.rmtree(d)
+            print(f"  {n:>11,} records: in-process {local_s[-1]:.2f} s, Spark {spark_s[-1]:.2f} s")
+        print(f"crossover (Spark overtakes in-process): {crossover(sizes, local_s, spark_s)}")
 
     # -- K keys x U updates -------------------------------------------------------------
     t0 = time.perf_counter()

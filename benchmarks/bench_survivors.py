@@ -1,17 +1,16 @@
-"""The Spark engine's "which records are superseded" stage: today's two reads and two
-shuffles against one read and one shuffle of 128-bit key digests.
+"""The Spark engine's "which records are superseded" stage: one read and one shuffle of
+128-bit key digests.
 
 Builds one rolled partition of K keys x U updates (default 1M x 10 = 10M records,
 100-byte values, 64 MiB segments, batches of 1000; ``bench_spark.build``), then on
-``local[2]`` times, same data, dirty range = the whole partition:
+``local[2]`` times, dirty range = the whole partition, (b) ``survivors.superseded``: one
+read of the segments in ``mapInArrow`` tasks, one shuffle of (hi, lo, offset) rows, a
+packed bitmap per reduce partition to the driver. (The engine's former two-pass plan,
+(a) ``groupBy(partition, key).max(offset)`` then the range read again and joined with
+that map, was removed with issue 14; it measured 62.7 s against (b)'s 7.3 s at 2M
+records, see :mod:`kompakt.pipeline.survivors`.)
 
-(a) today: ``dedup.latest_offsets`` (``groupBy(partition, key).max(offset)``) and
-    ``dedup.records_with_latest`` (the range read again, joined with that map), counted;
-(b) ``survivors.superseded``: one read of the segments in ``mapInArrow`` tasks, one
-    shuffle of (hi, lo, offset) rows, a packed bitmap per reduce partition to the driver.
-
-Prints records/s and MB/s (segment bytes) of both and the ratio; the bytes the driver
-collected for (b) beside what sorted superseded offsets would have cost; peak memory
+Prints records/s and MB/s (segment bytes); the bytes the driver collected beside what sorted superseded offsets would have cost; peak memory
 (``bench_spark.MemSampler``: driver JVM heap, Python workers PSS); and, with
 ``--profile``, cProfile of (b)'s worker functions on one segment in this process.
 Run: ``.venv/bin/python benchmarks/bench_survivors.py [--keys N --updates U]``.
@@ -40,13 +39,6 @@ def segments(data_dir: Path) -> tuple[str, list[int], int]:
         plog = m.get_log(TOPIC, 0)
         bases = [s.base_offset for s in plog.segments_snapshot() if s.size]
         return str(plog.dir), bases, plog.log_end_offset
-
-
-def today(spark, data_dir: Path, bases: list[int], end: int) -> int:
-    from kompakt.pipeline.dedup import latest_offsets, records_with_latest
-
-    latest = latest_offsets(spark, data_dir, TOPIC, {0: (0, end)})
-    return records_with_latest(spark, data_dir, TOPIC, {0: (0, end)}, latest, {0: bases}).count()
 
 
 def one_pass(spark, part_dir: str, bases: list[int], end: int):
@@ -139,7 +131,6 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--updates", type=int, default=10)
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--skip-today", action="store_true", help="time (b) only")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kompakt-bench-survivors-") as tmp:
         run(Path(tmp), args)
@@ -162,7 +153,6 @@ def run(root: Path, args: argparse.Namespace) -> None:
     print(f"Spark {MASTER}: session start {time.perf_counter() - t0:.1f} s")
     build(root / "warm", 100, 3)  # warm both paths (workers, numba, the data source)
     wdir, wbases, wend = segments(root / "warm")
-    today(spark, root / "warm", wbases, wend)
     one_pass(spark, wdir, wbases, wend)
 
     t0 = time.perf_counter()
@@ -177,12 +167,6 @@ def run(root: Path, args: argparse.Namespace) -> None:
 
     rows = []
     stages = {}
-    if not args.skip_today:
-        first = next_stage_id(spark)
-        n, t_a, mem_a = timed(lambda: today(spark, root / "src", bases, end), spark)
-        assert n == records, (n, records)
-        rows.append(("(a) latest_offsets + records_with_latest", t_a, mem_a))
-        stages["(a)"] = stage_times(spark, first)
     first = next_stage_id(spark)
     got, t_b, mem_b = timed(lambda: one_pass(spark, part_dir, bases, end), spark)
     stages["(b)"] = stage_times(spark, first)
@@ -199,8 +183,6 @@ def run(root: Path, args: argparse.Namespace) -> None:
             f"{name:42} {t:>8.2f} {records / t:>12,.0f} {nbytes / 1e6 / t:>8.1f} "
             f"{fmt_mb(mem['jvm_heap_used']):>10} {fmt_mb(mem['py_workers_rss']):>10}"
         )
-    if len(rows) == 2:
-        print(f"ratio (a)/(b): {rows[0][1] / rows[1][1]:.2f}x")
     for name, lines in stages.items():
         print(f"Spark stages of {name}:")
         print("\n".join(lines))

@@ -1,12 +1,13 @@
 """The Spark compaction engine: the cleaner's dedup and rewrite stages as one Spark job.
 
-Dedup: ``groupBy(partition, key).max(offset)`` over the records of the dirty range that
-the cleaner's rule feeds to the key map (:mod:`kompakt.cleaner.key_map`, run in one
-task per segment, as the in-process engine runs it) — exact keys, any number of them,
-one pass, so a round always reaches the first uncleanable offset (no
-offset map, no partial cleans). Rewrite: every record of the range to rewrite is joined
-with its key's latest offset and each segment group goes to one task, which runs the
-cleaner's own group rewrite (:func:`kompakt.cleaner.segment_io.write_cleaned_group`, so the
+Dedup: :func:`kompakt.pipeline.survivors.superseded` reads the range to rewrite once and
+shuffles one 128-bit key digest per keyed record (Kafka's ``SkimpyOffsetMap`` keys by a
+16-byte MD5 digest) to mark every record that a later record of its key, fed to the map
+by the cleaner's rule (:func:`kompakt.cleaner.key_map.feeds_key_map`), supersedes — any
+number of keys, one pass, so a round always reaches the first uncleanable offset (no
+offset map, no partial cleans). Rewrite: each segment group goes to one task with only
+its slice of that bitmap (:mod:`kompakt.pipeline.groups`), which runs the cleaner's own
+group rewrite (:func:`kompakt.cleaner.segment_io.write_cleaned_group`, so the
 survive/discard rule is the same code) and leaves a ``.cleaned`` segment next to the
 originals. The driver then does the crash-safe swap and the checkpoint, as for the
 in-process engine. Data dirs must be on a path every executor sees. An abort
@@ -23,29 +24,28 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from kompakt.cleaner.engine import CleanJob, EngineRun, GroupResult
-from kompakt.cleaner.rewrite import GroupStats, RoundContext, lookup_from_arrays
+from kompakt.cleaner.rewrite import GroupStats, RoundContext
 from kompakt.cleaner.segment_io import write_cleaned_group
 from kompakt.cleaner.stats import DirtyRange
 from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_file
 
 
-def _group_cleaner(
-    ctx: RoundContext, seg_kwargs: dict[str, Any], dry_run: bool, ends: Mapping[int, int]
-) -> Callable[[Any, np.ndarray, np.ndarray], dict[str, Any]]:
-    def clean(task, offsets: np.ndarray, latest: np.ndarray) -> dict[str, Any]:
+def _group_cleaner(ctx: RoundContext, seg_kwargs: dict[str, Any], dry_run: bool) -> Callable:
+    """The executor side of one group: Kafka ``cleanSegments`` with the group's bits as
+    the offset map."""
+
+    def clean(task) -> dict[str, Any]:
         directory = Path(task.dir)
         sources = [(b, segment_file(directory, b), None) for b in task.bases]
         stats, dest = write_cleaned_group(
             directory,
             sources,
-            lookup_from_arrays(offsets, latest),
+            task.superseded.latest_lookup(),
             ctx,
             seg_kwargs,
             dry_run,
-            ends[task.index],
+            task.end,
         )
         if dest is not None:
             dest.close()
@@ -87,37 +87,39 @@ class SparkEngine:
     def _rewrite(
         self, job: CleanJob, groups: list[list[LogSegment]], ctx: RoundContext
     ) -> list[GroupResult]:
-        from kompakt.pipeline.dedup import latest_offsets, records_with_latest
         from kompakt.pipeline.groups import GroupTask, run_groups
         from kompakt.pipeline.progress import spark_job
+        from kompakt.pipeline.survivors import superseded
 
         if not groups:
             return []
         plog, dry_run, end = job.log, job.dry_run, job.ltc.first_uncleanable_offset
         job.check_done()
         spark = self._session()
-        data_dir = str(plog.dir.parent)
         part = plog.partition
-        tasks = [
-            GroupTask(plog.topic, part, str(plog.dir), i, tuple(s.base_offset for s in g))
-            for i, g in enumerate(groups)
-        ]
-        ends = {i: g[-1].next_offset for i, g in enumerate(groups)}
-        clean = _group_cleaner(ctx, plog.segment_kwargs(), dry_run, ends)
+        start = max(groups[0][0].base_offset, plog.log_start_offset)
+        bases = [[s.base_offset for s in g] for g in groups]
+        clean = _group_cleaner(ctx, plog.segment_kwargs(), dry_run)
         with spark_job(spark, f"kompakt clean {plog.name}", job.progress, job.check_done):
-            dirty = (job.ltc.first_dirty_offset, end)
-            aborted = {part: job.producers.aborted_between(*dirty)}
-            latest = latest_offsets(spark, data_dir, plog.topic, {part: dirty}, aborted)
-            start = max(groups[0][0].base_offset, plog.log_start_offset)
-            records = records_with_latest(
-                spark,
-                data_dir,
-                plog.topic,
-                {part: (start, end)},
-                latest,
-                {part: [g[0].base_offset for g in groups]},
+            aborted = job.producers.aborted_between(start, end)
+            bits = superseded(
+                spark, plog.dir, start, job.ltc.first_dirty_offset, end, bases, aborted
             )
-            rows = run_groups(spark, records, tasks, clean)
+            tasks = []
+            for i, g in enumerate(groups):
+                g_end = g[-1].next_offset
+                tasks.append(
+                    GroupTask(
+                        plog.topic,
+                        part,
+                        str(plog.dir),
+                        i,
+                        tuple(bases[i]),
+                        g_end,
+                        bits.slice(g[0].base_offset, g_end),
+                    )
+                )
+            rows = run_groups(spark, tasks, clean)
         out: list[GroupResult] = []
         for row, group in zip(rows, groups, strict=True):
             stats = GroupStats(**{k: row[k] for k in asdict(GroupStats())})

@@ -1,37 +1,35 @@
-"""Every segment group gets one task with exactly its records, sorted, with key lookups."""
+"""Every segment group gets one task carrying exactly its slice of the superseded bits."""
 
 from __future__ import annotations
 
-from kompakt.pipeline.dedup import latest_offsets, records_with_latest
+import numpy as np
+
 from kompakt.pipeline.groups import GroupTask, run_groups
-from kompakt.record.encode import build_simple_batch
+from kompakt.pipeline.survivors import Superseded
 
 
-def test_each_group_task_sees_its_records_in_offset_order(spark, manager, data_dir):
-    manager.create_topic("t", 2)
-    for i, key in enumerate([b"a", b"b", b"a", b"c", b"b", b"a", b"d"]):
-        manager.get_log("t", i % 2).append(build_simple_batch([(key, b"v")], timestamp=1))
-    ends = {p: manager.get_log("t", p).log_end_offset for p in range(2)}
-    dirty = {0: (2, ends[0]), 1: (0, ends[1])}
-    latest = latest_offsets(spark, data_dir, "t", dirty)
-    bounds = {0: [0, 2, 9], 1: [0]}  # group 2 of partition 0 holds no records at all
-    records = records_with_latest(
-        spark, data_dir, "t", {p: (0, ends[p]) for p in ends}, latest, bounds
-    )
+def test_each_group_task_sees_only_its_slice_and_results_come_back_in_group_order(spark):
+    width = 40
+    marked = [1, 2, 9, 17, 18, 30, 39]
+    flags = np.zeros(width, np.uint8)
+    flags[marked] = 1
+    whole = Superseded(0, width, np.packbits(flags))
+    bounds = [(0, 3), (3, 17), (17, 17), (17, 40)]  # the third group holds no offsets
     tasks = [
-        GroupTask("t", p, str(data_dir / f"t-{p}"), i, (b,))
-        for p, starts in bounds.items()
-        for i, b in enumerate(starts)
+        GroupTask("t", 0, "/nowhere", i, (lo,), hi, whole.slice(lo, hi))
+        for i, (lo, hi) in reversed(list(enumerate(bounds)))
     ]
 
-    def describe(task, offsets, latest):
-        return {"bases": list(task.bases), "offsets": offsets.tolist(), "latest": latest.tolist()}
+    def describe(task: GroupTask) -> dict:
+        s = task.superseded
+        offsets = np.arange(s.start, s.end)
+        return {"range": [s.start, s.end], "marked": offsets[s.mask(offsets)].tolist()}
 
-    got = run_groups(spark, records, tasks, describe)
-    # partition 0: a@0 a@1 b@2 d@3 (dirty from 2: b->2, d->3); partition 1: b@0 c@1 a@2
-    assert got == [
-        {"partition": 0, "group": 0, "bases": [0], "offsets": [0, 1], "latest": [-1, -1]},
-        {"partition": 0, "group": 1, "bases": [2], "offsets": [2, 3], "latest": [2, 3]},
-        {"partition": 0, "group": 2, "bases": [9], "offsets": [], "latest": []},
-        {"partition": 1, "group": 0, "bases": [0], "offsets": [0, 1, 2], "latest": [0, 1, 2]},
-    ]
+    got = run_groups(spark, tasks, describe)
+    assert [r["group"] for r in got] == [0, 1, 2, 3]
+    assert [r["range"] for r in got] == [[0, 3], [3, 17], [17, 17], [17, 40]]
+    assert [r["marked"] for r in got] == [[1, 2], [9], [], [17, 18, 30, 39]]
+
+
+def test_no_tasks_give_no_results(spark):
+    assert run_groups(spark, [], lambda task: {}) == []
