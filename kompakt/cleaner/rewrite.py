@@ -256,19 +256,3 @@ def clean_group(
             check_done()
         clean_segment(data, lookup, ctx, txn, sink, stats)
     return stats
-
-
-def lookup_from_arrays(offsets: np.ndarray, latest: np.ndarray) -> LatestLookup:
-    """A lookup for records whose key's latest offset was computed elsewhere (Spark)."""
-    order = np.argsort(offsets, kind="stable")
-    offs, lat = offsets[order], latest[order]
-
-    def lookup(scan: RecordScan) -> np.ndarray:
-        if not len(offs):
-            return np.full(len(scan.offset), -1, np.int64)
-        idx = np.searchsorted(offs, scan.offset)
-        idx_c = np.minimum(idx, len(offs) - 1)
-        found = offs[idx_c] == scan.offset
-        return np.where(found, lat[idx_c], -1).astype(np.int64)
-
-    return lookup
