@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 
 import kompakt.pipeline
 from kompakt.broker.app import BrokerThread, start_test_broker
+from kompakt.broker.producers import PRODUCER_ID_BLOCK_FILE
 from kompakt.cli.main import app
 
 runner = CliRunner()
@@ -226,7 +227,10 @@ BROKER_VERBS: list[tuple[list[str], str]] = [
 
 # Files of broker-wide metadata a topic verb may rewrite: every topic's configs, and
 # the group coordinator's topic ids (offsets of a deleted topic go with it, as in Kafka).
-METADATA = {"kompakt-topics.json", "kompakt-offsets-topic-ids.json"}
+# broker metadata a verb may move on as a side effect of its own work; the producer-id
+# block is reserved when an (idempotent) produce asks for a producer id, as Kafka's
+# controller records its ProducerIdsBlock
+METADATA = {"kompakt-topics.json", "kompakt-offsets-topic-ids.json", PRODUCER_ID_BLOCK_FILE}
 
 
 def test_offline_verbs_on_a_data_dir_a_broker_owns_are_refused_and_change_nothing(
