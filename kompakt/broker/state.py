@@ -117,6 +117,10 @@ class RequestContext:
     correlation_id: int
     client_id: str | None
     peer: str
+    # Kafka's KafkaPrincipal as "type:name" (User:ANONYMOUS before/without SASL or mTLS),
+    # set by the listener that authenticated the connection; the authorizer checks it
+    principal: str = "User:ANONYMOUS"
+    listener: str = "PLAINTEXT"
 
     @property
     def logs(self) -> LogManager:
