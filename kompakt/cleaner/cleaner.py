@@ -495,11 +495,6 @@ class Cleaner:
         log.info("%s", stats.log_line())
         return stats
 
-    def partition_status(self, plog: PartitionLog) -> dict[str, Any]:
-        """Dirty ratio, cleanable bytes, last clean, tombstones pending and uncleanable
-        reason of one log (:class:`~kompakt.cleaner.status.CleaningStatus`)."""
-        return self.status.of_log(plog).to_json()
-
     def close(self, timeout: float = 30.0) -> None:
         """Abort what still runs and wait for it to stop (Kafka's shutdown of the cleaner
         threads aborts their cleans)."""

@@ -77,7 +77,7 @@ def abandoned_then_cleaned(m: LogManager, c: Cleaner, run: Run, start: int, cp_b
     assert not leftovers(plog.dir)
     assert m.cleaner_checkpoint().read().get(("a", 0)) == cp_before
     model = fold(plog)
-    status = c.partition_status(plog)
+    status = c.status.of_log(plog).to_json()
     assert status["uncleanable_reason"] is None
     again = c.compact_now("a", 0).results[0]
     assert again.status == "cleaned", again

@@ -61,7 +61,7 @@ def test_the_cleaners_status_shows_its_last_clean_and_the_new_dirty_range(tmp_pa
         assert after.last_clean is stats
         assert after.first_dirty_offset == stats.end_offset
         assert after.dirty_ratio == 0
-        doc = cleaner.partition_status(plog)
+        doc = cleaner.status.of_log(plog).to_json()
         assert doc["last_compaction_ms"] == stats.started_ms
         assert doc["last_compaction"] == stats.to_json()
 
