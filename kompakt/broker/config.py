@@ -286,6 +286,32 @@ _KEYS: list[BrokerKey] = [
     BrokerKey(
         "kompakt.admin.listener", "string", "http://127.0.0.1:9644", "Admin/metrics HTTP address."
     ),
+    # Kafka's authorizer keys (KIP-801 StandardAuthorizer); kompakt.broker.acls
+    BrokerKey(
+        "authorizer.class.name",
+        "string",
+        "",
+        "The authorizer: empty (none: every request allowed, ACL APIs SECURITY_DISABLED) or "
+        "Kafka's org.apache.kafka.metadata.authorizer.StandardAuthorizer (or the older "
+        "kafka.security.authorizer.AclAuthorizer), which kompakt implements.",
+        _choice(
+            "",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "kafka.security.authorizer.AclAuthorizer",
+        ),
+    ),
+    BrokerKey(
+        "super.users",
+        "string",
+        "",
+        "Semicolon-separated principals (User:admin;User:ops) allowed everything.",
+    ),
+    BrokerKey(
+        "allow.everyone.if.no.acl.found",
+        "boolean",
+        False,
+        "Allow a request on a resource no ACL names at all.",
+    ),
 ]
 # Keys of Kafka's sample server.properties that have no meaning on one kompakt node.
 for _name in (
