@@ -258,6 +258,7 @@ def _fetch_part(p: Any, code: ErrorCode) -> dict[str, Any]:
         "last_stable_offset": -1,
         "log_start_offset": -1,
         "preferred_read_replica": -1,
+        "records": b"",  # Kafka's MemoryRecords.EMPTY: librdkafka refuses a null set
     }
 
 
@@ -306,7 +307,7 @@ def _fetch(c: Check, req: Any) -> Decision:
     attr = "topic" if c.ctx.api_version < 13 else "topic_id"
 
     def allowed(e: Any) -> bool:
-        name = c.topic_name(e, attr)
+        name = c.topic_name(e, "topic")  # v13+: no name, the id is resolved
         return name is None or c.ok(Op.READ, TOPIC, name)
 
     kept, refused = _split(req, "topics", allowed)
@@ -332,11 +333,19 @@ def _metadata(c: Check, req: Any) -> Decision:
         keep = []
         for t in topics:
             name = c.topic_name(t)
-            named = {"name": t.name} if getattr(t, "name", None) else {}
             if name is None:
                 keep.append(t)
             elif not c.ok(Op.DESCRIBE, TOPIC, name):
-                extra.append({"error_code": TOPIC_DENIED, "name": name, **named, "partitions": []})
+                # by id, the name is not told to whom may not describe the topic
+                by_name = bool(getattr(t, "name", None))
+                extra.append(
+                    {
+                        "error_code": TOPIC_DENIED,
+                        "name": name if by_name else None if ctx.api_version >= 12 else "",
+                        "topic_id": ZERO_UUID if by_name else t.topic_id,
+                        "partitions": [],
+                    }
+                )
             elif (
                 auto
                 and not ctx.logs.has_topic(name)

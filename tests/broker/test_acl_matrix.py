@@ -542,3 +542,86 @@ def test_deny_for_anonymous_beats_a_wildcard_allow_end_to_end(secured):
         assert b.logs.get_log(n.topic, 0).log_end_offset == 1
     finally:
         az.store.remove([AclFilter(resource_type=int(T), name=n.topic)])
+
+
+def test_group_consumer_reads_with_read_on_topic_and_group_only(secured):
+    """A real group consumer (confluent-kafka, classic protocol) as User:ANONYMOUS with
+    READ on the topic and the group: FindCoordinator, JoinGroup, SyncGroup, Fetch and
+    OffsetCommit all pass; without READ on the group it gets GROUP_AUTHORIZATION_FAILED."""
+    from confluent_kafka import Consumer
+
+    b, _data = secured
+    n = Names()
+    b.logs.create_topic(n.topic, 1)
+    _grant(b, [(T, n.topic, Op.WRITE)])
+    try:
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": b.bootstrap})
+        p.produce(n.topic, b"v")
+        assert p.flush(10) == 0
+
+        def consume() -> Any:
+            c = Consumer(
+                {
+                    "bootstrap.servers": b.bootstrap,
+                    "group.id": n.group,
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                }
+            )
+            try:
+                c.subscribe([n.topic])
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    m = c.poll(0.5)
+                    if m is None:
+                        continue
+                    if m.error():
+                        return m.error()
+                    c.commit(m, asynchronous=False)
+                    return m.value()
+                return None
+            finally:
+                c.close()
+
+        _grant(b, [(T, n.topic, Op.READ)])
+        err = consume()
+        assert err is not None and err.code() == 30, err  # GROUP_AUTHORIZATION_FAILED
+        _grant(b, [(G, n.group, Op.READ)])
+        assert consume() == b"v"
+    finally:
+        _revoke_all(b)
+
+
+@pytest.mark.parametrize("api_key,version", [(1, 16), (0, 13), (3, 12)])
+def test_requests_naming_topics_by_id_are_checked_on_the_topic_they_name(secured, api_key, version):
+    """KIP-516 requests carry topic ids, not names: the ACL is still the named topic's
+    (Fetch v13+, Produce v13, Metadata by id), and a refused id does not leak the name."""
+    b, _data = secured
+    n = Names()
+    b.logs.create_topic(n.topic, 1)
+    tid = b.broker.state.topic_id(n.topic)
+    part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+    bodies = {
+        1: {"max_wait": 0, "max_bytes": 1 << 20,
+            "topics": [{"topic_id": tid, "partitions": [part]}]},
+        0: {"acks": -1, "timeout": 5000,
+            "topic_data": [{"topic_id": tid,
+                            "partition_data": [{"index": 0, "records": _batch()}]}]},
+        3: {"topics": [{"topic_id": tid, "name": None}], "allow_auto_topic_creation": False},
+    }  # fmt: skip
+    grants = {1: Op.READ, 0: Op.WRITE, 3: Op.DESCRIBE}
+    _revoke_all(b)
+    resp = call(b.port, api_key, version, bodies[api_key])
+    assert int(ErrorCode.topic_authorization_failed) in _codes(resp), resp
+    assert n.topic not in repr(resp)
+    assert b.logs.get_log(n.topic, 0).log_end_offset == 0
+    _grant(b, [(T, n.topic, grants[api_key])])
+    try:
+        resp = call(b.port, api_key, version, bodies[api_key])
+        assert _codes(resp) <= {0}, resp
+    finally:
+        _revoke_all(b)
+    if api_key == 0:
+        assert b.logs.get_log(n.topic, 0).log_end_offset == 1
