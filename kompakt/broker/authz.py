@@ -11,7 +11,7 @@ never seen by the handler, and nothing is written for it.
 The rules, after Kafka's ``KafkaApis`` (4.x):
 
 =========================  ==========================================================
-Produce                    WRITE topic; a transactional produce WRITE transactional id
+Produce                    WRITE topic; transactional batches WRITE transactional id
                            (idempotence is checked once, at InitProducerId: KIP-679)
 Fetch                      READ topic
 ListOffsets                DESCRIBE topic
@@ -71,6 +71,7 @@ from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler
 from kompakt.broker.state import BrokerState, RequestContext
 from kompakt.errors import KompaktError
 from kompakt.log.names import is_valid_topic_name
+from kompakt.record.header import ATTRIBUTES_POS, LOG_OVERHEAD, TRANSACTIONAL_BIT, batch_size
 
 log = logging.getLogger(__name__)
 
@@ -285,10 +286,28 @@ def _txn_part(i: int, code: ErrorCode) -> dict[str, Any]:
 # -- the policies ------------------------------------------------------------------------
 
 
+def _transactional(records: bytes | None) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords`` for one partition's batches (a
+    header walk; a torn tail is the handler's to refuse)."""
+    buf = memoryview(records or b"")
+    pos = 0
+    while pos + ATTRIBUTES_POS + 2 <= len(buf):
+        if int.from_bytes(buf[pos + ATTRIBUTES_POS : pos + ATTRIBUTES_POS + 2]) & (
+            TRANSACTIONAL_BIT
+        ):
+            return True
+        size = batch_size(buf, pos)
+        if size <= LOG_OVERHEAD:
+            return False
+        pos += size
+    return False
+
+
 def _produce(c: Check, req: Any) -> Decision:
     acks_zero = int(req.acks) == 0
     tid = req.transactional_id
-    if tid is not None and not c.ok(Op.WRITE, TXN, tid):
+    transactional = any(_transactional(p.records) for t in req.topic_data for p in t.partition_data)
+    if transactional and (tid is None or not c.ok(Op.WRITE, TXN, tid)):
         d = _all_topics_error(
             req, "topic_data", "responses", "partition_data", "partition_responses",
             _produce_part, TXN_DENIED,

@@ -625,3 +625,65 @@ def test_requests_naming_topics_by_id_are_checked_on_the_topic_they_name(secured
         _revoke_all(b)
     if api_key == 0:
         assert b.logs.get_log(n.topic, 0).log_end_offset == 1
+
+
+def test_transactional_batches_need_write_on_the_transactional_id(secured):
+    """KafkaApis.handleProduceRequest: a produce with transactional batches needs WRITE on
+    its transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition,
+    nothing appended); a transactional id beside plain batches is not checked."""
+    b, _data = secured
+    n = Names()
+    b.logs.create_topic(n.topic, 1)
+    ts = int(time.time() * 1000)
+
+    def body(transactional: bool) -> dict[str, Any]:
+        batch = build_simple_batch(
+            [(b"k", b"v")],
+            timestamp=ts,
+            producer_id=1 if transactional else -1,
+            producer_epoch=0 if transactional else -1,
+            base_sequence=0 if transactional else -1,
+            transactional=transactional,
+        )
+        return {
+            "transactional_id": n.txn,
+            "acks": -1,
+            "timeout": 5000,
+            "topic_data": [{"name": n.topic, "partition_data": [{"index": 0, "records": batch}]}],
+        }
+
+    _grant(b, [(T, n.topic, Op.WRITE)])
+    try:
+        resp = call(b.port, 0, 9, body(True))
+        assert _codes(resp) == {int(ErrorCode.transactional_id_authorization_failed)}
+        assert b.logs.get_log(n.topic, 0).log_end_offset == 0
+        resp = call(b.port, 0, 9, body(False))
+        assert _codes(resp) == {0}
+        assert b.logs.get_log(n.topic, 0).log_end_offset == 1
+    finally:
+        _revoke_all(b)
+
+
+def test_transactional_producer_is_refused_at_init_without_its_transactional_id_acl(secured):
+    """A real transactional producer (confluent-kafka): InitProducerId needs WRITE on
+    the transactional id; with it (and WRITE on the topic) the transaction commits."""
+    from confluent_kafka import KafkaException, Producer
+
+    b, _data = secured
+    n = Names()
+    b.logs.create_topic(n.topic, 1)
+    conf = {"bootstrap.servers": b.bootstrap, "transactional.id": n.txn}
+    _grant(b, [(T, n.topic, Op.WRITE)])
+    try:
+        with pytest.raises(KafkaException, match="(?i)transactional.?id.?authorization"):
+            Producer(conf).init_transactions(10)
+        _grant(b, [(X, n.txn, Op.WRITE)])
+        p = Producer(conf)
+        p.init_transactions(10)
+        p.begin_transaction()
+        p.produce(n.topic, b"v")
+        p.commit_transaction(10)
+        # the record, then the commit marker (written after EndTxn answers, as in Kafka)
+        wait_for(lambda: b.logs.get_log(n.topic, 0).log_end_offset == 2, "the commit marker")
+    finally:
+        _revoke_all(b)
