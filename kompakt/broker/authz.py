@@ -567,13 +567,26 @@ def _create_topics(c: Check, req: Any) -> Decision:
             "name": t.name,
             "error_code": TOPIC_DENIED,
             "error_message": "Authorization failed.",
-            "topic_config_error_code": TOPIC_DENIED,
             "num_partitions": -1,
             "replication_factor": -1,
         }
         for t in refused
     ]
-    return kept, _append("topics", extra)
+
+    def configs(resp: Any) -> Any:
+        """ReplicationControlManager.createTopic: a topic made for whom may not
+        DESCRIBE_CONFIGS it comes back without its configs (TOPIC_AUTHORIZATION_FAILED)."""
+        out = dict(resp)
+        out["topics"] = [
+            {**t, "topic_config_error_code": TOPIC_DENIED, "configs": None}
+            if t.get("error_code") == ErrorCode.none
+            and not c.ok(Op.DESCRIBE_CONFIGS, TOPIC, t["name"])
+            else t
+            for t in (dict(x) for x in out.get("topics") or ())
+        ]
+        return out
+
+    return kept, _append("topics", extra, configs)
 
 
 def _delete_topics(c: Check, req: Any) -> Decision:

@@ -195,7 +195,7 @@ CASES: dict[int, Case] = {
             "topics": [{"name": n.new_topic, "num_partitions": 1, "replication_factor": 1}],
             "timeout": 5000,
         },
-        lambda n: [(T, n.new_topic, Op.CREATE)],
+        lambda n: [(T, n.new_topic, Op.CREATE), (T, n.new_topic, Op.DESCRIBE_CONFIGS)],
         ErrorCode.topic_authorization_failed,
     ),
     20: Case(
@@ -685,5 +685,23 @@ def test_transactional_producer_is_refused_at_init_without_its_transactional_id_
         p.commit_transaction(10)
         # the record, then the commit marker (written after EndTxn answers, as in Kafka)
         wait_for(lambda: b.logs.get_log(n.topic, 0).log_end_offset == 2, "the commit marker")
+    finally:
+        _revoke_all(b)
+
+
+def test_create_topics_without_describe_configs_makes_the_topic_but_hides_its_configs(secured):
+    """Kafka's ReplicationControlManager.createTopic: CREATE makes the topic; without
+    DESCRIBE_CONFIGS the answer has topic_config_error_code TOPIC_AUTHORIZATION_FAILED
+    and no configs."""
+    b, _data = secured
+    n = Names()
+    _grant(b, [(T, n.new_topic, Op.CREATE)])
+    try:
+        resp = call(b.port, 19, 5, CASES[19].body(n))
+        (t,) = resp.topics
+        assert t.error_code == ErrorCode.none
+        assert t.topic_config_error_code == ErrorCode.topic_authorization_failed
+        assert not t.configs
+        assert b.logs.has_topic(n.new_topic)
     finally:
         _revoke_all(b)
