@@ -171,3 +171,59 @@ def test_acls_set_by_a_super_user_hold_after_a_restart_for_an_ordinary_principal
         assert [a["name"] for a in json.loads(r.output)] == ["secret"]
     finally:
         b.stop()
+
+
+def test_allow_everyone_if_no_acl_found_ends_once_the_cluster_has_an_acl(tmp_path):
+    """allow.everyone.if.no.acl.found=true with kafka-python's admin client: while no ACL
+    names the cluster, User:ANONYMOUS may manage ACLs; the first ACL on the cluster (for
+    User:admin) ends that, and the next DescribeAcls is CLUSTER_AUTHORIZATION_FAILED."""
+    from kafka.admin import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        KafkaAdminClient,
+        ResourcePattern,
+        ResourcePatternFilter,
+    )
+    from kafka.admin import ResourceType as KpResourceType
+    from kafka.errors import ClusterAuthorizationFailedError
+
+    b = start_test_broker(
+        tmp_path,
+        **{"authorizer.class.name": STANDARD, "allow.everyone.if.no.acl.found": "true"},
+    )
+    everything = ACLFilter(
+        None,
+        None,
+        ACLOperation.ANY,
+        ACLPermissionType.ANY,
+        ResourcePatternFilter(KpResourceType.ANY, None, ACLResourcePatternType.ANY),
+    )
+    try:
+        a = KafkaAdminClient(bootstrap_servers=b.bootstrap)
+        try:
+            group_acl = ACL(
+                "User:carol", "*", ACLOperation.READ, ACLPermissionType.ALLOW,
+                ResourcePattern(KpResourceType.GROUP, "billing", ACLResourcePatternType.LITERAL),
+            )  # fmt: skip
+            assert a.create_acls([group_acl])["failed"] == []
+            acls, _err = a.describe_acls(everything)
+            assert [x.principal for x in acls] == ["User:carol"]
+            admin_acl = ACL(
+                "User:admin", "*", ACLOperation.ALL, ACLPermissionType.ALLOW,
+                ResourcePattern(
+                    KpResourceType.CLUSTER, "kafka-cluster", ACLResourcePatternType.LITERAL
+                ),
+            )  # fmt: skip
+            assert a.create_acls([admin_acl])["failed"] == []
+            with pytest.raises(ClusterAuthorizationFailedError):
+                a.describe_acls(everything)
+            [(_f, deleted, err)] = a.delete_acls([everything])
+            assert deleted == [] and err is ClusterAuthorizationFailedError
+        finally:
+            a.close()
+        assert len(json.loads((tmp_path / ACLS_FILE).read_text())["acls"]) == 2
+    finally:
+        b.stop()
