@@ -705,3 +705,31 @@ def test_create_topics_without_describe_configs_makes_the_topic_but_hides_its_co
         assert b.logs.has_topic(n.new_topic)
     finally:
         _revoke_all(b)
+
+
+def test_offset_fetch_v8_answers_each_group_on_its_own_acl(secured):
+    """OffsetFetch v8+ (KIP-709) asks for several groups: each without DESCRIBE gets
+    GROUP_AUTHORIZATION_FAILED, the others their offsets; DescribeGroups'
+    authorized_operations are the group's real ACLs."""
+    b, _data = secured
+    n, other = Names(), Names()
+    b.logs.create_topic(n.topic, 1)
+    _grant(b, CASES[8].grants(n))
+    try:
+        assert _codes(call(b.port, 8, 8, CASES[8].body(n))) == {0}
+        body = {
+            "groups": [
+                {"group_id": n.group, "topics": None},
+                {"group_id": other.group, "topics": None},
+            ]
+        }
+        resp = call(b.port, 9, 8, body)
+        by_group = {g.group_id: g for g in resp.groups}
+        assert by_group[other.group].error_code == ErrorCode.group_authorization_failed
+        mine = by_group[n.group]
+        assert mine.error_code == ErrorCode.none
+        assert [t.name for t in mine.topics] == [n.topic]
+        resp = call(b.port, 15, 5, {"groups": [n.group], "include_authorized_operations": True})
+        assert resp.groups[0].authorized_operations == (1 << Op.READ) | (1 << Op.DESCRIBE)
+    finally:
+        _revoke_all(b)
