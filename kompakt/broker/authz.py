@@ -67,13 +67,15 @@ from kompakt.broker.acls import (
 from kompakt.broker.handlers.acls import AUTHORIZER_KEY
 from kompakt.broker.handlers.common import AUTHORIZED_OPERATIONS_OMITTED
 from kompakt.broker.protocol import ZERO_UUID
-from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler
+from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler, api_name
 from kompakt.broker.state import BrokerState, RequestContext
 from kompakt.errors import KompaktError
 from kompakt.log.names import is_valid_topic_name
 from kompakt.record.header import ATTRIBUTES_POS, LOG_OVERHEAD, TRANSACTIONAL_BIT, batch_size
 
 log = logging.getLogger(__name__)
+# Kafka's kafka.authorizer.logger: one INFO line per refused check
+denied_log = logging.getLogger("kompakt.authorizer")
 
 TOPIC = ResourceType.TOPIC
 GROUP = ResourceType.GROUP
@@ -102,11 +104,26 @@ class Check:
         self.principal = ctx.principal
         self.host = client_host(ctx.peer)
 
-    def ok(self, op: Op, rtype: ResourceType, name: str) -> bool:
-        return self.authorizer.authorize(self.principal, self.host, op, rtype, name)
+    def ok(self, op: Op, rtype: ResourceType, name: str, log_denied: bool = True) -> bool:
+        """``log_denied=False`` where a refusal only filters a listing (Kafka's
+        ``logIfDenied = false``: Metadata of all topics, ListGroups)."""
+        allowed = self.authorizer.authorize(self.principal, self.host, op, rtype, name)
+        if not allowed and log_denied:
+            denied_log.info(
+                "Principal = %s is Denied operation = %s from host = %s on resource = %s:%s "
+                "(%s v%d)",
+                self.principal,
+                op.name,
+                self.host,
+                rtype.name,
+                name,
+                api_name(self.ctx.api_key),
+                self.ctx.api_version,
+            )
+        return allowed
 
-    def cluster(self, op: Op) -> bool:
-        return self.ok(op, CLUSTER, CLUSTER_NAME)
+    def cluster(self, op: Op, log_denied: bool = True) -> bool:
+        return self.ok(op, CLUSTER, CLUSTER_NAME, log_denied)
 
     def any_of(self, op: Op, rtype: ResourceType) -> bool:
         return self.authorizer.authorize_any(self.principal, self.host, op, rtype)
@@ -368,7 +385,7 @@ def _metadata(c: Check, req: Any) -> Decision:
             elif (
                 auto
                 and not ctx.logs.has_topic(name)
-                and not (c.cluster(Op.CREATE) or c.ok(Op.CREATE, TOPIC, name))
+                and not (c.cluster(Op.CREATE, log_denied=False) or c.ok(Op.CREATE, TOPIC, name))
             ):  # KafkaApis: may describe, may not create: as if auto-creation were off
                 code = (
                     ErrorCode.unknown_topic_or_partition
@@ -388,7 +405,7 @@ def _metadata(c: Check, req: Any) -> Decision:
         for t in out.get("topics") or ():
             t = dict(t)
             name = t.get("name")
-            if every and name and not c.ok(Op.DESCRIBE, TOPIC, name):
+            if every and name and not c.ok(Op.DESCRIBE, TOPIC, name, log_denied=False):
                 continue
             if include_ops and name and t.get("error_code") == ErrorCode.none:
                 t["topic_authorized_operations"] = c.ops(TOPIC, name)
@@ -438,7 +455,8 @@ def _offset_fetch_topics(c: Check, group: Any) -> tuple[Any, Finish]:
             g["topics"] = [
                 t
                 for t in g.get("topics") or ()
-                if (n := _resp_topic_name(c, t)) is None or c.ok(Op.DESCRIBE, TOPIC, n)
+                if (n := _resp_topic_name(c, t)) is None
+                or c.ok(Op.DESCRIBE, TOPIC, n, log_denied=False)
             ]
             return g
 
@@ -537,7 +555,7 @@ def _describe_groups(c: Check, req: Any) -> Decision:
 
 
 def _list_groups(c: Check, req: Any) -> Decision:
-    if c.cluster(Op.DESCRIBE):
+    if c.cluster(Op.DESCRIBE, log_denied=False):
         return req, _same
 
     def visible(resp: Any) -> Any:
@@ -545,7 +563,12 @@ def _list_groups(c: Check, req: Any) -> Decision:
         out["groups"] = [
             g
             for g in out.get("groups") or ()
-            if c.ok(Op.DESCRIBE, GROUP, g["group_id"] if isinstance(g, dict) else g.group_id)
+            if c.ok(
+                Op.DESCRIBE,
+                GROUP,
+                g["group_id"] if isinstance(g, dict) else g.group_id,
+                log_denied=False,
+            )
         ]
         return out
 
@@ -558,7 +581,7 @@ def _delete_groups(c: Check, req: Any) -> Decision:
 
 
 def _create_topics(c: Check, req: Any) -> Decision:
-    may_create_any = c.cluster(Op.CREATE)
+    may_create_any = c.cluster(Op.CREATE, log_denied=False)
     kept, refused = _split(
         req, "topics", lambda t: may_create_any or c.ok(Op.CREATE, TOPIC, t.name)
     )
@@ -648,7 +671,7 @@ def _init_producer_id(c: Check, req: Any) -> Decision:
         if c.ok(Op.WRITE, TXN, tid):
             return req, _same
         return _refuse({**refusal, "error_code": TXN_DENIED})
-    if c.cluster(Op.IDEMPOTENT_WRITE) or c.any_of(Op.WRITE, TOPIC):
+    if c.cluster(Op.IDEMPOTENT_WRITE, log_denied=False) or c.any_of(Op.WRITE, TOPIC):
         return req, _same
     return _refuse({**refusal, "error_code": CLUSTER_DENIED})
 
@@ -747,6 +770,7 @@ def _list_transactions(c: Check, req: Any) -> Decision:
                 Op.DESCRIBE,
                 TXN,
                 s["transactional_id"] if isinstance(s, dict) else s.transactional_id,
+                log_denied=False,
             )
         ]
         return out

@@ -10,6 +10,7 @@ without a case (and a policy in ``kompakt.broker.authz``) fails here.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -784,3 +785,21 @@ def test_policies_for_apis_of_other_branches_refuse_with_an_encodable_answer(sec
     ctx = RequestContext(b.broker.state, api_key, case.version, 1, "t", "127.0.0.1:1")
     answer = build(resp_cls, guarded(ctx, build(req_cls, case.body(n))))
     assert int(case.refused) in _codes(answer), answer
+
+
+def test_a_refusal_is_logged_once_a_filtered_listing_is_not(secured, caplog):
+    """Kafka's kafka.authorizer.logger: a refused check is one INFO line naming the
+    principal, operation, host and resource; hiding topics from an all-topics Metadata
+    is not a refusal (logIfDenied = false)."""
+    b, _data = secured
+    n = Names()
+    b.logs.create_topic(n.topic, 1)
+    _revoke_all(b)
+    with caplog.at_level(logging.INFO, logger="kompakt.authorizer"):
+        call(b.port, 0, 9, CASES[0].body(n))
+        call(b.port, 3, 12, {"topics": None})
+    lines = [r.getMessage() for r in caplog.records if r.name == "kompakt.authorizer"]
+    assert lines == [
+        f"Principal = User:ANONYMOUS is Denied operation = WRITE from host = 127.0.0.1 on "
+        f"resource = TOPIC:{n.topic} (Produce v9)"
+    ]
