@@ -22,6 +22,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from kompakt.broker import authz
+from kompakt.broker.acls import build_authorizer
 from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
 from kompakt.broker.background import BackgroundTasks
 from kompakt.broker.config import CLEANER_DYNAMIC_KEYS, BrokerConfig
@@ -95,6 +97,7 @@ class Broker:
         self._status = None
         try:
             self.state = BrokerState(cfg, self.logs, self.registry)
+            authz.install(self.registry, self.state, build_authorizer(cfg, self.logs.dir))
             self.state.notifier = AppendNotifier(asyncio.get_running_loop())
             self.state.producers = ProducerStateManager(self.logs.dir)
             start_coordinator(self.state, self.logs.clock)  # loaded below or on first use

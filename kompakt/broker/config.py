@@ -87,6 +87,28 @@ def _choice(*values: str):
     return check
 
 
+def _authorizer_class(name: str, value: Any) -> None:
+    known = (
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "kafka.security.authorizer.AclAuthorizer",
+    )
+    if value and value not in known:
+        raise InvalidConfigError(
+            f"Invalid value {value} for configuration {name}: kompakt implements Kafka's "
+            f"StandardAuthorizer only; use {known[0]} (or leave it empty for none)"
+        )
+
+
+def _principals(name: str, value: Any) -> None:
+    for p in str(value or "").split(";"):
+        kind, sep, who = p.strip().partition(":")
+        if p.strip() and not (sep and kind and who):
+            raise InvalidConfigError(
+                f"Invalid value {value} for configuration {name}: {p.strip()!r} is not a "
+                "principal (Type:name, e.g. User:admin)"
+            )
+
+
 _KEYS: list[BrokerKey] = [
     BrokerKey("listeners", "string", "PLAINTEXT://127.0.0.1:9092", "Kafka listener(s)."),
     BrokerKey("advertised.listeners", "string", None, "Address given to clients."),
@@ -285,6 +307,29 @@ _KEYS: list[BrokerKey] = [
     ),
     BrokerKey(
         "kompakt.admin.listener", "string", "http://127.0.0.1:9644", "Admin/metrics HTTP address."
+    ),
+    # Kafka's authorizer keys (KIP-801 StandardAuthorizer); kompakt.broker.acls
+    BrokerKey(
+        "authorizer.class.name",
+        "string",
+        "",
+        "The authorizer: empty (none: every request allowed, ACL APIs SECURITY_DISABLED) or "
+        "Kafka's org.apache.kafka.metadata.authorizer.StandardAuthorizer (or the older "
+        "kafka.security.authorizer.AclAuthorizer), which kompakt implements.",
+        _authorizer_class,
+    ),
+    BrokerKey(
+        "super.users",
+        "string",
+        "",
+        "Semicolon-separated principals (User:admin;User:ops) allowed everything.",
+        _principals,
+    ),
+    BrokerKey(
+        "allow.everyone.if.no.acl.found",
+        "boolean",
+        False,
+        "Allow a request on a resource no ACL names at all.",
     ),
 ]
 # Keys of Kafka's sample server.properties that have no meaning on one kompakt node.

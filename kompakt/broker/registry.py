@@ -66,9 +66,29 @@ def api_name(api_key: int) -> str:
     return "".join(p.capitalize() for p in name.split("_"))
 
 
+# wraps a registered handler (api_key, handler) -> handler: the authorizer's one check
+Guard = Callable[[int, Handler], Handler]
+
+
 class ApiRegistry:
     def __init__(self) -> None:
         self._apis: dict[int, ApiHandler] = {}
+        self._raw: dict[int, Handler] = {}
+        self._guard: Guard | None = None
+
+    def set_guard(self, guard: Guard | None) -> None:
+        """Put ``guard`` around every handler, now and registered later (the authorizer:
+        DESIGN's "one check called by the dispatch table for every API")."""
+        self._guard = guard
+        for key, a in list(self._apis.items()):
+            handler = self._raw[key] if guard is None else guard(key, self._raw[key])
+            self._apis[key] = ApiHandler(
+                key, a.min_version, a.max_version, handler, a.advertised_min
+            )
+
+    def unguarded(self, api_key: int) -> Handler:
+        """The handler as registered, without the guard."""
+        return self._raw[api_key]
 
     def register(
         self,
@@ -86,6 +106,9 @@ class ApiRegistry:
         """
         if min_version > max_version:
             raise ValueError(f"bad version range {min_version}..{max_version}")
+        self._raw[api_key] = handler
+        if self._guard is not None:
+            handler = self._guard(api_key, handler)
         self._apis[api_key] = ApiHandler(
             api_key,
             min_version,
@@ -96,6 +119,10 @@ class ApiRegistry:
 
     def unregister(self, api_key: int) -> None:
         self._apis.pop(api_key, None)
+        self._raw.pop(api_key, None)
+
+    def keys(self) -> list[int]:
+        return sorted(self._apis)
 
     def get(self, api_key: int) -> ApiHandler | None:
         return self._apis.get(api_key)

@@ -52,7 +52,7 @@ def all_verbs() -> set[str]:
 
 
 def verb_of(args: list[str]) -> str:
-    return " ".join(args[:2]) if args[0] in ("topic", "group") else args[0]
+    return " ".join(args[:2]) if args[0] in ("topic", "group", "acl") else args[0]
 
 
 @pytest.fixture(autouse=True)
@@ -127,6 +127,22 @@ def not_a_data_dir_cases(f: Path) -> list[tuple[list[str], str]]:
         (["group", "describe", "g", *b], ""),
         (["group", "reset-offsets", "g", "--topic", "t", "--to-earliest", *b], ""),
         (["group", "delete", "g", *b], ""),
+        (
+            [
+                "acl",
+                "add",
+                "--allow-principal",
+                "User:a",
+                "--operation",
+                "Read",
+                "--topic",
+                "t",
+                *b,
+            ],
+            "",
+        ),
+        (["acl", "list", *b], ""),
+        (["acl", "remove", "--topic", "t", *b], ""),
     ]
 
 
@@ -172,6 +188,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
             # small files, so hashing the tree is quick
             "offsets.topic.num.partitions": 1,
             "log.index.size.max.bytes": 4096,
+            # the ACL verbs need an authorizer; the CLI's User:ANONYMOUS may do anything
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",
         },
     )
     try:
@@ -223,6 +242,12 @@ BROKER_VERBS: list[tuple[list[str], str]] = [
     (["group", "reset-offsets", "g", "--topic", "t", "--to-earliest"], "__consumer_offsets-"),
     (["group", "delete", "g"], "__consumer_offsets-"),
     (["topic", "delete", "made"], "made-"),
+    (["acl", "list"], ""),
+    (
+        ["acl", "add", "--allow-principal", "User:a", "--operation", "Read", "--topic", "keep"],
+        "kompakt-acls.json",
+    ),
+    (["acl", "remove", "--topic", "keep"], "kompakt-acls.json"),
 ]
 
 # Files of broker-wide metadata a topic verb may rewrite: every topic's configs, and

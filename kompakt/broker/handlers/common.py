@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import enum
 import logging
 import uuid
 
 from kio.schema.errors import ErrorCode
 
+from kompakt.broker.acls import SUPPORTED_OPERATIONS, Op, ResourceType
 from kompakt.broker.protocol import ZERO_UUID
 from kompakt.broker.state import RequestContext
 from kompakt.errors import KompaktError
@@ -22,48 +22,14 @@ UNKNOWN_OFFSET = -1
 LEADER_EPOCH = 0  # this single node has led every partition since epoch 0
 
 
-class AclOperation(enum.IntEnum):
-    """Kafka's ``org.apache.kafka.common.acl.AclOperation`` codes (kio has none); bit
-    ``1 << code`` of a ``*_authorized_operations`` field says the operation is allowed."""
-
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-
-
-def _bits(*ops: AclOperation) -> int:
-    return sum(1 << op for op in ops)
-
+# Kafka's org.apache.kafka.common.acl.AclOperation codes (kio has none), kept with the
+# authorizer; bit ``1 << code`` of a ``*_authorized_operations`` field says "allowed"
+AclOperation = Op
 
 # Without an authorizer every operation is allowed: Kafka's AclEntry.supportedOperations
 # for the TOPIC and CLUSTER resource types.
-_Op = AclOperation
-TOPIC_OPERATIONS = _bits(
-    _Op.READ,
-    _Op.WRITE,
-    _Op.CREATE,
-    _Op.DELETE,
-    _Op.ALTER,
-    _Op.DESCRIBE,
-    _Op.DESCRIBE_CONFIGS,
-    _Op.ALTER_CONFIGS,
-)
-CLUSTER_OPERATIONS = _bits(
-    _Op.CREATE,
-    _Op.ALTER,
-    _Op.DESCRIBE,
-    _Op.CLUSTER_ACTION,
-    _Op.DESCRIBE_CONFIGS,
-    _Op.ALTER_CONFIGS,
-    _Op.IDEMPOTENT_WRITE,
-)
+TOPIC_OPERATIONS = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.TOPIC])
+CLUSTER_OPERATIONS = sum(1 << op for op in SUPPORTED_OPERATIONS[ResourceType.CLUSTER])
 
 
 def authorized_operations(bits: int, asked: bool) -> int:
