@@ -34,7 +34,8 @@ from kompakt.log.segment import (
     SWAP_SUFFIX,
     LogSegment,
 )
-from kompakt.log.transactions import TransactionTracker
+from kompakt.log.transactions import TransactionTracker, marker_type, replay_segments
+from kompakt.log.txn_index import AbortedTxn, TxnIndexCorruptError
 from kompakt.record.decode import RecordBatch, iter_batches
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,41 @@ class PartitionLog:
         loader = LogLoader(self.dir, self.segment_kwargs(), self.clock)
         for seg in loader.load(needs_recovery, recovery_point):
             self._add(seg)
+        self._load_transactions()
+
+    def _load_transactions(self) -> None:
+        """Rebuild the open transactions from the batch headers (Kafka's ``LogLoader``
+        rebuilding the ``ProducerStateManager``; kompakt keeps no producer snapshots,
+        so the walk starts at the log start) and repair each ``.txnindex`` from the
+        same walk: rewritten when the loader recovered its segment or its tail is torn
+        (as Kafka's ``LogSegment.recover`` rebuilds it), completed when an abort the
+        batches show is missing (a lost file). Entries the cleaner copied for markers
+        whose data it removed are kept: the batches can no longer show them."""
+        expected = replay_segments(self.segments, self.transactions)
+        for seg in self.segments:
+            want = expected[seg.base_offset]
+            idx = seg.txn_index
+            try:
+                idx.sanity_check()
+                have = idx.entries
+            except TxnIndexCorruptError as exc:
+                log.warning("%s: %s; rebuilding it", self.name, exc)
+                seg.txn_index_stale, have = True, []
+            if seg.txn_index_stale:
+                if have != want:
+                    idx.replace(want)
+                seg.txn_index_stale = False
+                continue
+            marks = {(e.producer_id, e.last_offset) for e in have}
+            missing = [e for e in want if (e.producer_id, e.last_offset) not in marks]
+            if missing:
+                log.warning(
+                    "%s: %s lacks %d aborted transactions; rebuilding it",
+                    self.name,
+                    idx.path.name,
+                    len(missing),
+                )
+                idx.replace(sorted(have + missing, key=lambda e: e.last_offset))
 
     def _add(self, seg: LogSegment) -> None:
         i = bisect.bisect_left(self._bases, seg.base_offset)
@@ -134,28 +170,23 @@ class PartitionLog:
         open transaction, else the high watermark."""
         with self.lock:
             hw = self.high_watermark
-            first = self.transactions_up_to_date().first_unstable_offset()
+            first = self.transactions.first_unstable_offset()
         return hw if first is None else min(first, hw)
 
-    def transactions_up_to_date(self) -> TransactionTracker:
-        """The partition's :class:`TransactionTracker`, fed the batches appended since
-        it last looked (all of them on first use after a start)."""
+    def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound)``, from the
+        ``.txnindex`` of the segment holding ``start_offset`` and the ones after it until
+        an entry's last stable offset reaches ``upper_bound`` (Kafka's
+        ``LocalLog.collectAbortedTransactions``)."""
         with self.lock:
-            tracker = self.transactions
-            if tracker.next_offset < self.log_end_offset:
-                tracker.observe(self._batches_from(tracker.next_offset))
-            return tracker
-
-    def _batches_from(self, offset: int):
-        """The batches from the one holding ``offset`` on, found through the offset
-        index (``iter_batches`` reads each segment from its start: every fetch would
-        read the whole active segment again)."""
-        with self.lock:
-            segments = self.segments[max(0, bisect.bisect_right(self._bases, offset) - 1) :]
+            segments = self.segments[max(0, bisect.bisect_right(self._bases, start_offset) - 1) :]
+        out: list[AbortedTxn] = []
         for seg in segments:
-            found = seg.translate_offset(offset)
-            if found is not None:
-                yield from seg.iter_batches(found[0])
+            found, complete = seg.txn_index.collect_aborted(start_offset, upper_bound)
+            out += found
+            if complete:
+                break
+        return out
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
@@ -187,6 +218,7 @@ class PartitionLog:
             try:
                 seg = self._maybe_roll(len(buf), stamped.next_offset - 1, first, now)
                 seg.append(buf, stamped.headers)
+                self._update_transactions(seg, buf, stamped.headers)
             except OSError as exc:  # the segment has cut itself back to `before`
                 raise KafkaStorageError(f"cannot append to {self.name}: {exc.strerror}") from exc
             self._flush_if_due(now)
@@ -201,6 +233,20 @@ class PartitionLog:
             record_count=sum(h.record_count for _p, h in stamped.headers),
             batch_count=len(stamped.headers),
         )
+
+    def _update_transactions(self, seg: LogSegment, buf: bytearray, headers: list) -> None:
+        """Feed the appended transactional batches to the producer state; an ABORT
+        marker's transaction goes to the ``.txnindex`` of the segment it was appended
+        to (Kafka's ``UnifiedLog.append``: ``segment.updateTxnIndex(completedTxn,
+        lastStableOffset)``)."""
+        view = memoryview(buf)
+        for rel_pos, h in headers:
+            if not h.is_transactional:
+                continue
+            marker = marker_type(view[rel_pos : rel_pos + h.size]) if h.is_control else None
+            aborted = self.transactions.on_batch(h, marker)
+            if aborted is not None:
+                seg.update_txn_index(aborted)
 
     def roll_ms(self) -> int:
         """Compacted topics roll at min(segment.ms, max.compaction.lag.ms), like Kafka."""

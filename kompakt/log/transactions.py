@@ -1,68 +1,62 @@
-"""Transactions as one partition's log sees them: the last stable offset and the
-aborted transactions a READ_COMMITTED fetch must name.
+"""Open transactions of one partition: the state behind its last stable offset.
 
 Kafka keeps the open ("ongoing") transactions of a partition in its
 ``ProducerStateManager`` (``firstUnstableOffset``) and the aborted ones in each segment's
-``TransactionIndex`` (``.txnindex``, entries of :class:`AbortedTxn`). This tracker holds
-both in memory, fed by the partition's batches in offset order: a transactional data
-batch opens its producer's transaction (at its base offset) unless one is open, a
-control batch (COMMIT/ABORT marker) closes it, and an ABORT records an
-:class:`AbortedTxn`. It is brought up to date lazily, from the last offset it saw, so
-it is rebuilt by one scan after a restart and costs nothing on logs without
-transactions beyond that scan.
+``TransactionIndex`` (:mod:`kompakt.log.txn_index`). :class:`TransactionTracker` is the
+first part, fed as batches are appended (Kafka's ``ProducerAppendInfo.append``): a
+transactional data batch opens its producer's transaction at its base offset unless one
+is open, a control batch (COMMIT/ABORT marker) closes it, and closing with ABORT gives
+the :class:`~kompakt.log.txn_index.AbortedTxn` the caller writes to the marker's
+segment's ``.txnindex``. At open, :class:`~kompakt.log.partition_log.PartitionLog`
+rebuilds it with one walk over the batch headers; reads never feed it.
 """
 
 from __future__ import annotations
 
+import mmap
 import threading
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+import numpy as np
+
+from kompakt.log.txn_index import AbortedTxn
 from kompakt.record.decode import RecordBatch
-from kompakt.record.header import CONTROL_ABORT, CONTROL_KEY
+from kompakt.record.header import CONTROL_ABORT, CONTROL_KEY, TRANSACTIONAL_BIT, Header
+from kompakt.record.scan import scan_batch_headers
 
+if TYPE_CHECKING:
+    from kompakt.log.segment import LogSegment
 
-@dataclass(frozen=True)
-class AbortedTxn:
-    """Kafka's ``AbortedTxn``: a producer's aborted transaction in this partition, from
-    its first data offset to its ABORT marker, and the partition's last stable offset
-    once it was aborted."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    last_stable_offset: int
+__all__ = ["AbortedTxn", "TransactionTracker", "control_type", "replay_segments"]
 
 
 class TransactionTracker:
-    """Open and aborted transactions of one partition (thread-safe)."""
+    """Open transactions of one partition (thread-safe)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.ongoing: dict[int, int] = {}
         """First offset of each producer's open transaction."""
-        self.aborted: list[AbortedTxn] = []
-        self.next_offset = 0
-        """The offset after the last batch seen."""
 
-    def observe(self, batches: Iterable[RecordBatch]) -> None:
-        """Apply batches at or after :attr:`next_offset`, in offset order (Kafka's
-        ``ProducerAppendInfo.append`` for transactional batches and markers)."""
+    def on_batch(self, header: Header, marker: int | None = None) -> AbortedTxn | None:
+        """Apply one appended batch; ``marker`` is a control batch's type (COMMIT or
+        ABORT, :func:`control_type`). Returns the aborted transaction an ABORT marker
+        closes, with the partition's last stable offset once it is closed (Kafka's
+        ``ProducerStateManager.lastStableOffset(completedTxn)``: the first offset of the
+        earliest other open transaction, else the offset after the marker)."""
+        h = header
+        if not h.is_transactional:
+            return None
         with self._lock:
-            for b in batches:
-                h = b.header
-                if h.last_offset < self.next_offset:
-                    continue
-                self.next_offset = h.last_offset + 1
-                if not h.is_transactional:
-                    continue
-                if not h.is_control:
-                    self.ongoing.setdefault(h.producer_id, h.base_offset)
-                    continue
-                first = self.ongoing.pop(h.producer_id, None)
-                if first is not None and control_type(b) == CONTROL_ABORT:
-                    lso = min(self.ongoing.values(), default=h.last_offset + 1)
-                    self.aborted.append(AbortedTxn(h.producer_id, first, h.last_offset, lso))
+            if not h.is_control:
+                self.ongoing.setdefault(h.producer_id, h.base_offset)
+                return None
+            first = self.ongoing.pop(h.producer_id, None)
+            if first is None or marker != CONTROL_ABORT:
+                return None
+            lso = min(self.ongoing.values(), default=h.last_offset + 1)
+            return AbortedTxn(h.producer_id, first, h.last_offset, lso)
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the earliest open transaction (Kafka's
@@ -70,16 +64,13 @@ class TransactionTracker:
         with self._lock:
             return min(self.ongoing.values(), default=None)
 
-    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
-        """Aborted transactions overlapping ``[fetch_offset, upper_bound)`` (Kafka's
-        ``TransactionIndex.collectAbortedTxns``: ``lastOffset >= fetchOffset`` and
-        ``firstOffset < upperBoundOffset``)."""
+    def snapshot(self) -> dict[int, int]:
         with self._lock:
-            return [
-                a
-                for a in self.aborted
-                if a.last_offset >= fetch_offset and a.first_offset < upper_bound
-            ]
+            return dict(self.ongoing)
+
+    def restore(self, ongoing: dict[int, int]) -> None:
+        with self._lock:
+            self.ongoing = dict(ongoing)
 
 
 def control_type(batch: RecordBatch) -> int | None:
@@ -88,3 +79,43 @@ def control_type(batch: RecordBatch) -> int | None:
         if r.key is not None and len(r.key) >= CONTROL_KEY.size:
             return CONTROL_KEY.unpack_from(bytes(r.key))[1]
     return None
+
+
+def marker_type(data: bytes | memoryview) -> int | None:
+    """COMMIT or ABORT from one control batch's bytes (None for an empty batch)."""
+    return control_type(RecordBatch.from_bytes(data))
+
+
+def replay_segments(
+    segments: Sequence[LogSegment], tracker: TransactionTracker
+) -> dict[int, list[AbortedTxn]]:
+    """Feed ``tracker`` the transactional batches of ``segments`` in offset order (how
+    Kafka's ``LogLoader`` rebuilds the producer state) and return, per segment base
+    offset, the aborted transactions its ABORT markers close: what its ``.txnindex``
+    must hold. Only batch headers are read (the file is memory-mapped), plus the bytes
+    of each control batch for its marker type."""
+    out: dict[int, list[AbortedTxn]] = {}
+    for seg in segments:
+        found: list[AbortedTxn] = []
+        out[seg.base_offset] = found
+        size = seg.size
+        if not size:
+            continue
+        with (
+            open(seg.log_path, "rb") as f,
+            mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as m,
+        ):
+            buf = np.frombuffer(m, np.uint8)
+            heads = scan_batch_headers(buf, 0, size)
+            picked = np.nonzero((heads.attributes & TRANSACTIONAL_BIT) != 0)[0]
+            positions = [(int(heads.position[i]), int(heads.size[i])) for i in picked]
+            del buf, heads
+        for pos, batch_size in positions:
+            h = seg.read_header_at(pos)
+            if h is None:
+                break
+            marker = marker_type(seg.read_at(pos, batch_size)) if h.is_control else None
+            aborted = tracker.on_batch(h, marker)
+            if aborted is not None:
+                found.append(aborted)
+    return out
