@@ -14,6 +14,7 @@ rebuilds it with one walk over the batch headers; reads never feed it.
 from __future__ import annotations
 
 import mmap
+import os
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -22,13 +23,19 @@ import numpy as np
 
 from kompakt.log.txn_index import AbortedTxn
 from kompakt.record.decode import RecordBatch
-from kompakt.record.header import CONTROL_ABORT, CONTROL_KEY, TRANSACTIONAL_BIT, Header
+from kompakt.record.header import (
+    CONTROL_ABORT,
+    CONTROL_KEY,
+    TRANSACTIONAL_BIT,
+    Header,
+    read_header,
+)
 from kompakt.record.scan import scan_batch_headers
 
 if TYPE_CHECKING:
     from kompakt.log.segment import LogSegment
 
-__all__ = ["AbortedTxn", "TransactionTracker", "control_type", "replay_segments"]
+__all__ = ["AbortedTxn", "TransactionTracker", "control_type", "replay_files", "replay_segments"]
 
 
 class TransactionTracker:
@@ -92,30 +99,33 @@ def replay_segments(
     """Feed ``tracker`` the transactional batches of ``segments`` in offset order (how
     Kafka's ``LogLoader`` rebuilds the producer state) and return, per segment base
     offset, the aborted transactions its ABORT markers close: what its ``.txnindex``
-    must hold. Only batch headers are read (the file is memory-mapped), plus the bytes
-    of each control batch for its marker type."""
+    must hold."""
+    return replay_files([(s.base_offset, s.log_path, s.size) for s in segments], tracker)
+
+
+def replay_files(
+    files: Sequence[tuple[int, str | os.PathLike, int | None]], tracker: TransactionTracker
+) -> dict[int, list[AbortedTxn]]:
+    """:func:`replay_segments` over ``(base offset, .log path, size or None for the
+    whole file)``, read-only: only batch headers are read (the file is memory-mapped),
+    plus each control batch for its marker type; a torn tail ends a file."""
     out: dict[int, list[AbortedTxn]] = {}
-    for seg in segments:
+    for base, path, size in files:
         found: list[AbortedTxn] = []
-        out[seg.base_offset] = found
-        size = seg.size
-        if not size:
-            continue
-        with (
-            open(seg.log_path, "rb") as f,
-            mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as m,
-        ):
-            buf = np.frombuffer(m, np.uint8)
-            heads = scan_batch_headers(buf, 0, size)
-            picked = np.nonzero((heads.attributes & TRANSACTIONAL_BIT) != 0)[0]
-            positions = [(int(heads.position[i]), int(heads.size[i])) for i in picked]
-            del buf, heads
-        for pos, batch_size in positions:
-            h = seg.read_header_at(pos)
-            if h is None:
-                break
-            marker = marker_type(seg.read_at(pos, batch_size)) if h.is_control else None
-            aborted = tracker.on_batch(h, marker)
-            if aborted is not None:
-                found.append(aborted)
+        out[base] = found
+        with open(path, "rb") as f:
+            n = os.fstat(f.fileno()).st_size if size is None else size
+            if not n:
+                continue
+            with mmap.mmap(f.fileno(), n, access=mmap.ACCESS_READ) as m:
+                buf = np.frombuffer(m, np.uint8)
+                heads = scan_batch_headers(buf, 0, n)
+                for i in np.nonzero((heads.attributes & TRANSACTIONAL_BIT) != 0)[0]:
+                    pos, batch_size = int(heads.position[i]), int(heads.size[i])
+                    h = read_header(m, pos)
+                    marker = marker_type(m[pos : pos + batch_size]) if h.is_control else None
+                    aborted = tracker.on_batch(h, marker)
+                    if aborted is not None:
+                        found.append(aborted)
+                del buf, heads
     return out
