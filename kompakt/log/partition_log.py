@@ -68,6 +68,7 @@ class PartitionLog:
         needs_recovery: bool = False,
         log_start_offset: int = 0,
         schedule_delete: Callable[..., None] | None = None,
+        cleaned_offset: int = 0,
     ):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -81,7 +82,7 @@ class PartitionLog:
         self._schedule_delete = schedule_delete
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
-        self._load(needs_recovery, recovery_point)
+        self._load(needs_recovery, recovery_point, cleaned_offset)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         if self.log_start_offset > self.log_end_offset:
             self.log_start_offset = self.segments[0].base_offset
@@ -98,21 +99,26 @@ class PartitionLog:
             "max_index_size": self.config.segment_index_bytes,
         }
 
-    def _load(self, needs_recovery: bool, recovery_point: int | None) -> None:
+    def _load(self, needs_recovery: bool, recovery_point: int | None, cleaned: int) -> None:
         loader = LogLoader(self.dir, self.segment_kwargs(), self.clock)
         for seg in loader.load(needs_recovery, recovery_point):
             self._add(seg)
-        self._load_transactions()
+        self._load_transactions(cleaned)
 
-    def _load_transactions(self) -> None:
+    def _load_transactions(self, cleaned: int = 0) -> None:
         """Rebuild the open transactions from the batch headers (Kafka's ``LogLoader``
         rebuilding the ``ProducerStateManager``; kompakt keeps no producer snapshots,
         so the walk starts at the log start) and repair each ``.txnindex`` from the
         same walk: rewritten when the loader recovered its segment or its tail is torn
         (as Kafka's ``LogSegment.recover`` rebuilds it), completed when an abort the
         batches show is missing (a lost file). Entries the cleaner copied for markers
-        whose data it removed are kept: the batches can no longer show them."""
-        expected = replay_segments(self.segments, self.transactions)
+        whose data it removed are kept: the batches can no longer show them.
+
+        ``cleaned`` is the cleaner checkpoint: a transaction with data below it was
+        complete when cleaned (the cleaner stops at the LSO), even if the cleaner has
+        since removed its marker, so that data opens none (Kafka never sees such data
+        again: it restarts from producer snapshots)."""
+        expected = replay_segments(self.segments, self.transactions, cleaned)
         for seg in self.segments:
             want = expected[seg.base_offset]
             idx = seg.txn_index
@@ -167,11 +173,13 @@ class PartitionLog:
     @property
     def last_stable_offset(self) -> int:
         """Kafka's ``UnifiedLog.lastStableOffset``: the first offset of the earliest
-        open transaction, else the high watermark."""
+        open transaction, else the high watermark; never below the log start offset
+        (``maybeIncrementFirstUnstableOffset``)."""
         with self.lock:
             hw = self.high_watermark
             first = self.transactions.first_unstable_offset()
-        return hw if first is None else min(first, hw)
+            start = self.log_start_offset
+        return hw if first is None else min(max(first, start), hw)
 
     def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """The aborted transactions overlapping ``[start_offset, upper_bound)``, from the

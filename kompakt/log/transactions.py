@@ -46,18 +46,23 @@ class TransactionTracker:
         self.ongoing: dict[int, int] = {}
         """First offset of each producer's open transaction."""
 
-    def on_batch(self, header: Header, marker: int | None = None) -> AbortedTxn | None:
+    def on_batch(
+        self, header: Header, marker: int | None = None, complete_below: int = 0
+    ) -> AbortedTxn | None:
         """Apply one appended batch; ``marker`` is a control batch's type (COMMIT or
         ABORT, :func:`control_type`). Returns the aborted transaction an ABORT marker
         closes, with the partition's last stable offset once it is closed (Kafka's
         ``ProducerStateManager.lastStableOffset(completedTxn)``: the first offset of the
-        earliest other open transaction, else the offset after the marker)."""
+        earliest other open transaction, else the offset after the marker).
+        A data batch below ``complete_below`` belongs to a transaction known to be
+        complete and opens none (replay after a clean)."""
         h = header
         if not h.is_transactional:
             return None
         with self._lock:
             if not h.is_control:
-                self.ongoing.setdefault(h.producer_id, h.base_offset)
+                if h.last_offset >= complete_below:
+                    self.ongoing.setdefault(h.producer_id, h.base_offset)
                 return None
             first = self.ongoing.pop(h.producer_id, None)
             if first is None or marker != CONTROL_ABORT:
@@ -94,17 +99,20 @@ def marker_type(data: bytes | memoryview) -> int | None:
 
 
 def replay_segments(
-    segments: Sequence[LogSegment], tracker: TransactionTracker
+    segments: Sequence[LogSegment], tracker: TransactionTracker, complete_below: int = 0
 ) -> dict[int, list[AbortedTxn]]:
     """Feed ``tracker`` the transactional batches of ``segments`` in offset order (how
     Kafka's ``LogLoader`` rebuilds the producer state) and return, per segment base
     offset, the aborted transactions its ABORT markers close: what its ``.txnindex``
-    must hold."""
-    return replay_files([(s.base_offset, s.log_path, s.size) for s in segments], tracker)
+    must hold. ``complete_below``: see :meth:`TransactionTracker.on_batch`."""
+    files = [(s.base_offset, s.log_path, s.size) for s in segments]
+    return replay_files(files, tracker, complete_below)
 
 
 def replay_files(
-    files: Sequence[tuple[int, str | os.PathLike, int | None]], tracker: TransactionTracker
+    files: Sequence[tuple[int, str | os.PathLike, int | None]],
+    tracker: TransactionTracker,
+    complete_below: int = 0,
 ) -> dict[int, list[AbortedTxn]]:
     """:func:`replay_segments` over ``(base offset, .log path, size or None for the
     whole file)``, read-only: only batch headers are read (the file is memory-mapped),
@@ -124,7 +132,7 @@ def replay_files(
                     pos, batch_size = int(heads.position[i]), int(heads.size[i])
                     h = read_header(m, pos)
                     marker = marker_type(m[pos : pos + batch_size]) if h.is_control else None
-                    aborted = tracker.on_batch(h, marker)
+                    aborted = tracker.on_batch(h, marker, complete_below)
                     if aborted is not None:
                         found.append(aborted)
                 del buf, heads

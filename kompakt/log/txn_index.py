@@ -127,9 +127,15 @@ class TransactionIndex:
                 f"{self.path.name}: aborted transaction at {txn.last_offset} appended after "
                 f"one at {last}; last offsets must increase"
             )
+        entries = self.entries
         with open(self.path, "ab") as f:
-            f.write(txn.pack())
-        self.entries.append(txn)
+            try:
+                f.write(txn.pack())
+                f.flush()
+            except OSError:  # a full disk: no torn entry for the next append to follow
+                f.truncate(len(entries) * ENTRY_SIZE)
+                raise
+        entries.append(txn)
 
     def replace(self, entries: list[AbortedTxn]) -> None:
         """Rewrite the file to hold exactly ``entries`` (recovery); no file when empty."""

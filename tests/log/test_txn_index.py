@@ -338,3 +338,48 @@ def test_index_entries_are_the_aborted_transactions_of_each_segment(
         ] == want_list
     finally:
         m.close()
+
+
+def test_a_restart_after_the_cleaner_removed_a_commit_marker_opens_no_transaction(
+    data_dir: Path,
+) -> None:
+    """Kafka keeps a COMMIT marker only until its delete horizon, and its transaction's
+    data may outlive it (data and marker in different segment groups). Kafka never
+    replays that data (it restarts from producer snapshots); kompakt replays the log
+    but knows every transaction with data below the cleaner checkpoint was complete
+    (the cleaner stops at the LSO), so the LSO is not held back after a restart."""
+    now = [TS]
+    cfg = {
+        "cleanup.policy": "compact",
+        "segment.bytes": "600",
+        "delete.retention.ms": "1000",
+        "file.delete.delay.ms": "0",
+    }
+    pad = b"x" * 380
+    m = LogManager(data_dir, clock=lambda: now[0])
+    m.create_topic("t", 1, cfg)
+    plog = m.get_log("t", 0)
+    plog.append(data(-1, b"v0", transactional=False))  # 0
+    plog.append(data(9, b"v1"))  # 1: committed at 3, in another segment
+    plog.append(data(-1, pad, key=b"pad1", transactional=False))  # 2
+    plog.roll()
+    plog.append(marker(9, CONTROL_COMMIT))  # 3
+    plog.append(data(-1, pad, key=b"pad2", transactional=False))  # 4
+    plog.roll()
+    cleaner = Cleaner(m)
+    now[0] += 10_000
+    assert cleaner.clean_partition(plog) is not None  # stamps the marker's horizon
+    now[0] += 5_000
+    plog.append(data(-1, b"v", key=b"other", transactional=False))  # 5: something dirty
+    plog.roll()
+    assert cleaner.clean_partition(plog) is not None  # past the horizon: marker removed
+    kept = [(b.header.base_offset, b.header.is_control) for b in plog.iter_batches()]
+    assert (1, False) in kept and (3, True) not in kept
+    assert plog.last_stable_offset == plog.high_watermark == 6
+    m.close()
+    m = LogManager(data_dir, clock=lambda: now[0])
+    try:
+        plog = m.get_log("t", 0)
+        assert plog.last_stable_offset == plog.high_watermark == 6
+    finally:
+        m.close()
