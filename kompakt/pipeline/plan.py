@@ -21,6 +21,7 @@ from kompakt.log.transactions import TransactionTracker, replay_files
 from kompakt.log.txn_index import AbortedTxn, TxnIndexCorruptError, read_entries
 from kompakt.pipeline import options as opt
 from kompakt.pipeline.layout import (
+    cleaned_offsets,
     list_segments,
     log_start_offsets,
     offset_bounds,
@@ -42,17 +43,21 @@ def read_committed(options: Mapping[str, str]) -> bool:
     return level == "read_committed"
 
 
-def committed_view(part_dir: str | os.PathLike) -> tuple[int | None, list[AbortedTxn]]:
+def committed_view(
+    part_dir: str | os.PathLike, cleaned: int = 0
+) -> tuple[int | None, list[AbortedTxn]]:
     """(first unstable offset or None, aborted transactions) of one partition, read-only:
     the producer state replayed from the batch headers, as the log rebuilds it at open,
     and the entries of the ``.txnindex`` files (with any abort the batches show that a
-    lost or torn file lacks). Segments swapped away meanwhile: the folder is listed
-    again."""
+    lost or torn file lacks). ``cleaned`` is the cleaner checkpoint (transactions with
+    data below it are complete, as the log assumes at open). Segments swapped away
+    meanwhile: the folder is listed again."""
     for _attempt in range(20):
         bases = list_segments(part_dir)
         tracker = TransactionTracker()
         try:
-            walked = replay_files([(b, segment_path(part_dir, b), None) for b in bases], tracker)
+            files = [(b, segment_path(part_dir, b), None) for b in bases]
+            walked = replay_files(files, tracker, cleaned)
         except FileNotFoundError:
             continue
         found: dict[tuple[int, int], AbortedTxn] = {}
@@ -77,6 +82,7 @@ def plan_ranges(options: Mapping[str, str]) -> list[RangeToRead]:
     fail_on_loss = (opt.get_option(options, "failOnDataLoss", "true") or "").lower() != "false"
     max_bytes = int(opt.get_option(options, "maxBytesPerPartition", str(DEFAULT_MAX_BYTES)) or 0)
     starts = log_start_offsets(root)
+    cleaned = cleaned_offsets(root) if committed else {}
     ranges: list[RangeToRead] = []
     for tp in tps:
         log_start, log_end, bases = offset_bounds(root, *tp, starts=starts)
@@ -97,9 +103,9 @@ def plan_ranges(options: Mapping[str, str]) -> list[RangeToRead]:
         pdir = str(partition_dir(root, *tp))
         aborted: list[AbortedTxn] = []
         if committed:
-            unstable, aborted = committed_view(pdir)
-            if unstable is not None:
-                hi = max(lo, min(hi, unstable))  # Kafka: READ_COMMITTED stops at the LSO
+            unstable, aborted = committed_view(pdir, cleaned.get(tp, 0))
+            if unstable is not None:  # Kafka: READ_COMMITTED stops at the LSO
+                hi = max(lo, min(hi, max(unstable, log_start)))
         found = _split_by_segments(pdir, tp, lo, hi, bases, max_bytes)
         ranges += [_with_aborted(r, aborted) for r in found]
     min_parts = int(opt.get_option(options, "minPartitions", "0") or 0)

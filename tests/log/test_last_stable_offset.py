@@ -4,27 +4,12 @@ batches appended to a real :class:`~kompakt.log.partition_log.PartitionLog`."""
 
 from __future__ import annotations
 
+from txn_kit import TS, data, marker
+
 from kompakt.log.manager import LogManager
 from kompakt.log.transactions import AbortedTxn
-from kompakt.record.encode import build_control_batch, build_simple_batch
+from kompakt.record.encode import build_simple_batch
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
-
-TS = 1_700_000_000_000
-
-
-def data(pid: int, *values: bytes, transactional: bool = True) -> bytes:
-    return build_simple_batch(
-        [(b"k", v) for v in values],
-        timestamp=TS,
-        producer_id=pid,
-        producer_epoch=0,
-        base_sequence=0,
-        transactional=transactional,
-    )
-
-
-def marker(pid: int, kind: int) -> bytes:
-    return build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=TS)
 
 
 def test_lso_is_the_first_offset_of_the_earliest_open_transaction(manager: LogManager) -> None:

@@ -16,30 +16,15 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from manual_clock import ManualClock
+from txn_kit import TS, data, marker
 
 from kompakt.cleaner.cleaner import Cleaner
 from kompakt.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
 from kompakt.log.txn_index import AbortedTxn, TransactionIndex
-from kompakt.record.encode import build_control_batch, build_simple_batch
+from kompakt.record.encode import build_simple_batch
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
 
-TS = 1_700_000_000_000
 KAFKA_ENTRY = struct.Struct(">hqqqq")  # written here from AbortedTxn.java, not imported
-
-
-def data(pid: int, *values: bytes, key: bytes = b"k", transactional: bool = True) -> bytes:
-    return build_simple_batch(
-        [(key, v) for v in values],
-        timestamp=TS,
-        producer_id=pid,
-        producer_epoch=0,
-        base_sequence=0,
-        transactional=transactional,
-    )
-
-
-def marker(pid: int, kind: int) -> bytes:
-    return build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=TS)
 
 
 def read_kafka_txnindex(path: Path) -> list[tuple[int, int, int, int]]:
