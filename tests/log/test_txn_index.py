@@ -368,3 +368,74 @@ def test_a_restart_after_the_cleaner_removed_a_commit_marker_opens_no_transactio
         assert plog.last_stable_offset == plog.high_watermark == 6
     finally:
         m.close()
+
+
+def cleaned_with_kept_abort(data_dir: Path, clock: ManualClock) -> tuple[Path, dict, dict]:
+    """A log whose first segment holds aborted data and its ABORT marker, copied before
+    a clean; returns (partition dir, the files of the original first segment, the files
+    of the cleaned one that replaced it), so a test can lay out any crash point."""
+    m = LogManager(data_dir, clock=clock)
+    cfg = {"cleanup.policy": "compact", "segment.bytes": "200", "file.delete.delay.ms": "0"}
+    m.create_topic("t", 1, cfg)
+    plog = m.get_log("t", 0)
+    plog.append(data(7, b"x" * 40, key=b"a"))  # 0 aborted
+    plog.append(marker(7, CONTROL_ABORT))  # 1
+    for i, key in enumerate((b"b", b"b", b"c")):  # 2, 3, 4: later segments
+        plog.append(data(-1, b"y%d" % i * 30, key=key, transactional=False))
+    part = plog.dir
+
+    def first_segment() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in part.iterdir() if p.name.startswith("0" * 20)}
+
+    before = first_segment()
+    Cleaner(m).clean_partition(plog)
+    after = first_segment()
+    m.close()
+    return part, before, after
+
+
+def test_crash_after_cleaned_to_swap_completes_the_swap_with_its_txnindex(
+    data_dir: Path, clock: ManualClock
+) -> None:
+    """Kafka ``LogLoader``: a ``.swap`` segment replaces the ones it covers and is renamed
+    to its final name; its ``.txnindex.swap`` goes with it (crash right after
+    ``.cleaned -> .swap``, old files still live)."""
+    part, before, after = cleaned_with_kept_abort(data_dir, clock)
+    assert "00000000000000000000.txnindex" in after
+    for name, raw in before.items():
+        (part / name).write_bytes(raw)
+    for name, raw in after.items():
+        (part / (name + ".swap")).write_bytes(raw)
+    m = reopen(data_dir, clock)
+    try:
+        plog = m.get_log("t", 0)
+        assert not [p.name for p in part.iterdir() if p.name.endswith(".swap")]
+        assert (part / "00000000000000000000.txnindex").read_bytes() == after[
+            "00000000000000000000.txnindex"
+        ]
+        assert plog.collect_aborted_transactions(0, 5) == [AbortedTxn(7, 0, 1, 2)]
+    finally:
+        m.close()
+
+
+def test_crash_with_only_cleaned_files_keeps_the_old_txnindex(
+    data_dir: Path, clock: ManualClock
+) -> None:
+    """Kafka ``LogLoader``: ``.cleaned`` files, the ``.txnindex.cleaned`` too, are deleted
+    and the old segment with its own ``.txnindex`` stays (crash before the swap)."""
+    part, before, after = cleaned_with_kept_abort(data_dir, clock)
+    for name, raw in before.items():
+        (part / name).write_bytes(raw)
+    for name, raw in after.items():
+        (part / (name + ".cleaned")).write_bytes(raw)
+    m = reopen(data_dir, clock)
+    try:
+        plog = m.get_log("t", 0)
+        assert not [p.name for p in part.iterdir() if p.name.endswith(".cleaned")]
+        assert (part / "00000000000000000000.txnindex").read_bytes() == before[
+            "00000000000000000000.txnindex"
+        ]
+        records = [r.value for b in plog.iter_batches() for r in b.records()]
+        assert b"x" * 40 in records  # the aborted data is back: the clean never happened
+    finally:
+        m.close()
