@@ -251,7 +251,7 @@ class PartitionLog:
         for rel_pos, h in headers:
             if not h.is_transactional:
                 continue
-            marker = marker_type(view[rel_pos : rel_pos + h.size]) if h.is_control else None
+            marker = marker_type(view[rel_pos : rel_pos + h.size], h) if h.is_control else None
             aborted = self.transactions.on_batch(h, marker)
             if aborted is not None:
                 seg.update_txn_index(aborted)

@@ -15,22 +15,24 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
+from kompakt.errors import CorruptRecordError
 from kompakt.log.txn_index import AbortedTxn
 from kompakt.record.decode import RecordBatch
 from kompakt.record.header import (
     CONTROL_ABORT,
     CONTROL_KEY,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
     TRANSACTIONAL_BIT,
     Header,
     read_header,
 )
-from kompakt.record.scan import scan_batch_headers
+from kompakt.record.varint import read_varint
 
 if TYPE_CHECKING:
     from kompakt.log.segment import LogSegment
@@ -93,9 +95,41 @@ def control_type(batch: RecordBatch) -> int | None:
     return None
 
 
-def marker_type(data: bytes | memoryview) -> int | None:
-    """COMMIT or ABORT from one control batch's bytes (None for an empty batch)."""
+def marker_type(data: bytes | memoryview, header: Header | None = None) -> int | None:
+    """COMMIT or ABORT from one control batch's bytes (None for an empty batch).
+
+    Fast path for the marker as Kafka writes it (uncompressed, one record): the key of
+    the first record, read in place; anything else goes through the record decoder."""
+    h = read_header(data, 0) if header is None else header
+    if h.compression == 0 and h.record_count == 1:
+        try:
+            pos = read_varint(data, HEADER_SIZE)[1]  # record length
+            pos += 1  # attributes
+            pos = read_varint(data, pos)[1]  # timestamp delta
+            pos = read_varint(data, pos)[1]  # offset delta
+            key_len, pos = read_varint(data, pos)
+            if key_len >= CONTROL_KEY.size and pos + key_len <= len(data):
+                return CONTROL_KEY.unpack_from(data, pos)[1]
+        except CorruptRecordError:
+            pass
     return control_type(RecordBatch.from_bytes(data))
+
+
+_LENGTH_AND_ATTRIBUTES = struct.Struct(">8xi9xh")  # batchLength (8), attributes (21)
+
+
+def _transactional_batches(buf: mmap.mmap, end: int) -> Iterator[tuple[int, int]]:
+    """(position, size) of each transactional batch, stepping from header to header
+    (plain Python: no numba start-up at log open); a torn tail ends the walk."""
+    pos = 0
+    while pos + HEADER_SIZE <= end:
+        length, attributes = _LENGTH_AND_ATTRIBUTES.unpack_from(buf, pos)
+        size = LOG_OVERHEAD + length
+        if size < HEADER_SIZE or pos + size > end:
+            return
+        if attributes & TRANSACTIONAL_BIT:
+            yield pos, size
+        pos += size
 
 
 def replay_segments(
@@ -116,7 +150,7 @@ def replay_files(
 ) -> dict[int, list[AbortedTxn]]:
     """:func:`replay_segments` over ``(base offset, .log path, size or None for the
     whole file)``, read-only: only batch headers are read (the file is memory-mapped),
-    plus each control batch for its marker type; a torn tail ends a file."""
+    plus each transactional marker's key; a torn tail ends a file."""
     out: dict[int, list[AbortedTxn]] = {}
     for base, path, size in files:
         found: list[AbortedTxn] = []
@@ -126,14 +160,10 @@ def replay_files(
             if not n:
                 continue
             with mmap.mmap(f.fileno(), n, access=mmap.ACCESS_READ) as m:
-                buf = np.frombuffer(m, np.uint8)
-                heads = scan_batch_headers(buf, 0, n)
-                for i in np.nonzero((heads.attributes & TRANSACTIONAL_BIT) != 0)[0]:
-                    pos, batch_size = int(heads.position[i]), int(heads.size[i])
+                for pos, batch_size in _transactional_batches(m, n):
                     h = read_header(m, pos)
-                    marker = marker_type(m[pos : pos + batch_size]) if h.is_control else None
-                    aborted = tracker.on_batch(h, marker, complete_below)
+                    ctl = marker_type(m[pos : pos + batch_size], h) if h.is_control else None
+                    aborted = tracker.on_batch(h, ctl, complete_below)
                     if aborted is not None:
                         found.append(aborted)
-                del buf, heads
     return out
