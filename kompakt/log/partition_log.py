@@ -107,33 +107,42 @@ class PartitionLog:
 
     def _load_transactions(self, cleaned: int = 0) -> None:
         """Rebuild the open transactions from the batch headers (Kafka's ``LogLoader``
-        rebuilding the ``ProducerStateManager``; kompakt keeps no producer snapshots,
-        so the walk starts at the log start) and repair each ``.txnindex`` from the
-        same walk: rewritten when the loader recovered its segment or its tail is torn
-        (as Kafka's ``LogSegment.recover`` rebuilds it), completed when an abort the
-        batches show is missing (a lost file). Entries the cleaner copied for markers
-        whose data it removed are kept: the batches can no longer show them.
+        rebuilding the ``ProducerStateManager``; kompakt keeps no producer snapshots)
+        and repair each ``.txnindex`` from the same walk: rewritten when the loader
+        recovered its segment or its tail is torn (as Kafka's ``LogSegment.recover``
+        rebuilds it), completed when an abort the batches show is missing (a lost
+        file). Entries the cleaner copied for markers whose data it removed are kept:
+        the batches can no longer show them.
 
         ``cleaned`` is the cleaner checkpoint: a transaction with data below it was
         complete when cleaned (the cleaner stops at the LSO), even if the cleaner has
-        since removed its marker, so that data opens none (Kafka never sees such data
-        again: it restarts from producer snapshots)."""
-        expected = replay_segments(self.segments, self.transactions, cleaned)
+        since removed its marker (Kafka never replays such data: it restarts from
+        producer snapshots). So the walk starts at the segment holding it, or at the
+        first segment whose index must be rebuilt if that comes earlier: a compacted
+        log is read back from its dirty part only."""
         for seg in self.segments:
-            want = expected[seg.base_offset]
-            idx = seg.txn_index
             try:
-                idx.sanity_check()
-                have = idx.entries
+                seg.txn_index.sanity_check()
             except TxnIndexCorruptError as exc:
                 log.warning("%s: %s; rebuilding it", self.name, exc)
-                seg.txn_index_stale, have = True, []
+                seg.txn_index_stale = True
+        first = max(0, bisect.bisect_right(self._bases, cleaned) - 1)
+        stale = [i for i, seg in enumerate(self.segments) if seg.txn_index_stale]
+        walked = self.segments[min([first, *stale]) :]
+        expected = replay_segments(walked, self.transactions, cleaned)
+        for seg in walked:
+            want = expected[seg.base_offset]
+            idx = seg.txn_index
             if seg.txn_index_stale:
+                seg.txn_index_stale = False
+                try:
+                    have = idx.entries
+                except TxnIndexCorruptError:
+                    have = []
                 if have != want:
                     idx.replace(want)
-                seg.txn_index_stale = False
                 continue
-            marks = {(e.producer_id, e.last_offset) for e in have}
+            marks = {(e.producer_id, e.last_offset) for e in idx.entries}
             missing = [e for e in want if (e.producer_id, e.last_offset) not in marks]
             if missing:
                 log.warning(
@@ -142,7 +151,7 @@ class PartitionLog:
                     idx.path.name,
                     len(missing),
                 )
-                idx.replace(sorted(have + missing, key=lambda e: e.last_offset))
+                idx.replace(sorted(idx.entries + missing, key=lambda e: e.last_offset))
 
     def _add(self, seg: LogSegment) -> None:
         i = bisect.bisect_left(self._bases, seg.base_offset)
