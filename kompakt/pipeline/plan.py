@@ -12,6 +12,7 @@ its last stable offset, and each range carries the aborted transactions overlapp
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -50,13 +51,14 @@ def committed_view(
     the producer state replayed from the batch headers, as the log rebuilds it at open,
     and the entries of the ``.txnindex`` files (with any abort the batches show that a
     lost or torn file lacks). ``cleaned`` is the cleaner checkpoint (transactions with
-    data below it are complete, as the log assumes at open). Segments swapped away
-    meanwhile: the folder is listed again."""
+    data below it are complete, as the log assumes at open, so the walk starts at the
+    segment holding it). Segments swapped away meanwhile: the folder is listed again."""
     for _attempt in range(20):
         bases = list_segments(part_dir)
         tracker = TransactionTracker()
         try:
-            files = [(b, segment_path(part_dir, b), None) for b in bases]
+            dirty = bases[max(0, bisect.bisect_right(bases, cleaned) - 1) :]
+            files = [(b, segment_path(part_dir, b), None) for b in dirty]
             walked = replay_files(files, tracker, cleaned)
         except FileNotFoundError:
             continue
