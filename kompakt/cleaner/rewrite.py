@@ -18,6 +18,7 @@ import numpy as np
 
 from kompakt.cleaner import rule
 from kompakt.cleaner.transactions import ProducerSummary, TxnTracker, control_type_of
+from kompakt.log.txn_index import AbortedTxn as LogAbortedTxn
 from kompakt.record import codecs
 from kompakt.record.decode import RecordBatch
 from kompakt.record.encode import assemble_batch, build_batch_like, build_empty_batch
@@ -67,9 +68,14 @@ class GroupStats:
 
 
 class Sink:
-    """Where cleaned batches go: ``append(data, [(relative position, header)])``."""
+    """Where cleaned batches go: ``append(data, [(relative position, header)])``, and
+    the aborted transactions of the ABORT markers kept (``update_txn_index``; a
+    :class:`~kompakt.log.segment.LogSegment` writes them to its ``.txnindex``)."""
 
     def append(self, data: bytes | memoryview, headers: list[tuple[int, Header]]) -> None:
+        pass
+
+    def update_txn_index(self, txn: LogAbortedTxn) -> None:
         pass
 
 
@@ -175,6 +181,13 @@ def clean_segment(
         if is_control:
             ctype = control_type_of(view[pos : pos + size]) if h.record_count else None
             can_discard = txn.on_control_batch(h.producer_id, h.last_offset, ctype)
+            if txn.retained_aborts:
+                # Kafka's CleanedTransactionMetadata.onControlBatchRead: a kept ABORT
+                # marker's AbortedTxn is appended to the cleaned segment's index
+                for aborted in txn.retained_aborts:
+                    if sink is not None:
+                        sink.update_txn_index(aborted.index_entry())
+                txn.retained_aborts.clear()
             discard = rule.control_batch_discardable(can_discard, int(horizon[b]), ctx.now)
         else:
             can_discard = txn.on_batch(

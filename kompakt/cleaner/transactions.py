@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kompakt.log.txn_index import AbortedTxn as LogAbortedTxn
 from kompakt.record.decode import RecordBatch
 from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
 from kompakt.record.scan import BatchHeaders
@@ -27,6 +28,13 @@ class AbortedTxn:
     producer_id: int
     first_offset: int
     last_offset: int  # offset of the ABORT marker
+    last_stable_offset: int = -1  # the partition's LSO once aborted (-1: not known)
+
+    def index_entry(self) -> LogAbortedTxn:
+        """The ``.txnindex`` entry a cleaned segment keeps for it (Kafka's cleaner
+        appends the ``AbortedTxn`` of every ABORT marker it retains)."""
+        lso = self.last_stable_offset if self.last_stable_offset >= 0 else self.last_offset + 1
+        return LogAbortedTxn(self.producer_id, self.first_offset, self.last_offset, lso)
 
 
 @dataclass(frozen=True)
@@ -89,7 +97,9 @@ class SummaryBuilder:
                 first = self._open.pop(p, None)
                 ctype = control_types.get(int(headers.position[i]))
                 if ctype == ABORT and first is not None:
-                    self.aborted.append(AbortedTxn(p, first, int(headers.base_offset[i])))
+                    marker = int(headers.base_offset[i])
+                    lso = min(self._open.values(), default=marker + 1)
+                    self.aborted.append(AbortedTxn(p, first, marker, lso))
             else:
                 self._last[p] = (int(headers.last_offset[i]), epoch, ts)
                 if attrs[i] & TRANSACTIONAL_BIT and p not in self._open:
@@ -116,6 +126,9 @@ class TxnTracker:
         self._queue = deque(sorted(aborted, key=lambda t: t.first_offset))
         self._aborted: dict[int, list] = {}  # pid -> [txn, last observed batch offset]
         self._committed: set[int] = set()
+        self.retained_aborts: list[AbortedTxn] = []
+        """ABORT markers kept because data of their transaction was read in this pass:
+        their entries go to the cleaned segment's ``.txnindex``."""
 
     def _consume_up_to(self, offset: int) -> None:
         while self._queue and self._queue[0].first_offset <= offset:
@@ -130,7 +143,10 @@ class TxnTracker:
         if ctype == ABORT:
             entry = self._aborted.pop(producer_id, None)
             # keep the marker until every batch of the transaction is gone
-            return not (entry is not None and entry[1] is not None)
+            if entry is not None and entry[1] is not None:
+                self.retained_aborts.append(entry[0])
+                return False
+            return True
         if ctype == COMMIT:
             if producer_id in self._committed:
                 self._committed.discard(producer_id)

@@ -3,8 +3,9 @@
 Works on files directly (no data dir lock, nothing is modified). ``.log`` files are read
 batch by batch from the raw bytes: a batch whose CRC fails is printed with
 ``crcValid: false``; a batch whose framing is broken (impossible length, cut off) ends
-that file with an error line giving its position. ``.index`` and ``.timeindex`` files
-print their entries. Any error makes the command exit 1 after printing everything else.
+that file with an error line giving its position. ``.index``, ``.timeindex`` and
+``.txnindex`` files print their entries (a ``.txnindex`` entry as Kafka's tool prints an
+``AbortedTxn``: version, producerId, firstOffset, lastOffset, lastStableOffset). Any error makes the command exit 1 after printing everything else.
 """
 
 from __future__ import annotations
@@ -172,8 +173,38 @@ def dump_index(path: Path, kind: str) -> FileDump:
     return out
 
 
+def dump_txn_index(path: Path) -> FileDump:
+    """Entries of a ``.txnindex`` (Kafka's ``AbortedTxn``, 34 bytes each); a torn tail
+    or an unknown version is an error after the whole entries."""
+    from kompakt.log.txn_index import ENTRY, ENTRY_SIZE
+
+    out = FileDump(str(path), "txnindex", _base_offset(path))
+    data = path.read_bytes()
+    n = len(data) // ENTRY_SIZE
+    for i in range(n):
+        version, pid, first, last, lso = ENTRY.unpack_from(data, i * ENTRY_SIZE)
+        out.entries.append(
+            {
+                "version": version,
+                "producerId": pid,
+                "firstOffset": first,
+                "lastOffset": last,
+                "lastStableOffset": lso,
+            }
+        )
+        if version != 0:
+            out.errors.append({"position": i * ENTRY_SIZE, "error": f"unknown version {version}"})
+    if len(data) % ENTRY_SIZE:
+        out.errors.append(
+            {"position": n * ENTRY_SIZE, "error": "file size is not a whole number of entries"}
+        )
+    return out
+
+
 def dump_file(path: Path, deep: bool) -> FileDump:
     name = path.name
+    if name.endswith(".txnindex"):
+        return dump_txn_index(path)
     if name.endswith(".log"):
         return dump_log(path, deep)
     if name.endswith(".timeindex"):
@@ -182,7 +213,10 @@ def dump_file(path: Path, deep: bool) -> FileDump:
         return dump_index(path, "index")
     out = FileDump(str(path), "unknown", None)
     out.errors.append(
-        {"position": None, "error": "unsupported file type (use .log, .index or .timeindex)"}
+        {
+            "position": None,
+            "error": "unsupported file type (use .log, .index, .timeindex or .txnindex)",
+        }
     )
     return out
 
@@ -250,7 +284,9 @@ def _show(s: str | None) -> str:
 
 
 def dump(
-    files: Annotated[list[Path], typer.Argument(help=".log, .index or .timeindex files.")],
+    files: Annotated[
+        list[Path], typer.Argument(help=".log, .index, .timeindex or .txnindex files.")
+    ],
     deep: Annotated[
         bool, typer.Option("--deep", help="Also print every record of each batch.")
     ] = False,
@@ -283,7 +319,11 @@ def dump(
                         "type": d.type,
                         "baseOffset": d.base_offset,
                         **({"batches": d.batches} if d.type == "log" else {}),
-                        **({"entries": d.entries} if d.type in ("index", "timeindex") else {}),
+                        **(
+                            {"entries": d.entries}
+                            if d.type in ("index", "timeindex", "txnindex")
+                            else {}
+                        ),
                         "errors": d.errors,
                     }
                     for d in dumps

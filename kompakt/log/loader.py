@@ -4,6 +4,9 @@ Half-done cleaner swaps are finished or rolled back (the ``.cleaned`` -> ``.swap
 ``.deleted`` suffix protocol of :meth:`PartitionLog.replace_segments`), stray and orphan
 files removed, missing indexes rebuilt, and after an unclean shutdown every segment from
 the recovery point on is re-validated, its indexes rebuilt and a torn tail truncated.
+Segments whose ``.txnindex`` must be rebuilt are marked ``txn_index_stale``; the
+rebuild needs the open transactions of the segments before them, which
+:class:`PartitionLog` replays once it has them all.
 The loader only decides what the directory holds; :class:`PartitionLog` owns the result.
 """
 
@@ -23,6 +26,7 @@ from kompakt.log.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
     LogSegment,
     offset_from_name,
     segment_file,
@@ -50,7 +54,7 @@ class LogLoader:
             offset_from_name(p.name) for p in self.dir.iterdir() if p.name.endswith(LOG_SUFFIX)
         )
         for p in self.dir.iterdir():  # orphan index files, like Kafka's LogLoader
-            if p.name.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX)):
+            if p.name.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)):
                 if offset_from_name(p.name) not in bases:
                     p.unlink()
         segments: list[LogSegment] = []
@@ -63,6 +67,7 @@ class LogLoader:
             if missing_index:
                 log.info("%s: rebuilding missing index files", seg.log_path)
                 seg.recover()
+                seg.txn_index_stale = True
         if not segments:
             return [LogSegment(self.dir, 0, created_ms=self.clock(), **self.segment_kwargs)]
         if needs_recovery:
@@ -73,6 +78,7 @@ class LogLoader:
             except IndexCorruptError as exc:
                 log.warning("%s: %s; rebuilding indexes", seg.log_path, exc)
                 seg.recover()
+                seg.txn_index_stale = True
         active = segments[-1]
         if active.whole_batches_end != active.size:
             # Beyond Kafka, which trusts the clean-shutdown marker: a file restored or
@@ -96,6 +102,7 @@ class LogLoader:
         for i in range(start, len(segments)):
             seg = segments[i]
             truncated = seg.recover()
+            seg.txn_index_stale = True  # rebuilt by PartitionLog with the producer state
             if truncated:
                 rest = segments[i + 1 :]
                 if rest:
@@ -153,7 +160,7 @@ class LogLoader:
             seg.close()
             for q in self.dir.iterdir():
                 if q.name.endswith(
-                    (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+                    (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
                 ) and not q.name.endswith(SWAP_SUFFIX):
                     if base <= offset_from_name(q.name) < end:
                         q.unlink()

@@ -33,7 +33,7 @@ from kompakt.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from kompakt.log.checkpoint import OffsetCheckpointFile, fsync_dir
+from kompakt.log.checkpoint import CheckpointError, OffsetCheckpointFile, fsync_dir
 from kompakt.log.clock import Clock, system_clock
 from kompakt.log.config import BrokerDefaults, TopicConfig
 from kompakt.log.durable import write_json_atomically
@@ -266,6 +266,7 @@ class LogManager:
                 shutil.rmtree(p, ignore_errors=True)
         recovery = OffsetCheckpointFile(self.dir / RECOVERY_POINT_CHECKPOINT).read()
         starts = OffsetCheckpointFile(self.dir / LOG_START_CHECKPOINT).read()
+        cleaned = self._cleaned_offsets()
         found: dict[str, int] = {}
         for p in sorted(self.dir.iterdir()):
             parsed = parse_partition_dir(p.name) if p.is_dir() else None
@@ -299,6 +300,7 @@ class LogManager:
                     recovery_point=recovery.get(tp),
                     log_start_offset=starts.get(tp, 0),
                     schedule_delete=self.deleter.schedule,
+                    cleaned_offset=cleaned.get(tp, 0),
                 )
         if self._logs:
             log.info(
@@ -502,6 +504,16 @@ class LogManager:
     # -- checkpoints and shutdown ----------------------------------------------------------
     def cleaner_checkpoint(self) -> OffsetCheckpointFile:
         return OffsetCheckpointFile(self.dir / CLEANER_CHECKPOINT)
+
+    def _cleaned_offsets(self) -> dict[tuple[str, int], int]:
+        """Where each partition's cleaned part ends, for rebuilding its open
+        transactions (every transaction with data below it was complete when cleaned);
+        an unreadable checkpoint only costs that shortcut."""
+        try:
+            return self.cleaner_checkpoint().read()
+        except (CheckpointError, OSError) as exc:
+            log.warning("%s: %s; reading transactions from the log start", CLEANER_CHECKPOINT, exc)
+            return {}
 
     def checkpoint(self) -> None:
         """Persist recovery points and log start offsets (Kafka's periodic checkpoints)."""

@@ -34,7 +34,8 @@ from kompakt.log.segment import (
     SWAP_SUFFIX,
     LogSegment,
 )
-from kompakt.log.transactions import TransactionTracker
+from kompakt.log.transactions import TransactionTracker, marker_type, replay_segments
+from kompakt.log.txn_index import AbortedTxn, TxnIndexCorruptError
 from kompakt.record.decode import RecordBatch, iter_batches
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class PartitionLog:
         needs_recovery: bool = False,
         log_start_offset: int = 0,
         schedule_delete: Callable[..., None] | None = None,
+        cleaned_offset: int = 0,
     ):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -80,7 +82,7 @@ class PartitionLog:
         self._schedule_delete = schedule_delete
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
-        self._load(needs_recovery, recovery_point)
+        self._load(needs_recovery, recovery_point, cleaned_offset)
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         if self.log_start_offset > self.log_end_offset:
             self.log_start_offset = self.segments[0].base_offset
@@ -97,10 +99,59 @@ class PartitionLog:
             "max_index_size": self.config.segment_index_bytes,
         }
 
-    def _load(self, needs_recovery: bool, recovery_point: int | None) -> None:
+    def _load(self, needs_recovery: bool, recovery_point: int | None, cleaned: int) -> None:
         loader = LogLoader(self.dir, self.segment_kwargs(), self.clock)
         for seg in loader.load(needs_recovery, recovery_point):
             self._add(seg)
+        self._load_transactions(cleaned)
+
+    def _load_transactions(self, cleaned: int = 0) -> None:
+        """Rebuild the open transactions from the batch headers (Kafka's ``LogLoader``
+        rebuilding the ``ProducerStateManager``; kompakt keeps no producer snapshots)
+        and repair each ``.txnindex`` from the same walk: rewritten when the loader
+        recovered its segment or its tail is torn (as Kafka's ``LogSegment.recover``
+        rebuilds it), completed when an abort the batches show is missing (a lost
+        file). Entries the cleaner copied for markers whose data it removed are kept:
+        the batches can no longer show them.
+
+        ``cleaned`` is the cleaner checkpoint: a transaction with data below it was
+        complete when cleaned (the cleaner stops at the LSO), even if the cleaner has
+        since removed its marker (Kafka never replays such data: it restarts from
+        producer snapshots). So the walk starts at the segment holding it, or at the
+        first segment whose index must be rebuilt if that comes earlier: a compacted
+        log is read back from its dirty part only."""
+        for seg in self.segments:
+            try:
+                seg.txn_index.sanity_check()
+            except TxnIndexCorruptError as exc:
+                log.warning("%s: %s; rebuilding it", self.name, exc)
+                seg.txn_index_stale = True
+        first = max(0, bisect.bisect_right(self._bases, cleaned) - 1)
+        stale = [i for i, seg in enumerate(self.segments) if seg.txn_index_stale]
+        walked = self.segments[min([first, *stale]) :]
+        expected = replay_segments(walked, self.transactions, cleaned)
+        for seg in walked:
+            want = expected[seg.base_offset]
+            idx = seg.txn_index
+            if seg.txn_index_stale:
+                seg.txn_index_stale = False
+                try:
+                    have = idx.entries
+                except TxnIndexCorruptError:
+                    have = []
+                if have != want:
+                    idx.replace(want)
+                continue
+            marks = {(e.producer_id, e.last_offset) for e in idx.entries}
+            missing = [e for e in want if (e.producer_id, e.last_offset) not in marks]
+            if missing:
+                log.warning(
+                    "%s: %s lacks %d aborted transactions; rebuilding it",
+                    self.name,
+                    idx.path.name,
+                    len(missing),
+                )
+                idx.replace(sorted(idx.entries + missing, key=lambda e: e.last_offset))
 
     def _add(self, seg: LogSegment) -> None:
         i = bisect.bisect_left(self._bases, seg.base_offset)
@@ -131,31 +182,28 @@ class PartitionLog:
     @property
     def last_stable_offset(self) -> int:
         """Kafka's ``UnifiedLog.lastStableOffset``: the first offset of the earliest
-        open transaction, else the high watermark."""
+        open transaction, else the high watermark; never below the log start offset
+        (``maybeIncrementFirstUnstableOffset``)."""
         with self.lock:
             hw = self.high_watermark
-            first = self.transactions_up_to_date().first_unstable_offset()
-        return hw if first is None else min(first, hw)
+            first = self.transactions.first_unstable_offset()
+            start = self.log_start_offset
+        return hw if first is None else min(max(first, start), hw)
 
-    def transactions_up_to_date(self) -> TransactionTracker:
-        """The partition's :class:`TransactionTracker`, fed the batches appended since
-        it last looked (all of them on first use after a start)."""
+    def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound)``, from the
+        ``.txnindex`` of the segment holding ``start_offset`` and the ones after it until
+        an entry's last stable offset reaches ``upper_bound`` (Kafka's
+        ``LocalLog.collectAbortedTransactions``)."""
         with self.lock:
-            tracker = self.transactions
-            if tracker.next_offset < self.log_end_offset:
-                tracker.observe(self._batches_from(tracker.next_offset))
-            return tracker
-
-    def _batches_from(self, offset: int):
-        """The batches from the one holding ``offset`` on, found through the offset
-        index (``iter_batches`` reads each segment from its start: every fetch would
-        read the whole active segment again)."""
-        with self.lock:
-            segments = self.segments[max(0, bisect.bisect_right(self._bases, offset) - 1) :]
+            segments = self.segments[max(0, bisect.bisect_right(self._bases, start_offset) - 1) :]
+        out: list[AbortedTxn] = []
         for seg in segments:
-            found = seg.translate_offset(offset)
-            if found is not None:
-                yield from seg.iter_batches(found[0])
+            found, complete = seg.txn_index.collect_aborted(start_offset, upper_bound)
+            out += found
+            if complete:
+                break
+        return out
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
@@ -187,6 +235,7 @@ class PartitionLog:
             try:
                 seg = self._maybe_roll(len(buf), stamped.next_offset - 1, first, now)
                 seg.append(buf, stamped.headers)
+                self._update_transactions(seg, buf, stamped.headers)
             except OSError as exc:  # the segment has cut itself back to `before`
                 raise KafkaStorageError(f"cannot append to {self.name}: {exc.strerror}") from exc
             self._flush_if_due(now)
@@ -201,6 +250,20 @@ class PartitionLog:
             record_count=sum(h.record_count for _p, h in stamped.headers),
             batch_count=len(stamped.headers),
         )
+
+    def _update_transactions(self, seg: LogSegment, buf: bytearray, headers: list) -> None:
+        """Feed the appended transactional batches to the producer state; an ABORT
+        marker's transaction goes to the ``.txnindex`` of the segment it was appended
+        to (Kafka's ``UnifiedLog.append``: ``segment.updateTxnIndex(completedTxn,
+        lastStableOffset)``)."""
+        view = memoryview(buf)
+        for rel_pos, h in headers:
+            if not h.is_transactional:
+                continue
+            marker = marker_type(view[rel_pos : rel_pos + h.size], h) if h.is_control else None
+            aborted = self.transactions.on_batch(h, marker)
+            if aborted is not None:
+                seg.update_txn_index(aborted)
 
     def roll_ms(self) -> int:
         """Compacted topics roll at min(segment.ms, max.compaction.lag.ms), like Kafka."""

@@ -1,8 +1,11 @@
-"""One log segment: ``<base>.log`` with its ``.index`` and ``.timeindex``.
+"""One log segment: ``<base>.log`` with its ``.index``, ``.timeindex`` and ``.txnindex``.
 
 The ``.log`` holds record batches back to back, exactly as a Kafka broker writes them;
 its name is the base offset, 20 digits, zero padded. The indexes are sparse and derived
-(``recover`` rebuilds them). A segment only grows at its end; readers use ``os.pread``
+(``recover`` rebuilds the offset and time indexes; the ``.txnindex`` needs the open
+transactions of earlier segments, so :class:`~kompakt.log.partition_log.PartitionLog`
+rebuilds it with its producer state, as Kafka's ``LogSegment.recover`` is handed the
+``ProducerStateManager``). A segment only grows at its end; readers use ``os.pread``
 so they see whole batches below the size they were given while appends go on.
 """
 
@@ -14,6 +17,7 @@ from pathlib import Path
 
 from kompakt.errors import CorruptRecordError
 from kompakt.log.index import IndexCorruptError, OffsetIndex, TimeIndex
+from kompakt.log.txn_index import AbortedTxn, TransactionIndex
 from kompakt.record.decode import RecordBatch, iter_batches
 from kompakt.record.header import (
     HEADER_SIZE,
@@ -35,7 +39,8 @@ SWAP_SUFFIX = ".swap"
 INT32_MAX = 2**31 - 1
 
 
-SEGMENT_FILE_TYPES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)  # the files of a segment
+# the files of a segment (the .txnindex exists only once an abort was written to it)
+SEGMENT_FILE_TYPES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
 FILENAME_DIGITS = 20
 
 
@@ -61,7 +66,8 @@ def segment_file(
 
 
 def segment_files(directory: Path | str, offset: int, suffix: str = "") -> list[Path]:
-    """The ``.log``, ``.index`` and ``.timeindex`` of segment ``offset`` in one state."""
+    """The ``.log``, ``.index``, ``.timeindex`` and ``.txnindex`` of segment ``offset``
+    in one state (the ``.txnindex`` may not exist)."""
     return [segment_file(directory, offset, kind, suffix) for kind in SEGMENT_FILE_TYPES]
 
 
@@ -103,6 +109,11 @@ class LogSegment:
             max_index_size,
             writable,
         )
+        self.txn_index = TransactionIndex(
+            segment_file(self.dir, base_offset, TXNINDEX_SUFFIX, suffix), base_offset
+        )
+        self.txn_index_stale = False
+        """Set by the loader when the ``.txnindex`` must be rebuilt from the batches."""
         self._bytes_since_index = 0
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -223,10 +234,16 @@ class LogSegment:
             raise
         self.size = start + len(view)
 
+    def update_txn_index(self, txn: AbortedTxn) -> None:
+        """Record an aborted transaction whose ABORT marker is in this segment (Kafka's
+        ``LogSegment.updateTxnIndex``); the ``.txnindex`` is created on the first one."""
+        self.txn_index.append(txn)
+
     def flush(self) -> None:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def on_become_inactive(self) -> None:
         """On roll: final time-index entry, indexes trimmed to their used size (Kafka)."""
@@ -356,7 +373,11 @@ class LogSegment:
 
     # -- files ---------------------------------------------------------------------------
     def files(self) -> list[Path]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        """The segment's files on disk (the ``.txnindex`` only when it exists)."""
+        out = [self.log_path, self.offset_index.path, self.time_index.path]
+        if self.txn_index.exists():
+            out.append(self.txn_index.path)
+        return out
 
     def change_suffix(self, new_suffix: str) -> None:
         """Rename all files from the current suffix to ``new_suffix`` (swap protocol)."""
@@ -365,7 +386,7 @@ class LogSegment:
             new = Path(str(old)[: len(str(old)) - len(self.suffix)] + new_suffix)
             os.replace(old, new)
             setattr(self, attr, new)
-        for idx in (self.offset_index, self.time_index):
+        for idx in (self.offset_index, self.time_index, self.txn_index):
             old = str(idx.path)
             idx.rename(Path(old[: len(old) - len(self.suffix)] + new_suffix))
         self.suffix = new_suffix

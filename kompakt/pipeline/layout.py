@@ -18,7 +18,12 @@ from pathlib import Path
 from kompakt.log.checkpoint import CheckpointError, OffsetCheckpointFile
 from kompakt.log.config import TopicConfig
 from kompakt.log.index import OffsetIndex
-from kompakt.log.manager import LOG_START_CHECKPOINT, TOPICS_FILE, parse_partition_dir
+from kompakt.log.manager import (
+    CLEANER_CHECKPOINT,
+    LOG_START_CHECKPOINT,
+    TOPICS_FILE,
+    parse_partition_dir,
+)
 from kompakt.log.names import is_valid_topic_name
 from kompakt.log.segment import INDEX_SUFFIX, log_file_offset, segment_file
 from kompakt.record.header import HEADER_SIZE, LOG_OVERHEAD, read_header
@@ -86,6 +91,14 @@ def read_segment(part_dir: str | os.PathLike, base: int) -> bytes:
 def log_start_offsets(data_dir: str | os.PathLike) -> dict[tuple[str, int], int]:
     try:
         return OffsetCheckpointFile(Path(data_dir) / LOG_START_CHECKPOINT).read()
+    except (CheckpointError, OSError):
+        return {}
+
+
+def cleaned_offsets(data_dir: str | os.PathLike) -> dict[tuple[str, int], int]:
+    """The cleaner checkpoint (where each partition's cleaned part ends); {} if unreadable."""
+    try:
+        return OffsetCheckpointFile(Path(data_dir) / CLEANER_CHECKPOINT).read()
     except (CheckpointError, OSError):
         return {}
 

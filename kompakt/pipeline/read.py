@@ -5,21 +5,22 @@ clean swapped it, retention deleted it) the folder is listed again and reading g
 from the next offset not yet returned, so no record is returned twice; offsets never
 change under compaction, which is what makes resuming by offset safe.
 
-Transactions are read as ``read_committed``: a transactional batch is returned only if
-the next control marker of its producer is a COMMIT. The marker may sit beyond the
-range, so :class:`CommitMarkers` scans batch headers ahead until it is found; a
-transaction without a marker yet is still open and is not returned (Kafka's
-last-stable-offset rule). This is a consumer's view of transactions; the cleaner does
-not use it (its rule, :mod:`kompakt.cleaner.key_map`, goes by aborted transactions
-only, as Kafka's ``CleanedTransactionMetadata`` does).
+Transactions are read as ``read_committed`` exactly as the broker serves a
+READ_COMMITTED fetch: the driver ends every range at the partition's last stable offset
+and hands each range the aborted transactions that overlap it (both from
+:func:`kompakt.pipeline.plan.committed_view`: the ``.txnindex`` files and the producer
+state, as the log rebuilds them at open); a reader drops a transactional batch of a
+producer whose aborted transaction covers it (Kafka's consumer ``Fetcher``: from the
+aborted transaction's first offset to its ABORT marker). This is a consumer's view of
+transactions; the cleaner does not use it (its rule, :mod:`kompakt.cleaner.key_map`,
+goes by aborted transactions only, as Kafka's ``CleanedTransactionMetadata`` does).
 """
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -27,12 +28,9 @@ from kompakt.pipeline.columns import decode_batches
 from kompakt.pipeline.layout import list_segments, read_segment, segment_path, segments_covering
 from kompakt.pipeline.schema import to_record_batch
 from kompakt.record.decode import RecordBatch, iter_batches
-from kompakt.record.header import CONTROL_ABORT
 
 CHUNK_BYTES = 16 << 20  # decode this much batch payload per Arrow batch
 RELIST_ATTEMPTS = 20
-AFTER_ANY_MARKER_TYPE = 1 << 30  # sorts after (offset, every control type) in bisect
-END_OF_LOG = 1 << 62  # an offset past every segment
 
 
 @dataclass(frozen=True)
@@ -45,67 +43,15 @@ class RangeToRead:
     start: int
     end: int
     bases: tuple[int, ...]
+    aborted: tuple[tuple[int, int, int], ...] = ()
+    """(producer id, first offset, ABORT marker offset) of the aborted transactions
+    overlapping the range, for ``read_committed``."""
 
 
-@dataclass
-class CommitMarkers:
-    """Commit/abort decisions for transactional batches of one partition, read ahead lazily."""
-
-    dir: str
-    markers: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # pid -> [(off, type)]
-    scanned: set[int] = field(default_factory=set)
-
-    def feed(self, base: int, batches: list[RecordBatch]) -> None:
-        if base in self.scanned:
-            return
-        self.scanned.add(base)
-        for b in batches:
-            h = b.header
-            if h.is_control:
-                ctl = b.control_record()
-                if ctl is not None:
-                    self.markers.setdefault(h.producer_id, []).append((h.base_offset, ctl.type))
-        for marks in self.markers.values():
-            marks.sort()
-
-    def _marker_after(self, pid: int, offset: int) -> int | None:
-        marks = self.markers.get(pid, [])
-        i = bisect.bisect_right(marks, (offset, AFTER_ANY_MARKER_TYPE))
-        return marks[i][1] if i < len(marks) else None
-
-    def committed(self, pid: int, offset: int) -> bool:
-        while True:
-            found = self._marker_after(pid, offset)
-            if found is not None:
-                return found != CONTROL_ABORT
-            if not self._scan_next(offset):
-                return False  # still open: beyond the last stable offset
-
-    def _scan_next(self, offset: int) -> bool:
-        """Feed the next unscanned segment after ``offset``; False when none is left."""
-        for _attempt in range(RELIST_ATTEMPTS):
-            bases = list_segments(self.dir)
-            todo = [
-                b for b in segments_covering(bases, offset, END_OF_LOG) if b not in self.scanned
-            ]
-            if not todo:
-                return False
-            try:
-                data = read_segment(self.dir, todo[0])
-            except FileNotFoundError:
-                time.sleep(0.01)
-                continue
-            self.feed(todo[0], list(iter_batches(data)))
-            return True
-        return False
-
-
-def _visible_mask(batches: list[RecordBatch], tracker: CommitMarkers) -> list[bool]:
-    return [
-        (not b.header.is_transactional)
-        or tracker.committed(b.header.producer_id, b.header.last_offset)
-        for b in batches
-    ]
+def _aborted_batch(h, aborted: dict[int, list[tuple[int, int]]]) -> bool:
+    """True for a transactional batch inside one of its producer's aborted transactions
+    (``first offset <= base offset < ABORT marker``)."""
+    return any(first <= h.base_offset < last for first, last in aborted.get(h.producer_id, ()))
 
 
 def _chunks(batches: list[RecordBatch]) -> Iterator[list[RecordBatch]]:
@@ -125,7 +71,9 @@ def read_range(
     r: RangeToRead, include_headers: bool = True, read_committed: bool = True
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records in ``r`` (control batches and aborted data left out)."""
-    tracker = CommitMarkers(r.dir)
+    aborted: dict[int, list[tuple[int, int]]] = {}
+    for pid, first, last in r.aborted:
+        aborted.setdefault(pid, []).append((first, last))
     cursor = r.start
     bases = list(r.bases)
     attempts = 0
@@ -150,7 +98,6 @@ def read_range(
         all_batches = list(iter_batches(data))
         for b in all_batches:
             b.ensure_valid()
-        tracker.feed(base, all_batches)
         wanted = [
             b
             for b in all_batches
@@ -159,9 +106,12 @@ def read_range(
             and b.header.last_offset >= cursor
             and b.header.base_offset < seg_end
         ]
-        if read_committed and any(b.header.is_transactional for b in wanted):
-            keep = _visible_mask(wanted, tracker)
-            wanted = [b for b, k in zip(wanted, keep, strict=True) if k]
+        if read_committed and aborted:
+            wanted = [
+                b
+                for b in wanted
+                if not (b.header.is_transactional and _aborted_batch(b.header, aborted))
+            ]
         for chunk in _chunks(wanted):
             cols = decode_batches(chunk)
             rb = to_record_batch(cols, r.topic, r.partition, include_headers)

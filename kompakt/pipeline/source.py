@@ -7,8 +7,8 @@ Read::
 with Spark's Kafka-source options (``subscribe``, ``subscribePattern``, ``assign``,
 ``startingOffsets``, ``endingOffsets``, ``failOnDataLoss``, ``minPartitions``,
 ``includeHeaders``) plus ``maxBytesPerPartition`` (segment bytes per input partition)
-and ``kafka.isolation.level`` (``read_committed`` by default: aborted transactions are
-never returned). Planning (driver) and reading (executors) work on the files directly
+and ``kafka.isolation.level`` (``read_committed`` by default: as a READ_COMMITTED fetch,
+up to the last stable offset and without aborted transactions). Planning (driver) and reading (executors) work on the files directly
 and read-only, without the data dir's ``.lock``, so a running broker is not disturbed.
 
 Deliberate difference from Spark's Kafka source: ``headers`` is part of the schema
@@ -28,7 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from kompakt.pipeline import options as opt
-from kompakt.pipeline.plan import plan_ranges
+from kompakt.pipeline.plan import plan_ranges, read_committed
 from kompakt.pipeline.read import RangeToRead, read_range
 from kompakt.pipeline.schema import kafka_schema
 from kompakt.pipeline.write import KompaktWriter
@@ -66,10 +66,7 @@ class KompaktReader(DataSourceReader):
     def __init__(self, options: dict[str, str], schema: StructType):
         self.options = options
         self.include_headers = "headers" in schema.fieldNames()
-        level = (opt.get_option(options, "kafka.isolation.level", "read_committed") or "").lower()
-        if level not in ("read_committed", "read_uncommitted"):
-            raise opt.OptionError(f"Invalid value {level} for configuration isolation.level")
-        self.read_committed = level == "read_committed"
+        self.read_committed = read_committed(options)
 
     def partitions(self) -> Sequence[InputPartition]:
         ranges = plan_ranges(self.options)

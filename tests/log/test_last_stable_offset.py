@@ -4,27 +4,12 @@ batches appended to a real :class:`~kompakt.log.partition_log.PartitionLog`."""
 
 from __future__ import annotations
 
+from txn_kit import TS, data, marker
+
 from kompakt.log.manager import LogManager
 from kompakt.log.transactions import AbortedTxn
-from kompakt.record.encode import build_control_batch, build_simple_batch
+from kompakt.record.encode import build_simple_batch
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
-
-TS = 1_700_000_000_000
-
-
-def data(pid: int, *values: bytes, transactional: bool = True) -> bytes:
-    return build_simple_batch(
-        [(b"k", v) for v in values],
-        timestamp=TS,
-        producer_id=pid,
-        producer_epoch=0,
-        base_sequence=0,
-        transactional=transactional,
-    )
-
-
-def marker(pid: int, kind: int) -> bytes:
-    return build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=TS)
 
 
 def test_lso_is_the_first_offset_of_the_earliest_open_transaction(manager: LogManager) -> None:
@@ -51,10 +36,10 @@ def test_aborted_transactions_overlapping_a_fetch_range(manager: LogManager) -> 
     plog.append(marker(8, CONTROL_COMMIT))  # 3
     plog.append(data(9, b"c"))  # 4
     plog.append(marker(9, CONTROL_ABORT))  # 5
-    tracker = plog.transactions_up_to_date()
-    assert tracker.collect_aborted(0, 6) == [AbortedTxn(7, 0, 2, 1), AbortedTxn(9, 4, 5, 6)]
-    assert tracker.collect_aborted(3, 6) == [AbortedTxn(9, 4, 5, 6)]
-    assert tracker.collect_aborted(0, 4) == [AbortedTxn(7, 0, 2, 1)]
+    collect = plog.collect_aborted_transactions
+    assert collect(0, 6) == [AbortedTxn(7, 0, 2, 1), AbortedTxn(9, 4, 5, 6)]
+    assert collect(3, 6) == [AbortedTxn(9, 4, 5, 6)]
+    assert collect(0, 4) == [AbortedTxn(7, 0, 2, 1)]
 
 
 def test_a_restart_rebuilds_the_open_transactions_from_the_log(tmp_path, clock) -> None:
@@ -69,7 +54,7 @@ def test_a_restart_rebuilds_the_open_transactions_from_the_log(tmp_path, clock) 
         assert (plog.last_stable_offset, plog.high_watermark) == (0, 2)
         plog.append(marker(7, CONTROL_ABORT))
         assert plog.last_stable_offset == 3
-        assert plog.transactions_up_to_date().collect_aborted(0, 3) == [AbortedTxn(7, 0, 2, 3)]
+        assert plog.collect_aborted_transactions(0, 3) == [AbortedTxn(7, 0, 2, 3)]
     finally:
         m.close()
 
@@ -89,7 +74,7 @@ def test_tracking_across_segments_reads_on_from_where_it_stopped(manager: LogMan
     assert plog.last_stable_offset == 1
     plog.append(marker(8, CONTROL_ABORT))  # 4
     assert plog.last_stable_offset == 5
-    assert plog.transactions_up_to_date().collect_aborted(2, 5) == [
+    assert plog.collect_aborted_transactions(2, 5) == [
         AbortedTxn(7, 0, 3, 1),
         AbortedTxn(8, 1, 4, 5),
     ]

@@ -52,7 +52,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
     for p in sorted(root.rglob("*")):
         if (
             p.is_file()
-            and p.suffix in (".log", ".index", ".timeindex")
+            and p.suffix in (".log", ".index", ".timeindex", ".txnindex")
             or p.name.startswith("cleaner-offset")
         ):
             out[str(p.relative_to(root))] = p.read_bytes()

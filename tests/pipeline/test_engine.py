@@ -19,6 +19,7 @@ from kompakt.cleaner import Cleaner, LocalEngine
 from kompakt.log.manager import LogManager
 from kompakt.pipeline.engine import SparkEngine
 from kompakt.record.batch import CONTROL_COMMIT, build_control_batch, build_simple_batch
+from kompakt.record.header import CONTROL_ABORT
 
 batch_st = st.tuples(
     st.lists(
@@ -116,6 +117,34 @@ def test_a_committed_record_whose_marker_was_removed_is_compacted_by_both_engine
     assert local == [(b"pad1", pad), (b"pad2", pad), (b"other", b"v2"), (b"k", b"v2")]
     assert spark_state == local
     a, b = snapshot(tmp_path / "a"), snapshot(tmp_path / "b")
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name] == b[name], name
+
+
+def test_engines_write_the_same_txnindex_for_a_kept_abort_marker(spark, tmp_path):
+    """Kafka's cleaner removes aborted data, keeps the ABORT marker while this pass saw
+    the transaction's batches and appends its ``AbortedTxn`` to the cleaned segment's
+    ``.txnindex``; both engines run that rewrite, so both write the same index bytes."""
+    txn = {"producer_id": 9, "producer_epoch": 0, "base_sequence": 0, "transactional": True}
+    with LogManager(tmp_path / "a", clock=lambda: NOW) as logs:
+        logs.create_topic("t", 1, TOPIC_CONFIG)
+        plog = logs.get_log("t", 0)
+        plog.append(build_simple_batch([(b"k", b"v0")], timestamp=NOW))
+        plog.append(build_simple_batch([(b"k", b"aborted")], timestamp=NOW, **txn))
+        plog.append(
+            build_control_batch(CONTROL_ABORT, producer_id=9, producer_epoch=0, timestamp=NOW)
+        )
+        plog.append(build_simple_batch([(b"k", b"v1")], timestamp=NOW))
+        plog.roll()
+        plog.append(build_simple_batch([(b"z", b"1")], timestamp=NOW))
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    for root, engine in ((tmp_path / "a", LocalEngine(1 << 20)), (tmp_path / "b", SparkEngine())):
+        with LogManager(root, clock=lambda: NOW + 10_000) as logs:
+            assert Cleaner(logs, engine=engine).clean_partition(logs.get_log("t", 0))
+    a, b = snapshot(tmp_path / "a"), snapshot(tmp_path / "b")
+    assert "t-0/00000000000000000000.txnindex" in a
+    assert a["t-0/00000000000000000000.txnindex"][2:10] == (9).to_bytes(8, "big")
     assert sorted(a) == sorted(b)
     for name in a:
         assert a[name] == b[name], name

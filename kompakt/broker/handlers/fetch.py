@@ -49,9 +49,9 @@ LATEST_TIERED = -6
 
 def _committed_only(plog: Any, fetch_offset: int, data: bytes, lso: int) -> tuple[bytes, list]:
     """READ_COMMITTED (Kafka's ``FetchIsolation.TXN_COMMITTED``): the batches below the
-    last stable offset, and the aborted transactions they overlap
-    (``collectAbortedTransactions`` up to the offset after the data returned), so the
-    client drops the aborted records."""
+    last stable offset, and the aborted transactions they overlap, read from the
+    segments' ``.txnindex`` (``collectAbortedTransactions`` up to the offset after the
+    data returned), so the client drops the aborted records."""
     end = 0
     upper = fetch_offset
     for b in iter_batches(data):
@@ -61,7 +61,7 @@ def _committed_only(plog: Any, fetch_offset: int, data: bytes, lso: int) -> tupl
         upper = b.header.last_offset + 1
     if end == 0:
         return b"", []
-    aborted = plog.transactions_up_to_date().collect_aborted(fetch_offset, upper)
+    aborted = plog.collect_aborted_transactions(fetch_offset, upper)
     return data[:end], [
         {"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted
     ]
