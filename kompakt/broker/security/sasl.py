@@ -166,6 +166,7 @@ class ScramServer:
                 self.complete = True
                 return out
         except ScramException as exc:
+            log.debug("SCRAM exchange failed: %s", exc)  # scramp's text holds no secret
             bad_proof = "proof" in str(exc).lower() or "signature" in str(exc).lower()
             raise AuthenticationFailed(
                 f"Authentication failed during authentication due to invalid credentials "
