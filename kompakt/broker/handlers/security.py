@@ -102,55 +102,56 @@ def handle_alter_user_scram_credentials(ctx: RequestContext, req: Any) -> dict[s
     RESOURCE_NOT_FOUND."""
     store = scram_store(ctx)
     ops = [("delete", d) for d in req.deletions] + [("upsert", u) for u in req.upsertions]
-    counts: dict[str, int] = {}
+    pairs: dict[tuple[str, int], int] = {}
     for _kind, op in ops:
-        counts[op.name] = counts.get(op.name, 0) + 1
+        pairs[(op.name, int(op.mechanism))] = pairs.get((op.name, int(op.mechanism)), 0) + 1
+    # one result per user: its first error, else success (Kafka's per-user results)
     results: dict[str, tuple[int, str | None]] = {}
+    duplicated = {name for (name, _m), n in pairs.items() if n > 1}
     for kind, op in ops:
         name = op.name
-        if name in results:
+        if results.get(name, (ErrorCode.none,))[0] != ErrorCode.none:
             continue
-        if counts[name] > 1:
+        if name in duplicated:
             results[name] = (
                 ErrorCode.duplicate_resource,
                 "A user credential cannot be altered twice in the same request",
             )
             continue
-        mech = MECHANISM_TYPES.get(int(op.mechanism))
-        if not name:
-            results[name] = (ErrorCode.unacceptable_credential, "Username must not be empty")
-        elif mech is None:
-            results[name] = (
-                ErrorCode.unsupported_sasl_mechanism,
-                f"Unknown SCRAM mechanism {int(op.mechanism)}",
-            )
-        elif kind == "delete":
-            if store.delete(name, mech):
-                results[name] = (ErrorCode.none, None)
-            else:
-                results[name] = (
-                    ErrorCode.resource_not_found,
-                    f"Attempt to delete a user credential that does not exist: {name} {mech}",
-                )
-        else:
-            try:
-                check_iterations(mech, int(op.iterations))
-                if not op.salt or not op.salted_password:
-                    raise ValueError("salt and salted password must not be empty")
-            except ValueError as exc:
-                results[name] = (ErrorCode.unacceptable_credential, str(exc))
-                continue
-            cred = ScramCredential.from_salted_password(
-                mech, bytes(op.salt), bytes(op.salted_password), int(op.iterations)
-            )
-            store.put(name, mech, cred)
-            results[name] = (ErrorCode.none, None)
+        results[name] = _alter_one(store, kind, op)
     return {
         "throttle_time": 0,
         "results": [
             {"user": n, "error_code": c, "error_message": m} for n, (c, m) in results.items()
         ],
     }
+
+
+def _alter_one(store: ScramStore, kind: str, op: Any) -> tuple[int, str | None]:
+    name = op.name
+    mech = MECHANISM_TYPES.get(int(op.mechanism))
+    if not name:
+        return ErrorCode.unacceptable_credential, "Username must not be empty"
+    if mech is None:
+        return ErrorCode.unsupported_sasl_mechanism, f"Unknown SCRAM mechanism {op.mechanism}"
+    if kind == "delete":
+        if store.delete(name, mech):
+            return ErrorCode.none, None
+        return (
+            ErrorCode.resource_not_found,
+            f"Attempt to delete a user credential that does not exist: {name} {mech}",
+        )
+    try:
+        check_iterations(mech, int(op.iterations))
+        if not op.salt or not op.salted_password:
+            raise ValueError("salt and salted password must not be empty")
+    except ValueError as exc:
+        return ErrorCode.unacceptable_credential, str(exc)
+    cred = ScramCredential.from_salted_password(
+        mech, bytes(op.salt), bytes(op.salted_password), int(op.iterations)
+    )
+    store.put(name, mech, cred)
+    return ErrorCode.none, None
 
 
 def register(registry: ApiRegistry) -> None:
