@@ -9,14 +9,16 @@ never an argument, so it stays out of shell history and ``ps``.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from .backend import CliError
-from .common import BootstrapServer, DataDir, JsonFlag, emit, emit_json
+from .common import BootstrapServer, DataDir, JsonFlag, emit, emit_json, open_backend
 
 app = typer.Typer(
     help="Manage SCRAM users (SASL/SCRAM-SHA-256 and -512). With --data-dir it works offline "
@@ -59,12 +61,14 @@ def _password(stdin: bool) -> str:
     return pw
 
 
-def _store(data_dir: Path):
+@contextlib.contextmanager
+def _store(data_dir: Path, create: bool = False) -> Iterator[Any]:
+    """The data dir's SCRAM store, under the data dir's lock (refused while a broker owns
+    it, as every offline verb is) and only for a kompakt data dir."""
     from kompakt.broker.security.scram_store import ScramStore
 
-    if not data_dir.is_dir():
-        raise CliError(f"{data_dir} is not a data directory")
-    return ScramStore(data_dir)
+    with open_backend(data_dir, create=create):
+        yield ScramStore(data_dir)
 
 
 def _admin(bootstrap: str | None, client: list[str] | None):
@@ -99,16 +103,22 @@ def create(
     """Create or replace a user's SCRAM credentials (salted; the password is not kept)."""
     _transport(data_dir, bootstrap_server)
     mechs = _mechanisms(mechanism)
+    if not 4096 <= iterations <= 16384:  # Kafka's ScramMechanism bounds
+        raise CliError(f"Iterations {iterations} is outside [4096, 16384]")
+    if data_dir is not None:  # before the password prompt: a bad dir fails first
+        with _store(data_dir, create=True):
+            pass
     password = _password(password_stdin)
     if data_dir is not None:
         from kompakt.broker.security.scram_store import ScramCredential
 
-        store = _store(data_dir)
-        for m in mechs:
-            try:
-                store.put(name, m, ScramCredential.from_password(m, password, iterations))
-            except ValueError as exc:
-                raise CliError(str(exc)) from exc
+        try:
+            creds = {m: ScramCredential.from_password(m, password, iterations) for m in mechs}
+        except ValueError as exc:
+            raise CliError(str(exc)) from exc
+        with _store(data_dir, create=True) as store:
+            for m, cred in creds.items():
+                store.put(name, m, cred)
     else:
         from confluent_kafka.admin import (
             ScramCredentialInfo,
@@ -142,8 +152,8 @@ def delete(
     _transport(data_dir, bootstrap_server)
     mechs = _mechanisms(mechanism)
     if data_dir is not None:
-        store = _store(data_dir)
-        removed = [m for m in mechs if store.delete(name, m)]
+        with _store(data_dir) as store:
+            removed = [m for m in mechs if store.delete(name, m)]
         if not removed:
             raise CliError(f"user {name} has no {' or '.join(mechs)} credentials")
     else:
@@ -170,7 +180,8 @@ def list_users(
     """List SCRAM users with their mechanisms and iterations (never a secret)."""
     _transport(data_dir, bootstrap_server)
     if data_dir is not None:
-        users = _store(data_dir).users()
+        with _store(data_dir) as store:
+            users = store.users()
     else:
         admin = _admin(bootstrap_server, client_config)
         described = admin.describe_user_scram_credentials().result()
