@@ -40,7 +40,7 @@ from kompakt.broker.handlers.txn import (
 from kompakt.broker.metrics import BrokerMetrics
 from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
-from kompakt.broker.security.listeners import listener_specs
+from kompakt.broker.security.listeners import admin_security, listener_specs
 from kompakt.broker.server import KafkaServer
 from kompakt.broker.state import AppendNotifier, BrokerState
 from kompakt.errors import KompaktError
@@ -111,7 +111,10 @@ class Broker:
             self.state.host, self.state.port = self.state.endpoints[specs[0].name]
             ahost, aport = parse_listener(cfg.admin_listener)
             self.admin = AdminServer(
-                AdminApi(self.metrics.render, self._partitions, self._compact), ahost, aport
+                AdminApi(self.metrics.render, self._partitions, self._compact),
+                ahost,
+                aport,
+                **admin_security(cfg, self.state, self.metrics),
             )
             self.admin.start()
             flush_ms = cfg.log_config.get("log.flush.interval.ms")

@@ -488,15 +488,31 @@ class BrokerConfig:
         self.listeners  # noqa: B018 (validate)
         self.advertised_listener  # noqa: B018
         self.security_protocols  # noqa: B018
-        from kompakt.broker.admin_http import parse_listener
+        from kompakt.broker.admin_http import is_loopback, is_tls, parse_listener
 
+        url = values["kompakt.admin.listener"]
         try:
-            parse_listener(values["kompakt.admin.listener"])
+            host, _port = parse_listener(url)
         except ValueError as exc:
             raise InvalidConfigError(
-                f"Invalid value {values['kompakt.admin.listener']} for configuration "
-                f"kompakt.admin.listener: expected http://HOST:PORT"
+                f"Invalid value {url} for configuration "
+                f"kompakt.admin.listener: expected http://HOST:PORT or https://HOST:PORT"
             ) from exc
+        auth = values["kompakt.admin.auth"]
+        if not is_loopback(host) and not values["kompakt.admin.allow.insecure"]:
+            if auth == "none":
+                raise InvalidConfigError(
+                    f"kompakt.admin.listener={url} is not a loopback address and "
+                    "kompakt.admin.auth=none: anyone who reaches it could compact; set "
+                    "kompakt.admin.auth=basic (with https://), or "
+                    "kompakt.admin.allow.insecure=true"
+                )
+            if not is_tls(url):
+                raise InvalidConfigError(
+                    f"kompakt.admin.listener={url} is not a loopback address: Basic "
+                    "credentials would cross the network in clear; use https://, or "
+                    "kompakt.admin.allow.insecure=true"
+                )
         return self
 
     @classmethod

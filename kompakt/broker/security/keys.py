@@ -138,6 +138,29 @@ SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
         None,
     ),
     (
+        "kompakt.admin.auth",
+        "string",
+        "none",
+        "none | basic: HTTP Basic authentication of the admin endpoint against the SCRAM "
+        "users (POST always; GET too with kompakt.admin.auth.get=true).",
+        _choice("none", "basic"),
+    ),
+    (
+        "kompakt.admin.auth.get",
+        "boolean",
+        False,
+        "With kompakt.admin.auth=basic, also ask GET requests (/metrics, /v1/partitions).",
+        None,
+    ),
+    (
+        "kompakt.admin.allow.insecure",
+        "boolean",
+        False,
+        "Let the admin endpoint bind a non-loopback address without authentication, or "
+        "with Basic credentials over plain http.",
+        None,
+    ),
+    (
         "kompakt.sasl.bootstrap.users",
         PASSWORD,
         None,

@@ -77,3 +77,18 @@ def scram_store_of(cfg: Any, state: Any) -> ScramStore:
         if created:
             log.info("SCRAM credentials created for bootstrap users %s", ", ".join(created))
     return store
+
+
+def admin_security(cfg: Any, state: Any, metrics: Any) -> dict[str, Any]:
+    """AdminServer's TLS context and Basic authenticator from the kompakt.admin.* keys."""
+    from kompakt.broker.admin_http import is_tls
+
+    out: dict[str, Any] = {}
+    if is_tls(cfg.admin_listener):
+        out["tls"] = server_context(cfg, "ADMIN")
+    if cfg.get("kompakt.admin.auth") == "basic":
+        store = scram_store_of(cfg, state)
+        out["authenticate"] = store.verify_password
+        out["auth_get"] = bool(cfg.get("kompakt.admin.auth.get"))
+    out["on_failure"] = lambda reason: metrics.auth_failed("HTTP_BASIC", reason)
+    return out

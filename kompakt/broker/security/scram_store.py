@@ -159,6 +159,22 @@ class ScramStore:
             self._write()
             return True
 
+    def verify_password(self, user: str, password: str) -> str | None:
+        """Check a plaintext password (HTTP Basic on the admin endpoint) against the
+        user's strongest stored credential: PBKDF2 with its salt and iterations, then the
+        stored key compared in constant time. A failure reason, or None."""
+        with self._lock:
+            mechs = dict(self._users.get(user, {}))
+        if not mechs:
+            return "unknown_user"
+        mech = "SCRAM-SHA-512" if "SCRAM-SHA-512" in mechs else "SCRAM-SHA-256"
+        cred = mechs[mech]
+        salted = hashlib.pbkdf2_hmac(
+            SCRAM_MECHANISMS[mech], password.encode(), cred[0], cred.iterations
+        )
+        again = ScramCredential.from_salted_password(mech, cred[0], salted, cred.iterations)
+        return None if hmac.compare_digest(again[1], cred[1]) else "bad_password"
+
     def bootstrap(self, users: str | None) -> list[str]:
         """``kompakt.sasl.bootstrap.users`` (``user:password,...``): give each user both
         SCRAM credentials unless it has them already; returns the users created."""

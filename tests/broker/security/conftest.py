@@ -67,7 +67,8 @@ def secure_broker(tmp_path_factory, certs):
         "SASL_SSL://127.0.0.1:0,SCRAMONLY://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,"
         "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,SCRAMONLY:SASL_PLAINTEXT",
-        "kompakt.admin.listener": "http://127.0.0.1:0",
+        "kompakt.admin.listener": "https://127.0.0.1:0",
+        "kompakt.admin.auth": "basic",
         "log.dirs": str(data),
         "kompakt.cleaner.engine": "local",
         "ssl.keystore.location": str(certs.server_pem),

@@ -127,9 +127,7 @@ def test_kafka_python_over_sasl_ssl_scram_and_sasl_plaintext_plain(secure_broker
         p = KafkaProducer(**common)
         p.send(topic, b"hello").get(timeout=20)
         p.close()
-        c = KafkaConsumer(
-            topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **common
-        )
+        c = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **common)
         assert [m.value for m in c] == [b"hello"]
         c.close()
 
@@ -254,9 +252,7 @@ def _tls(certs, cert_pem=None, key=None):
     return ctx
 
 
-def test_mtls_principal_is_the_subject_dn_through_ssl_principal_mapping_rules(
-    secure_broker, certs
-):
+def test_mtls_principal_is_the_subject_dn_through_ssl_principal_mapping_rules(secure_broker, certs):
     """Kafka's SslPrincipalMapper: RULE:^CN=([^,]+),OU=eng,.*$/$1/L turns
     CN=Alice,OU=eng,O=... into User:alice; without a certificate (ssl.client.auth=requested)
     the principal is User:ANONYMOUS."""
@@ -394,7 +390,9 @@ def test_describe_configs_hides_password_configs(secure_broker):
     assert jaas.value is None and jaas.is_sensitive
     users = configs["kompakt.sasl.bootstrap.users"]
     assert users.value is None and users.is_sensitive
-    assert configs["ssl.client.auth"].value == "none" and not configs["ssl.client.auth"].is_sensitive
+    assert (
+        configs["ssl.client.auth"].value == "none" and not configs["ssl.client.auth"].is_sensitive
+    )
 
 
 def test_a_failed_login_raises_in_the_client_not_hangs(secure_broker, certs):
