@@ -171,8 +171,10 @@ class ScramServer:
             raise AuthenticationFailed(
                 f"Authentication failed during authentication due to invalid credentials "
                 f"with SASL mechanism {self.mechanism}",
-                "bad_password" if bad_proof else "malformed",
+                "unknown_user" if self._unknown else "bad_password" if bad_proof else "malformed",
             ) from exc
+        except AuthenticationFailed:
+            raise
         raise AuthenticationFailed("Unexpected SCRAM message after completion", "malformed")
 
 
