@@ -22,6 +22,8 @@ SASL_SERVER_MAX_RECEIVE_SIZE = 524288  # Kafka's BrokerSecurityConfigs default
 
 
 def _choice(*values: str):
+    """A validator: the value must be one of ``values`` (Kafka's ValidString)."""
+
     def check(name: str, value: Any) -> None:
         if value not in values:
             raise InvalidConfigError(
