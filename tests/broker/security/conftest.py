@@ -58,15 +58,16 @@ def certs(tmp_path_factory):
 def secure_broker(tmp_path_factory, certs):
     """PLAINTEXT, SSL (client certificate requested), SASL_PLAINTEXT and SASL_SSL with
     PLAIN + both SCRAMs, and SCRAMONLY (a custom name mapped to SASL_PLAINTEXT) with
-    SCRAM only; bootstrap user alice/alice-scram."""
+    SCRAM only, and MTLS (SSL with ssl.client.auth=required); bootstrap user
+    alice/alice-scram."""
     logging.getLogger("kompakt").setLevel(logging.INFO)
     data = tmp_path_factory.mktemp("secure-data")
     mechs = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
     props = {
         "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,"
-        "SASL_SSL://127.0.0.1:0,SCRAMONLY://127.0.0.1:0",
+        "SASL_SSL://127.0.0.1:0,SCRAMONLY://127.0.0.1:0,MTLS://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,"
-        "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,SCRAMONLY:SASL_PLAINTEXT",
+        "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,SCRAMONLY:SASL_PLAINTEXT,MTLS:SSL",
         "kompakt.admin.listener": "https://127.0.0.1:0",
         "kompakt.admin.auth": "basic",
         "log.dirs": str(data),
@@ -74,6 +75,7 @@ def secure_broker(tmp_path_factory, certs):
         "ssl.keystore.location": str(certs.server_pem),
         "ssl.truststore.location": str(certs.ca_pem),
         "listener.name.ssl.ssl.client.auth": "requested",
+        "listener.name.mtls.ssl.client.auth": "required",
         "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),OU=eng,.*$/$1/L,DEFAULT",
         "sasl.enabled.mechanisms": mechs,
         "listener.name.scramonly.sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",

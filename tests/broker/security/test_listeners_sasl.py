@@ -265,6 +265,19 @@ def test_mtls_principal_is_the_subject_dn_through_ssl_principal_mapping_rules(se
         assert "User:ANONYMOUS" in _principals(secure_broker, "SSL")
 
 
+def test_required_client_auth_refuses_a_client_without_certificate(secure_broker, certs):
+    """ssl.client.auth=required (listener.name.mtls.ssl.client.auth): no certificate, no
+    connection; with one, the mapped principal."""
+    before = _failures(secure_broker).get(("SSL", "ssl_handshake"), 0)
+    with pytest.raises((ssl.SSLError, ConnectionError, AssertionError)):
+        with _connect(secure_broker, "MTLS", _tls(certs)) as s:
+            _api_versions(s)  # TLS 1.3: the refusal arrives on the first read
+    wait_for(lambda: _failures(secure_broker).get(("SSL", "ssl_handshake"), 0) == before + 1)
+    with _connect(secure_broker, "MTLS", _tls(certs, certs.client_cert, certs.client_key)) as s:
+        assert _api_versions(s).error_code == ErrorCode.none
+        assert "User:alice" in _principals(secure_broker, "MTLS")
+
+
 def test_sasl_principal_is_the_authenticated_user(secure_broker):
     with _connect(secure_broker, "SASL_PLAINTEXT") as s:
         hs = _call(s, API.sasl_handshake, 1, {"mechanism": "PLAIN"})

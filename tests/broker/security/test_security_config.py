@@ -92,3 +92,36 @@ def test_ssl_principal_mapping_rules_follow_kafkas_ssl_principal_mapper(rules, d
 def test_a_dn_no_rule_matches_fails_as_kafkas_no_matching_rule():
     with pytest.raises(NoMatchingRule):
         PrincipalMapper("RULE:^CN=(.*?),OU=eng$/$1/").name("CN=a,OU=ops")
+
+
+def test_inline_pem_keystore_and_an_encrypted_key_with_ssl_key_password(tmp_path):
+    """ssl.keystore.key + ssl.keystore.certificate.chain inline; an encrypted key opens
+    with ssl.key.password and a wrong one is a config error that never shows it."""
+    import trustme
+    from cryptography.hazmat.primitives import serialization
+
+    from kompakt.broker.security.tls import server_context
+
+    leaf = trustme.CA().issue_cert("127.0.0.1")
+    chain = "".join(b.bytes().decode() for b in leaf.cert_chain_pems)
+    cfg = BrokerConfig.from_mapping(
+        {
+            "ssl.keystore.key": leaf.private_key_pem.bytes().decode(),
+            "ssl.keystore.certificate.chain": chain,
+        }
+    )
+    assert server_context(cfg, "SSL").minimum_version.name == "TLSv1_2"
+    key = serialization.load_pem_private_key(leaf.private_key_pem.bytes(), None)
+    encrypted = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"k3y-pass"),
+    )
+    (tmp_path / "ks.pem").write_bytes(encrypted + chain.encode())
+    base = {"ssl.keystore.location": str(tmp_path / "ks.pem")}
+    server_context(BrokerConfig.from_mapping({**base, "ssl.key.password": "k3y-pass"}), "SSL")
+    with pytest.raises(InvalidConfigError, match="cannot load the keystore") as err:
+        server_context(BrokerConfig.from_mapping({**base, "ssl.key.password": "wrong-pw"}), "SSL")
+    assert "wrong-pw" not in str(err.value)
+    with pytest.raises(InvalidConfigError, match="has no keystore"):
+        server_context(BrokerConfig.from_mapping({}), "SSL")
