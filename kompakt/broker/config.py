@@ -52,7 +52,6 @@ from kompakt.broker.security.keys import (  # isort: skip
     PASSWORD,
     SECURITY_KEYS,
     SECURITY_PROTOCOLS,
-    _choice,
     check_listener_key,
     listener_key_type,
     listener_prefix,
@@ -84,6 +83,17 @@ class BrokerKey:
 
 _ONE_NODE = "a single node: the replication factor is always 1."
 _ONE_CLEANER_THREAD = "kompakt runs one cleaner thread (the spark engine is parallel inside)."
+
+
+def _choice(*values: str):
+    def check(name: str, value: Any) -> None:
+        if value not in values:
+            raise InvalidConfigError(
+                f"Invalid value {value} for configuration {name}: String must be one of: "
+                + ", ".join(values)
+            )
+
+    return check
 
 
 _KEYS: list[BrokerKey] = [
