@@ -226,7 +226,15 @@ def main() -> None:
     ap.add_argument(
         "--groups-only", action="store_true", help="only the consumer-group section (quick)"
     )
+    ap.add_argument(
+        "--security",
+        action="store_true",
+        help="only 1 KiB produce/consume over SASL_SSL (SCRAM-SHA-512) next to PLAINTEXT",
+    )
     args = ap.parse_args()
+    if args.security:
+        bench_security(args)
+        return
 
     tmp = tempfile.mkdtemp(prefix="kompakt-bench-broker-")
     overrides = {
@@ -485,6 +493,108 @@ def bench_groups(b, args: argparse.Namespace) -> None:
             f"{hb:<34} {len(times):>8} {min(times):>8.2f} {pct(times, 0.5):>10.2f} "
             f"{max(times):>10.2f}"
         )
+
+
+# -- --security: the cost of TLS + SASL -----------------------------------------------------
+def bench_security(args: argparse.Namespace) -> None:
+    """1 KiB produce (acks=1) and consume MB/s over PLAINTEXT and over SASL_SSL with
+    SCRAM-SHA-512 on the same broker, same run; the ratio is SASL_SSL / PLAINTEXT.
+    Certificates are made on the fly (trustme, a test dependency)."""
+    import trustme
+
+    from kompakt.broker.app import BrokerThread
+    from kompakt.broker.config import BrokerConfig
+
+    tmp = tempfile.mkdtemp(prefix="kompakt-bench-security-")
+    ca = trustme.CA()
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(f"{tmp}/server.pem")
+    ca.cert_pem.write_to_path(f"{tmp}/ca.pem")
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "kompakt.admin.listener": "http://127.0.0.1:0",
+        "log.dirs": f"{tmp}/data",
+        "kompakt.cleaner.engine": "local",
+        "log.cleaner.enable": "false",
+        "ssl.keystore.location": f"{tmp}/server.pem",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "kompakt.sasl.bootstrap.users": "bench:bench-secret",
+    }
+    n = max(1000, int(args.large * args.scale))
+    b = BrokerThread(BrokerConfig.from_mapping(props)).start()
+    try:
+        ports = b.broker.server.ports
+        confs = {
+            "PLAINTEXT": {"bootstrap.servers": f"127.0.0.1:{ports['PLAINTEXT']}"},
+            "SASL_SSL": {
+                "bootstrap.servers": f"127.0.0.1:{ports['SASL_SSL']}",
+                "security.protocol": "SASL_SSL",
+                "ssl.ca.location": f"{tmp}/ca.pem",
+                "sasl.mechanism": "SCRAM-SHA-512",
+                "sasl.username": "bench",
+                "sasl.password": "bench-secret",
+            },
+        }
+        create_topic(confs["PLAINTEXT"]["bootstrap.servers"], "warm")
+        figures: dict[str, tuple[float, float]] = {}
+        for name, conf in confs.items():
+            topic = f"sec-{name.lower()}"
+            create_topic(confs["PLAINTEXT"]["bootstrap.servers"], topic)
+            p = Producer({**producer_conf("1"), **conf})
+            produce_all(p, topic, b"p" * 10, 10)  # connect + authenticate before timing
+            t0 = time.perf_counter()
+            produce_all(p, topic, b"x" * 1024, n)
+            produce_s = time.perf_counter() - t0
+            consume_s = _consume_secure(conf, topic, n + 10)
+            figures[name] = (n * 1024 / produce_s / 1e6, n * 1024 / consume_s / 1e6)
+        print(f"1 KiB records: {n}")
+        print(f"{'listener':<10} {'produce MB/s':>13} {'consume MB/s':>13}")
+        for name, (pr, co) in figures.items():
+            print(f"{name:<10} {pr:13.1f} {co:13.1f}")
+        (p0, c0), (p1, c1) = figures["PLAINTEXT"], figures["SASL_SSL"]
+        print(f"SASL_SSL / PLAINTEXT: produce {p1 / p0:.2f}, consume {c1 / c0:.2f}")
+    finally:
+        b.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def producer_conf(acks: str) -> dict[str, object]:
+    return {
+        "acks": acks,
+        "linger.ms": 5,
+        "batch.size": 1 << 20,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1 << 20,
+        "compression.type": "none",
+        "enable.idempotence": False,
+    }
+
+
+def _consume_secure(conf: dict, topic: str, n: int) -> float:
+    c = Consumer(
+        {
+            **conf,
+            "group.id": "bench-unused",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 << 20,
+            "max.partition.fetch.bytes": 16 << 20,
+        }
+    )
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    got, t0 = 0, None
+    deadline = time.perf_counter() + 300
+    while got < n - 1 and time.perf_counter() < deadline:
+        for m in c.consume(10_000, 1.0):
+            if m.error():
+                continue
+            if t0 is None:  # the clock starts at the first record (after the handshakes)
+                t0 = time.perf_counter()
+                continue
+            got += 1
+    dt = time.perf_counter() - (t0 or 0.0)
+    c.close()
+    if got < n - 1:
+        raise RuntimeError(f"consumed {got + 1} of {n} from {topic}")
+    return dt
 
 
 if __name__ == "__main__":

@@ -10,12 +10,27 @@ would do) through :meth:`~kompakt.cleaner.cleaner.Cleaner.compact_now`, the code
 It runs on a daemon
 thread with the standard library's HTTP server: the endpoint is low-traffic and must
 not share the protocol event loop's latency.
+
+Security (issue 16): ``https://HOST:PORT`` serves TLS with the broker's ssl.* keys
+(overridable as ``listener.name.admin.ssl.*``). ``kompakt.admin.auth=basic`` asks for HTTP
+Basic credentials checked against the SCRAM users (the password is run through the
+stored salt and iterations and compared with the stored key: no second secret store to
+keep), for POST always and for GET when ``kompakt.admin.auth.get=true`` (so a Prometheus
+scraper may stay anonymous). Basic rather than a bearer token: the users and their
+rotation already exist (``kompakt user``), and a token would be one more secret in a
+config file. Without auth, or with Basic over plain http, the endpoint refuses a
+non-loopback address unless ``kompakt.admin.allow.insecure=true``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import ipaddress
 import json
 import logging
+import ssl
+import sys
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
@@ -46,17 +61,60 @@ class AdminApi:
 
 def parse_listener(url: str) -> tuple[str, int]:
     parsed = urlparse(url if "://" in url else f"http://{url}")
-    if parsed.scheme != "http" or not parsed.hostname or parsed.port is None:
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.port is None:
         raise ValueError(f"kompakt.admin.listener must look like http://HOST:PORT, got {url!r}")
     return parsed.hostname, parsed.port
 
 
+def is_tls(url: str) -> bool:
+    return url.startswith("https://")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# checks a Basic user:password; returns a failure reason or None
+Authenticator = Callable[[str, str], str | None]
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A failed TLS handshake was logged and counted already; others get a log line
+        (the standard library would print a traceback to stderr)."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, (ssl.SSLError, OSError)):
+            log.exception("admin request from %s failed", client_address[0])
+
+
 class AdminServer:
-    def __init__(self, api: AdminApi, host: str = "127.0.0.1", port: int = 9644):
+    def __init__(
+        self,
+        api: AdminApi,
+        host: str = "127.0.0.1",
+        port: int = 9644,
+        *,
+        tls: ssl.SSLContext | None = None,
+        authenticate: Authenticator | None = None,
+        auth_get: bool = False,
+        on_failure: Callable[[str], None] = lambda reason: None,
+    ):
         self.api = api
-        handler = _make_handler(api)
+        self.scheme = "https" if tls is not None else "http"
+        handler = _make_handler(api, authenticate, auth_get, on_failure)
         try:
-            self.httpd = ThreadingHTTPServer((host, port), handler)
+            self.httpd = _HTTPServer((host, port), handler, bind_and_activate=False)
+            if tls is not None:  # the handshake runs in the request's thread, lazily
+                self.httpd.socket = tls.wrap_socket(
+                    self.httpd.socket, server_side=True, do_handshake_on_connect=False
+                )
+            self.httpd.server_bind()
+            self.httpd.server_activate()
         except OSError as exc:  # name the address, as asyncio does for the Kafka port
             raise OSError(
                 exc.errno,
@@ -74,16 +132,62 @@ class AdminServer:
 
     def start(self) -> None:
         self.thread.start()
-        log.info("admin endpoint listening on http://%s:%d", *self.httpd.server_address[:2])
+        log.info(
+            "admin endpoint listening on %s://%s:%d", self.scheme, *self.httpd.server_address[:2]
+        )
 
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
 
 
-def _make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
+def _make_handler(
+    api: AdminApi,
+    authenticate: Authenticator | None,
+    auth_get: bool,
+    on_failure: Callable[[str], None],
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "kompakt-admin"
+
+        def setup(self) -> None:
+            if isinstance(self.request, ssl.SSLSocket):
+                self.request.settimeout(10)
+                try:
+                    self.request.do_handshake()
+                except (ssl.SSLError, OSError) as exc:
+                    log.info("admin TLS handshake from %s failed: %s", self.client_address[0], exc)
+                    on_failure("ssl_handshake")
+                    raise
+            super().setup()
+
+        def _authorized(self) -> bool:
+            """HTTP Basic against the SCRAM users; answers 401 itself when not."""
+            if authenticate is None:
+                return True
+            header = self.headers.get("Authorization") or ""
+            reason = "no_credentials"
+            if header.startswith("Basic "):
+                try:
+                    user, sep, password = (
+                        base64.b64decode(header[6:], validate=True).decode().partition(":")
+                    )
+                    failed = authenticate(user, password) if sep else "malformed"
+                except (binascii.Error, UnicodeDecodeError):
+                    failed = "malformed"
+                if failed is None:
+                    return True
+                reason = failed
+            log.info("admin request from %s refused: %s", self.client_address[0], reason)
+            on_failure(reason)
+            body = json.dumps({"error": "authentication required"}).encode()
+            self.send_response(HTTPStatus.UNAUTHORIZED)
+            self.send_header("WWW-Authenticate", 'Basic realm="kompakt", charset="UTF-8"')
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return False
 
         def log_message(self, fmt: str, *args: Any) -> None:
             log.debug("admin %s - " + fmt, self.client_address[0], *args)
@@ -100,6 +204,8 @@ def _make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:  # noqa: N802 (http.server naming)
             path = urlparse(self.path).path
+            if auth_get and not self._authorized():
+                return
             try:
                 if path == "/metrics":
                     self._send(
@@ -115,6 +221,8 @@ def _make_handler(api: AdminApi) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:  # noqa: N802
             path = urlparse(self.path).path
+            if not self._authorized():
+                return
             if path != "/v1/compact":
                 self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {path}"})
                 return

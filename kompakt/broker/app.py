@@ -42,6 +42,7 @@ from kompakt.broker.handlers.txn import (
 from kompakt.broker.metrics import BrokerMetrics
 from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.security.listeners import admin_security, listener_specs
 from kompakt.broker.server import KafkaServer
 from kompakt.broker.state import AppendNotifier, BrokerState
 from kompakt.errors import KompaktError
@@ -102,20 +103,21 @@ class Broker:
             self.state.producers = ProducerStateManager(self.logs.dir)
             start_coordinator(self.state, self.logs.clock)  # loaded below or on first use
             start_txn_coordinator(self.state, self.logs.clock)
-            listener = cfg.listener
-            self.server = KafkaServer(
-                self.state, self.registry, self.metrics, listener.host, listener.port
-            )
+            specs = await asyncio.to_thread(listener_specs, cfg, self.state)
+            self.server = KafkaServer(self.state, self.registry, self.metrics, listeners=specs)
             await self.server.start()
-            adv = cfg.advertised_listener
-            host = adv.host if adv is not None else listener.host
-            if not host or host in ("0.0.0.0", "::"):
-                host = socket.getfqdn()
-            port = adv.port if adv is not None and adv.port else self.server.port
-            self.state.host, self.state.port = host, port
+            for name, adv in cfg.advertised_listeners.items():
+                host = adv.host
+                if not host or host in ("0.0.0.0", "::"):
+                    host = socket.getfqdn()
+                self.state.endpoints[name] = (host, adv.port or self.server.ports[name])
+            self.state.host, self.state.port = self.state.endpoints[specs[0].name]
             ahost, aport = parse_listener(cfg.admin_listener)
             self.admin = AdminServer(
-                AdminApi(self.metrics.render, self._partitions, self._compact), ahost, aport
+                AdminApi(self.metrics.render, self._partitions, self._compact),
+                ahost,
+                aport,
+                **admin_security(cfg, self.state, self.metrics),
             )
             self.admin.start()
             flush_ms = cfg.log_config.get("log.flush.interval.ms")
@@ -141,12 +143,12 @@ class Broker:
             raise
         self._start_spark()
         log.info(
-            "kompakt broker listening on PLAINTEXT://%s:%d (advertised %s:%d), node.id=%d, "
+            "kompakt broker listening on %s (advertised %s), node.id=%d, "
             "cluster.id=%s, log.dirs=%s, admin on http://%s:%d",
-            listener.host,
-            self.server.port,
-            self.state.host,
-            self.state.port,
+            ", ".join(
+                f"{s.name}://{s.host}:{self.server.ports[s.name]}" for s in self.server.listeners
+            ),
+            ", ".join(f"{n}://{h}:{p}" for n, (h, p) in self.state.endpoints.items()),
             cfg.node_id,
             self.logs.cluster_id,
             cfg.data_dir,

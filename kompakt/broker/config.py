@@ -48,6 +48,15 @@ from kompakt.log.config import (
 )
 from kompakt.log.durable import write_json_atomically
 
+from kompakt.broker.security.keys import (  # isort: skip
+    PASSWORD,
+    SECURITY_KEYS,
+    SECURITY_PROTOCOLS,
+    check_listener_key,
+    listener_key_type,
+    listener_prefix,
+)
+
 log = logging.getLogger(__name__)
 
 
@@ -331,6 +340,7 @@ _KEYS: list[BrokerKey] = [
         False,
         "Allow a request on a resource no ACL names at all.",
     ),
+    *(BrokerKey(*k) for k in SECURITY_KEYS),
 ]
 # Keys of Kafka's sample server.properties that have no meaning on one kompakt node.
 for _name in (
@@ -339,7 +349,6 @@ for _name in (
     "controller.quorum.bootstrap.servers",
     "controller.listener.names",
     "inter.broker.listener.name",
-    "listener.security.protocol.map",
     "num.network.threads",
     "num.io.threads",
     "socket.send.buffer.bytes",
@@ -452,6 +461,19 @@ def parse_listeners(key: str, text: str) -> list[Listener]:
     return out
 
 
+def _distinct(key: str, ls: list[Listener]) -> None:
+    names = [x.name for x in ls]
+    if len(set(names)) != len(names):
+        raise InvalidConfigError(
+            f"Each listener must have a different name, {key}: {', '.join(map(str, ls))}"
+        )
+    ports = [x.port for x in ls if x.port]
+    if key == "listeners" and len(set(ports)) != len(ports):
+        raise InvalidConfigError(
+            f"Each listener must have a different port, {key}: {', '.join(map(str, ls))}"
+        )
+
+
 @dataclass
 class BrokerConfig:
     """Validated broker settings; ``raw`` holds every static key as given.
@@ -490,6 +512,8 @@ class BrokerConfig:
                 log_config[key] = text
             elif key.startswith("spark."):
                 spark[key] = text
+            elif key.startswith("listener.name."):
+                check_listener_key(key, text)
             else:
                 raise InvalidConfigError(f"Unknown broker config key: {key}")
         TopicConfig({}, log_config)  # validates every log.* value, naming the key
@@ -508,15 +532,32 @@ class BrokerConfig:
         self = cls(raw, values, BrokerDefaults.of(log_config), spark, source_file)
         self.listeners  # noqa: B018 (validate)
         self.advertised_listener  # noqa: B018
-        from kompakt.broker.admin_http import parse_listener
+        self.security_protocols  # noqa: B018
+        from kompakt.broker.admin_http import is_loopback, is_tls, parse_listener
 
+        url = values["kompakt.admin.listener"]
         try:
-            parse_listener(values["kompakt.admin.listener"])
+            host, _port = parse_listener(url)
         except ValueError as exc:
             raise InvalidConfigError(
-                f"Invalid value {values['kompakt.admin.listener']} for configuration "
-                f"kompakt.admin.listener: expected http://HOST:PORT"
+                f"Invalid value {url} for configuration "
+                f"kompakt.admin.listener: expected http://HOST:PORT or https://HOST:PORT"
             ) from exc
+        auth = values["kompakt.admin.auth"]
+        if not is_loopback(host) and not values["kompakt.admin.allow.insecure"]:
+            if auth == "none":
+                raise InvalidConfigError(
+                    f"kompakt.admin.listener={url} is not a loopback address and "
+                    "kompakt.admin.auth=none: anyone who reaches it could compact; set "
+                    "kompakt.admin.auth=basic (with https://), or "
+                    "kompakt.admin.allow.insecure=true"
+                )
+            if not is_tls(url):
+                raise InvalidConfigError(
+                    f"kompakt.admin.listener={url} is not a loopback address: Basic "
+                    "credentials would cross the network in clear; use https://, or "
+                    "kompakt.admin.allow.insecure=true"
+                )
         return self
 
     @classmethod
@@ -563,7 +604,53 @@ class BrokerConfig:
 
     @property
     def listeners(self) -> list[Listener]:
-        return parse_listeners("listeners", self.values["listeners"])
+        """Kafka's ``listeners``, checked as ``KafkaConfig.listeners`` does: distinct names,
+        distinct ports (0 excepted), each name in ``listener.security.protocol.map``."""
+        ls = parse_listeners("listeners", self.values["listeners"])
+        _distinct("listeners", ls)
+        protocols = self.protocol_map
+        for x in ls:
+            if x.name not in protocols:
+                raise InvalidConfigError(f"No security protocol defined for listener {x.name}")
+        return ls
+
+    @property
+    def protocol_map(self) -> dict[str, str]:
+        """``listener.security.protocol.map`` as {listener name: security protocol}."""
+        text = self.values.get("listener.security.protocol.map") or ""
+        out: dict[str, str] = {}
+        for item in [s.strip() for s in text.split(",") if s.strip()]:
+            name, sep, proto = item.partition(":")
+            name, proto = name.strip().upper(), proto.strip().upper()
+            if not sep or not name or proto not in SECURITY_PROTOCOLS:
+                raise InvalidConfigError(
+                    f"Invalid value {text} for configuration listener.security.protocol.map: "
+                    f"{item!r} is not LISTENER_NAME:SECURITY_PROTOCOL (one of "
+                    f"{', '.join(SECURITY_PROTOCOLS)})"
+                )
+            if name in out:
+                raise InvalidConfigError(
+                    f"Invalid value {text} for configuration listener.security.protocol.map: "
+                    f"duplicate listener name {name}"
+                )
+            out[name] = proto
+        return out
+
+    @property
+    def security_protocols(self) -> dict[str, str]:
+        """{listener name: security protocol} for every listener, in ``listeners`` order."""
+        protocols = self.protocol_map
+        return {x.name: protocols[x.name] for x in self.listeners}
+
+    def listener_value(self, listener: str, key: str) -> Any:
+        """``key`` for one listener: ``listener.name.<listener>.<key>`` over ``key``
+        (Kafka's per-listener overrides of ssl.* and sasl.* keys)."""
+        prefixed = listener_prefix(listener) + key
+        if prefixed in self.raw:
+            d = BROKER_KEYS.get(key)
+            text = self.raw[prefixed]
+            return parse_type(prefixed, text, d.type) if d is not None else text
+        return self.values.get(key)
 
     @property
     def listener(self) -> Listener:
@@ -574,15 +661,29 @@ class BrokerConfig:
         return ls[0]
 
     @property
+    def advertised_listeners(self) -> dict[str, Listener]:
+        """{listener name: advertised address}: ``advertised.listeners`` entries by name,
+        the listener itself for names it does not give (Kafka's default)."""
+        out = {x.name: x for x in self.listeners}
+        text = self.values.get("advertised.listeners")
+        if text:
+            adv = parse_listeners("advertised.listeners", text)
+            _distinct("advertised.listeners", adv)
+            for x in adv:
+                if x.name not in out:
+                    raise InvalidConfigError(
+                        f"Invalid value {text} for configuration advertised.listeners: "
+                        f"listener {x.name} is not in listeners"
+                    )
+                out[x.name] = x
+        return out
+
+    @property
     def advertised_listener(self) -> Listener | None:
         text = self.values.get("advertised.listeners")
         if not text:
             return None
-        ls = parse_listeners("advertised.listeners", text)
-        for x in ls:
-            if x.name == self.listener.name:
-                return x
-        return ls[0]
+        return self.advertised_listeners[self.listener.name]
 
     @property
     def admin_listener(self) -> str:
@@ -610,6 +711,20 @@ class BrokerConfig:
             d = broker_key(name)
             value = self.log_config.get(name, d.default)  # None: unset, no default (Kafka too)
             rows.append(self._entry(name, value, d.default, d))
+        for k in sorted(k for k in self.raw if k.startswith("listener.name.")):
+            type_ = listener_key_type(k)
+            v = None if type_ == PASSWORD else self.raw[k]
+            rows.append(
+                BrokerConfigEntry(
+                    k,
+                    v,
+                    STATIC_BROKER_CONFIG,
+                    True,
+                    [ConfigSynonym(k, v, STATIC_BROKER_CONFIG)],
+                    type_,
+                    "A per-listener override (listener.name.<listener>.<key>).",
+                )
+            )
         for k, v in sorted(self.spark.items()):
             rows.append(
                 BrokerConfigEntry(
@@ -645,6 +760,9 @@ class BrokerConfig:
         if default is not None:
             synonyms.append(ConfigSynonym(name, default, DEFAULT_CONFIG))
         source = synonyms[0].source if synonyms else DEFAULT_CONFIG
+        if d.type == PASSWORD:  # Kafka's ConfigDef.Type.PASSWORD: never shown
+            value = None
+            synonyms = [s._replace(value=None) for s in synonyms]
         return BrokerConfigEntry(
             name, value, source, name not in DYNAMIC_KEYS, synonyms, d.type, d.documentation
         )

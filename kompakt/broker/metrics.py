@@ -154,6 +154,12 @@ class BrokerMetrics:
                 30,
             ),
         )
+        self.auth_failures = Counter(
+            "kompakt_auth_failures",
+            "Failed authentications (TLS handshake, SASL), by mechanism and reason",
+            ["mechanism", "reason"],
+            registry=self.registry,
+        )
         self.registry.register(_PartitionCollector(logs))
         self.registry.register(_CleanerCollector(cleaner, cleaning_status))
         self.registry.register(_GroupCollector(coordinator))
@@ -163,6 +169,9 @@ class BrokerMetrics:
         self.latency.labels(api).observe(seconds)
         if error:
             self.errors.labels(api).inc()
+
+    def auth_failed(self, mechanism: str, reason: str) -> None:
+        self.auth_failures.labels(mechanism, reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

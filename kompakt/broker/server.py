@@ -16,30 +16,58 @@ carries on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
+import ssl
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from kompakt.broker.connection import CLOSED, NEED_DATA, Answer, KafkaConnection, Request
 from kompakt.broker.metrics import BrokerMetrics, has_error
 from kompakt.broker.protocol import ProtocolError
 from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler, Result
+from kompakt.broker.security.principal import NoMatchingRule, PrincipalMapper, subject_dn
+from kompakt.broker.security.sasl import SaslAuthenticator
 from kompakt.broker.state import BrokerState, RequestContext
 from kompakt.errors import KompaktError
 
 log = logging.getLogger(__name__)
 
 READ_SIZE = 1 << 16
+TLS_HANDSHAKE_TIMEOUT = 10.0
+ANONYMOUS = "User:ANONYMOUS"
+
+
+@dataclass
+class ListenerSpec:
+    """One listener as the server binds it: name, security protocol, address, and what
+    its protocol needs (a TLS context; a SASL authenticator per connection)."""
+
+    name: str
+    protocol: str
+    host: str
+    port: int
+    ssl: ssl.SSLContext | None = None
+    sasl: Callable[[], SaslAuthenticator] | None = None
+    mapper: PrincipalMapper | None = None
+    sasl_max_receive: int = 524288
 
 
 class _Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, spec: ListenerSpec
+    ):
         self.reader = reader
         self.writer = writer
+        self.spec = spec
         self.busy = False
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.principal = ANONYMOUS
+        self.sasl: SaslAuthenticator | None = None
 
 
 class KafkaServer:
@@ -50,23 +78,38 @@ class KafkaServer:
         metrics: BrokerMetrics | None = None,
         host: str = "127.0.0.1",
         port: int = 9092,
+        listeners: list[ListenerSpec] | None = None,
     ):
         self.state = state
         self.registry = registry
         self.metrics = metrics
-        self.host = host
-        self.port = port
+        self.listeners = listeners or [ListenerSpec("PLAINTEXT", "PLAINTEXT", host, port)]
+        self.host = self.listeners[0].host
+        self.port = self.listeners[0].port
+        self.ports: dict[str, int] = {}
         self.max_request_bytes = int(state.config.get("socket.request.max.bytes"))
         self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._conns: dict[asyncio.Task, _Connection] = {}
         self._closing = False
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._on_connect, self.host or None, self.port, reuse_address=True
-        )
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
+        try:
+            for spec in self.listeners:
+                server = await asyncio.start_server(
+                    functools.partial(self._on_connect, spec),
+                    spec.host or None,
+                    spec.port,
+                    reuse_address=True,
+                )
+                self._servers.append(server)
+                self.ports[spec.name] = server.sockets[0].getsockname()[1]
+        except BaseException:
+            for server in self._servers:
+                server.close()
+            raise
+        self._server = self._servers[0]
+        self.port = self.ports[self.listeners[0].name]
 
     @property
     def bound_port(self) -> int:
@@ -75,8 +118,8 @@ class KafkaServer:
     async def stop(self, timeout: float = 10.0) -> None:
         """Stop accepting, let in-flight requests finish, close every connection."""
         self._closing = True
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self.state.notifier is not None:
             self.state.notifier.wake_all()
         for conn in list(self._conns.values()):
@@ -89,22 +132,28 @@ class KafkaServer:
                 t.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
-        if self._server is not None:
+        for server in self._servers:
             try:
-                await asyncio.wait_for(self._server.wait_closed(), timeout=1.0)
+                await asyncio.wait_for(server.wait_closed(), timeout=1.0)
             except TimeoutError:
                 pass
 
     # -- connections -----------------------------------------------------------------------
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connect(
+        self, spec: ListenerSpec, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         task = asyncio.current_task()
-        conn = _Connection(reader, writer)
+        conn = _Connection(reader, writer, spec)
         if self._closing:
             writer.close()
             return
         assert task is not None
         self._conns[task] = conn
         try:
+            if spec.ssl is not None and not await self._start_tls(conn):
+                return
+            if spec.sasl is not None:
+                conn.sasl = spec.sasl()
             await self._serve(conn)
         except ConnectionError:
             pass
@@ -119,8 +168,65 @@ class KafkaServer:
             except Exception:
                 pass
 
+    async def _start_tls(self, conn: _Connection) -> bool:
+        """The TLS handshake, then the principal from the client certificate (if any):
+        False (counted, logged, connection to close) when either fails."""
+        spec = conn.spec
+        assert spec.ssl is not None
+        try:
+            await conn.writer.start_tls(spec.ssl, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT)
+        except (ssl.SSLError, ConnectionError, TimeoutError, OSError) as exc:
+            self._auth_failed(conn, "SSL", "ssl_handshake", f"TLS handshake failed: {exc}")
+            return False
+        sslobj = conn.writer.get_extra_info("ssl_object")
+        der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+        if der and spec.mapper is not None:
+            dn = subject_dn(der)
+            try:
+                conn.principal = "User:" + spec.mapper.name(dn)
+            except NoMatchingRule:
+                self._auth_failed(conn, "SSL", "no_matching_rule", f"no mapping rule for {dn}")
+                return False
+        return True
+
+    def _auth_failed(self, conn: _Connection, mechanism: str, reason: str, text: str) -> None:
+        log.info(
+            "authentication failed on listener %s from %s (%s, %s): %s",
+            conn.spec.name,
+            conn.peer,
+            mechanism,
+            reason,
+            text,
+        )
+        if self.metrics is not None:
+            self.metrics.auth_failed(mechanism, reason)
+
+    def _sasl_step(self, conn: _Connection, protocol: KafkaConnection, req: Request) -> Any:
+        """A request on a SASL connection not yet authenticated: the authenticator's
+        answer as (bytes or None to close, done) or None to let the handler answer."""
+        assert conn.sasl is not None
+        outcome = conn.sasl.on_request(req.api.api_key, req.api_version, req.body)
+        if outcome.passthrough:
+            return None
+        if outcome.failure is not None:
+            text = (
+                f"{req.name} before authentication"
+                if outcome.body is None
+                else str(outcome.body.get("error_message") or outcome.body.get("error_code"))
+            )
+            self._auth_failed(conn, conn.sasl.mechanism or "-", outcome.failure, text)
+        out = protocol.send(req, outcome.body) if outcome.body is not None else b""
+        if conn.sasl.complete:
+            conn.principal = conn.sasl.principal or ANONYMOUS
+            protocol.max_request_bytes = self.max_request_bytes
+            log.debug("%s authenticated as %s on %s", conn.peer, conn.principal, conn.spec.name)
+        return out, outcome.close
+
     async def _serve(self, conn: _Connection) -> None:
-        protocol = KafkaConnection(self.registry, self.max_request_bytes)
+        max_bytes = self.max_request_bytes
+        if conn.sasl is not None:  # Kafka's sasl.server.max.receive.size, until authenticated
+            max_bytes = min(max_bytes, conn.spec.sasl_max_receive)
+        protocol = KafkaConnection(self.registry, max_bytes)
         while not self._closing:
             t0 = time.monotonic()
             try:
@@ -129,6 +235,8 @@ class KafkaServer:
                 log.log(exc.level, "closing %s: %s", conn.peer, exc)
                 if exc.api is not None:
                     self._observe(exc.api, t0, True)
+                if conn.sasl is not None and not conn.sasl.complete:
+                    self._auth_failed(conn, conn.sasl.mechanism or "-", "bad_frame", str(exc))
                 return
             if event is NEED_DATA:
                 protocol.receive_data(await conn.reader.read(READ_SIZE))
@@ -144,6 +252,18 @@ class KafkaServer:
                     out: bytes | None = event.data
                 else:
                     assert isinstance(event, Request)
+                    step = None
+                    if conn.sasl is not None and not conn.sasl.complete:
+                        step = self._sasl_step(conn, protocol, event)
+                    if step is not None:
+                        out, close = step
+                        self._observe(event.name, t0, close)
+                        if out:
+                            conn.writer.write(out)
+                            await conn.writer.drain()
+                        if close:
+                            return
+                        continue
                     out = await self._respond(conn, protocol, event, t0)
                 if out is None:
                     return
@@ -164,6 +284,8 @@ class KafkaServer:
             req.correlation_id,
             req.client_id,
             conn.peer,
+            conn.principal,
+            conn.spec.name,
         )
         try:
             result = await self._call(req.api.handler, ctx, req.body)

@@ -84,6 +84,9 @@ class BrokerState:
     producers: Any = None  # ProducerStateManager
     closing: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    # advertised (host, port) per listener name; Metadata answers each client with the
+    # address of the listener it came in on, as Kafka does
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def node_id(self) -> int:
@@ -105,8 +108,9 @@ class BrokerState:
                 continue
         return None
 
-    def broker_endpoint(self) -> dict[str, Any]:
-        return {"node_id": self.node_id, "host": self.host, "port": self.port, "rack": None}
+    def broker_endpoint(self, listener: str | None = None) -> dict[str, Any]:
+        host, port = self.endpoints.get(listener or "", (self.host, self.port))
+        return {"node_id": self.node_id, "host": host, "port": port, "rack": None}
 
 
 @dataclass

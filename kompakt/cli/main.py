@@ -71,11 +71,22 @@ app = typer.Typer(
 # -- Commands ------------------------------------------------------------------------------
 # One line per verb or verb group. Modules define a typer.Typer (sub-commands) or plain
 # functions (single commands); they must not import this module.
-from kompakt.cli import acl, compact, dump, export, group, records, serve, topic  # noqa: E402
+from kompakt.cli import (  # noqa: E402
+    acl,
+    compact,
+    dump,
+    export,
+    group,
+    records,
+    serve,
+    topic,
+    user,
+)
 
 app.add_typer(topic.app, name="topic")
 app.add_typer(group.app, name="group")
 app.add_typer(acl.app, name="acl")
+app.add_typer(user.app, name="user")
 app.command("produce")(records.produce)
 app.command("consume")(records.consume)
 app.command("dump")(dump.dump)

@@ -31,6 +31,7 @@ from typer.testing import CliRunner
 import kompakt.pipeline
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.producers import PRODUCER_ID_BLOCK_FILE
+from kompakt.broker.security.scram_store import SCRAM_FILE
 from kompakt.cli.main import app
 
 runner = CliRunner()
@@ -52,7 +53,7 @@ def all_verbs() -> set[str]:
 
 
 def verb_of(args: list[str]) -> str:
-    return " ".join(args[:2]) if args[0] in ("topic", "group", "acl") else args[0]
+    return " ".join(args[:2]) if args[0] in ("topic", "group", "acl", "user") else args[0]
 
 
 @pytest.fixture(autouse=True)
@@ -123,6 +124,9 @@ def not_a_data_dir_cases(f: Path) -> list[tuple[list[str], str]]:
         (["compact", "t", *d, "--engine", "local"], "not a kompakt data dir"),
         (["compact", *d, "--engine", "spark"], "not a kompakt data dir"),
         (["export", "t", *d, "--out", str(f / "out")], "not a kompakt data dir"),
+        (["user", "create", "u", *d, "--password-stdin"], "not a kompakt data dir"),
+        (["user", "delete", "u", *d], "not a kompakt data dir"),
+        (["user", "list", *d], "not a kompakt data dir"),
         (["group", "list", *b], ""),
         (["group", "describe", "g", *b], ""),
         (["group", "reset-offsets", "g", "--topic", "t", "--to-earliest", *b], ""),
@@ -225,6 +229,9 @@ BROKER_DIR_OFFLINE = [
     ["compact", "keep", "--engine", "local"],
     ["compact", "--engine", "spark"],
     ["export", "keep", "--out", "OUT"],
+    ["user", "create", "u", "--password-stdin"],
+    ["user", "delete", "u"],
+    ["user", "list"],
 ]  # the group verbs have no --data-dir (groups live on the broker): see BROKER_VERBS
 
 # Verbs through the broker: what each may change ("" = nothing at all).
@@ -248,6 +255,9 @@ BROKER_VERBS: list[tuple[list[str], str]] = [
         "kompakt-acls.json",
     ),
     (["acl", "remove", "--topic", "keep"], "kompakt-acls.json"),
+    (["user", "list"], ""),
+    (["user", "create", "u", "--password-stdin"], SCRAM_FILE),
+    (["user", "delete", "u"], SCRAM_FILE),
 ]
 
 # Files of broker-wide metadata a topic verb may rewrite: every topic's configs, and

@@ -145,7 +145,7 @@ def coordinator_response(
 ) -> dict[str, Any]:
     """FindCoordinator's answer for every key of ``req``: this node, or ``error_code``
     and no node (Kafka's ``Node.noNode``)."""
-    ep = ctx.state.broker_endpoint()
+    ep = ctx.state.broker_endpoint(ctx.listener)
     ok = error_code == ErrorCode.none
 
     def one(key: str) -> dict[str, Any]:

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from kompakt.broker import coordinator
-from kompakt.broker.handlers import acls, configs, fetch, metadata, produce, topics, txn
+from kompakt.broker.handlers import (
+    acls,
+    configs,
+    fetch,
+    metadata,
+    produce,
+    security,
+    topics,
+    txn,
+)
 from kompakt.broker.registry import ApiRegistry
 
 
 def register_all(registry: ApiRegistry) -> ApiRegistry:
-    for module in (metadata, produce, fetch, topics, configs, acls):
+    for module in (metadata, produce, fetch, topics, configs, acls, security):
         module.register(registry)
     coordinator.register(registry)
     txn.register(registry)  # after the group coordinator: it takes FindCoordinator

@@ -101,7 +101,7 @@ def _config_entry(
         "read_only": read_only,
         "config_source": SOURCE_CODES[e.source],
         "is_default": is_default,
-        "is_sensitive": False,
+        "is_sensitive": type_name == "password",  # ConfigDef.Type.PASSWORD: value is null
         "synonyms": [
             {"name": s.name, "value": s.value, "source": SOURCE_CODES[s.source]} for s in e.synonyms
         ]

@@ -155,7 +155,7 @@ def handle_metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
     include_cluster_ops = bool(getattr(req, "include_cluster_authorized_operations", False))
     return {
         "throttle_time": 0,
-        "brokers": [ctx.state.broker_endpoint()],
+        "brokers": [ctx.state.broker_endpoint(ctx.listener)],
         "cluster_id": ctx.state.cluster_id,
         "controller_id": ctx.state.node_id,
         "topics": topics,
@@ -168,7 +168,7 @@ def handle_metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict[str, Any]:
     ops = bool(getattr(req, "include_cluster_authorized_operations", False))
-    ep = ctx.state.broker_endpoint()
+    ep = ctx.state.broker_endpoint(ctx.listener)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,

@@ -1,0 +1,83 @@
+"""``kompakt user``: SCRAM users offline and through AlterUserScramCredentials (API 51) /
+DescribeUserScramCredentials (API 50), then used to log in."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from confluent_kafka.admin import AdminClient
+from typer.testing import CliRunner
+
+from kompakt.broker.app import BrokerThread
+from kompakt.broker.config import BrokerConfig
+from kompakt.broker.security.scram_store import SCRAM_FILE
+from kompakt.cli.main import app
+
+runner = CliRunner()
+
+
+def test_offline_create_list_delete_stores_no_password(tmp_path):
+    r = runner.invoke(
+        app, ["user", "create", "bob", "-d", str(tmp_path), "--password-stdin"], input="s3cret\n"
+    )
+    assert r.exit_code == 0, r.output
+    stored = (tmp_path / SCRAM_FILE).read_text()
+    assert "s3cret" not in stored
+    r = runner.invoke(app, ["user", "list", "-d", str(tmp_path), "--json"])
+    assert json.loads(r.output) == {"bob": {"SCRAM-SHA-256": 4096, "SCRAM-SHA-512": 4096}}
+    r = runner.invoke(app, ["user", "delete", "bob", "-d", str(tmp_path), "-m", "SCRAM-SHA-512"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["user", "list", "-d", str(tmp_path), "--json"])
+    assert json.loads(r.output) == {"bob": {"SCRAM-SHA-256": 4096}}
+
+
+def test_offline_bad_input_is_a_clear_error_and_changes_nothing(tmp_path):
+    r = runner.invoke(
+        app,
+        ["user", "create", "bob", "-d", str(tmp_path), "--password-stdin", "--iterations", "10"],
+        input="pw\n",
+    )
+    assert r.exit_code != 0 and "Iterations 10" in r.output
+    r = runner.invoke(app, ["user", "create", "bob", "-d", str(tmp_path), "-m", "MD5"], input="")
+    assert r.exit_code != 0 and "unknown SCRAM mechanism MD5" in r.output
+    assert list(tmp_path.iterdir()) == []  # refused before the data dir was touched
+    r = runner.invoke(app, ["user", "delete", "nobody", "-d", str(tmp_path)])
+    assert r.exit_code != 0 and "not a kompakt data dir" in r.output
+    runner.invoke(
+        app, ["user", "create", "x", "-d", str(tmp_path), "--password-stdin"], input="p\n"
+    )
+    r = runner.invoke(app, ["user", "delete", "nobody", "-d", str(tmp_path)])
+    assert r.exit_code != 0 and "has no" in r.output
+
+
+def test_user_created_through_the_broker_can_log_in_with_scram(tmp_path):
+    logging.getLogger("kompakt").setLevel(logging.INFO)
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "kompakt.admin.listener": "http://127.0.0.1:0",
+        "log.dirs": str(tmp_path),
+        "kompakt.cleaner.engine": "local",
+    }
+    with BrokerThread(BrokerConfig.from_mapping(props)) as b:
+        ports = b.broker.server.ports
+        plain = f"127.0.0.1:{ports['PLAINTEXT']}"
+        r = runner.invoke(
+            app, ["user", "create", "carol", "-b", plain, "--password-stdin"], input="pw-carol\n"
+        )
+        assert r.exit_code == 0, r.output
+        r = runner.invoke(app, ["user", "list", "-b", plain, "--json"])
+        assert json.loads(r.output) == {"carol": {"SCRAM-SHA-256": 4096, "SCRAM-SHA-512": 4096}}
+        conf = {
+            "bootstrap.servers": f"127.0.0.1:{ports['SASL_PLAINTEXT']}",
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "carol",
+            "sasl.password": "pw-carol",
+        }
+        assert AdminClient(conf).list_topics(timeout=10).brokers
+        r = runner.invoke(app, ["user", "delete", "carol", "-b", plain])
+        assert r.exit_code == 0, r.output
+        r = runner.invoke(app, ["user", "list", "-b", plain, "--json"])
+        assert json.loads(r.output) == {}
