@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kompakt.broker import coordinator
-from kompakt.broker.handlers import configs, fetch, metadata, produce, topics, txn
+from kompakt.broker.handlers import configs, fetch, find_coordinator, metadata, produce, topics, txn
 from kompakt.broker.registry import ApiRegistry
 
 
@@ -11,5 +11,6 @@ def register_all(registry: ApiRegistry) -> ApiRegistry:
     for module in (metadata, produce, fetch, topics, configs):
         module.register(registry)
     coordinator.register(registry)
-    txn.register(registry)  # after the group coordinator: it takes FindCoordinator
+    txn.register(registry)
+    find_coordinator.register(registry)  # the one owner of FindCoordinator, all key types
     return registry

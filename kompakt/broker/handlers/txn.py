@@ -35,7 +35,6 @@ from kio.schema.add_offsets_to_txn.v0.request import AddOffsetsToTxnRequest
 from kio.schema.add_partitions_to_txn.v0.request import AddPartitionsToTxnRequest
 from kio.schema.end_txn.v0.request import EndTxnRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.find_coordinator.v0.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v0.request import InitProducerIdRequest
 from kio.schema.txn_offset_commit.v0.request import TxnOffsetCommitRequest
 
@@ -401,16 +400,13 @@ async def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
     return (await load_txn_coordinator(ctx.state)).coordinator
 
 
-# -- FindCoordinator ---------------------------------------------------------------------
+# -- FindCoordinator (TRANSACTION keys) -------------------------------------------------
 
 
-async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    """FindCoordinator: a TRANSACTION key is this node once ``__transaction_state`` is
-    there (made on first use, as Kafka does); group keys go to the group coordinator."""
-    if int(getattr(req, "key_type", group_handlers.KEY_TYPE_GROUP)) != (
-        group_handlers.KEY_TYPE_TRANSACTION
-    ):
-        return await group_handlers.handle_find_coordinator(ctx, req)
+async def find_transaction_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """FindCoordinator's answer for TRANSACTION keys: this node once
+    ``__transaction_state`` is there (made on first use, as Kafka does).
+    :mod:`kompakt.broker.handlers.find_coordinator` owns the API and sends them here."""
     try:
         await load_txn_coordinator(ctx.state)
     except (KompaktError, OSError) as exc:  # e.g. a full disk creating the topic
@@ -598,9 +594,8 @@ async def handle_txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, A
 
 
 def register(registry: ApiRegistry) -> None:
-    """Register after the group coordinator: FindCoordinator is answered here and
-    handed to it for group keys."""
-    registry.register(FindCoordinatorRequest.__api_key__, 0, 6, handle_find_coordinator)
+    """The transaction APIs (FindCoordinator is
+    :mod:`kompakt.broker.handlers.find_coordinator`'s)."""
     registry.register(InitProducerIdRequest.__api_key__, 0, 6, handle_init_producer_id)
     registry.register(AddPartitionsToTxnRequest.__api_key__, 0, 3, handle_add_partitions_to_txn)
     # v4+ of these are KIP-890's transaction.version 2, which kompakt does not offer
