@@ -71,10 +71,11 @@ app = typer.Typer(
 # -- Commands ------------------------------------------------------------------------------
 # One line per verb or verb group. Modules define a typer.Typer (sub-commands) or plain
 # functions (single commands); they must not import this module.
-from kompakt.cli import compact, dump, export, group, records, serve, topic  # noqa: E402
+from kompakt.cli import compact, dump, export, group, records, serve, topic, txn  # noqa: E402
 
 app.add_typer(topic.app, name="topic")
 app.add_typer(group.app, name="group")
+app.add_typer(txn.app, name="txn")
 app.command("produce")(records.produce)
 app.command("consume")(records.consume)
 app.command("dump")(dump.dump)
