@@ -63,8 +63,9 @@ def call(bootstrap: str, api_key: int, version: int, body: dict[str, Any]) -> by
     entity_writer(hdr_cls)(buf, build(hdr_cls, head))
     entity_writer(req_cls)(buf, build(req_cls, body))
     data = buf.getvalue()
+    host, port = _address(bootstrap)
     try:
-        with socket.create_connection(_address(bootstrap), timeout=TIMEOUT) as s:
+        with socket.create_connection((host, port), timeout=TIMEOUT) as s:
             s.sendall(struct.pack(">i", len(data)) + data)
             f = s.makefile("rb")
             size = f.read(4)
@@ -73,7 +74,8 @@ def call(bootstrap: str, api_key: int, version: int, body: dict[str, Any]) -> by
             (n,) = struct.unpack(">i", size)
             frame = f.read(n)
     except OSError as exc:
-        raise CliError(f"cannot reach broker at {bootstrap}: {exc}") from exc
+        why = exc.strerror or str(exc) or type(exc).__name__
+        raise CliError(f"broker {host}:{port} not reachable: {why}") from exc
     if len(frame) < n:
         raise CliError(f"broker at {bootstrap} closed the connection mid-response")
     return frame
@@ -303,12 +305,19 @@ def producers(
         md = _decode(
             MetadataRequest.__api_key__,
             12,
-            call(bootstrap_server, MetadataRequest.__api_key__, 12, {"topics": [{"name": topic}]}),
+            call(
+                bootstrap_server,
+                MetadataRequest.__api_key__,
+                12,
+                {"topics": [{"name": topic}], "allow_auto_topic_creation": False},
+            ),
         )
         (t,) = md.topics
         if (err := _error(t.error_code)) is not None:
             raise CliError(f"topic {topic!r}: {err}")
         parts = sorted(int(p.partition_index) for p in t.partitions)
+        if not parts:
+            raise CliError(f"topic {topic!r}: UNKNOWN_TOPIC_OR_PARTITION")
     body = {"topics": [{"name": topic, "partition_indexes": parts}]}
     r = _decode(DESCRIBE_PRODUCERS, 0, call(bootstrap_server, DESCRIBE_PRODUCERS, 0, body))
     rows = []
