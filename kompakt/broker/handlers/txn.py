@@ -62,7 +62,13 @@ from kompakt.broker.txn.coordinator import (
     client_error,
 )
 from kompakt.broker.txn.records import TransactionLogValue
-from kompakt.broker.txn.state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Completion, TopicPartition
+from kompakt.broker.txn.state import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    Completion,
+    TopicPartition,
+    TransactionState,
+)
 from kompakt.errors import KompaktError, UnknownTopicError
 from kompakt.record.encode import build_control_batch, build_simple_batch
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
@@ -617,20 +623,36 @@ def register(registry: ApiRegistry) -> None:
 # -- DescribeTransactions / ListTransactions / DescribeProducers (kafka-transactions.sh) --
 
 
+async def _existing_coordinator(ctx: RequestContext) -> TransactionCoordinator | None:
+    """The loaded coordinator, or None while ``__transaction_state`` does not exist:
+    the read-only admin APIs never create it (no transactional id was ever used)."""
+    if not ctx.logs.has_topic(TRANSACTION_STATE_TOPIC):
+        return None
+    return await _coordinator(ctx)
+
+
 async def handle_describe_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """DescribeTransactions (KIP-664; Kafka's ``handleDescribeTransactionsRequest``):
     per id its state, timeout, start time, producer id/epoch and partitions;
     TRANSACTIONAL_ID_NOT_FOUND for an unknown id, COORDINATOR_NOT_AVAILABLE when
     ``__transaction_state`` cannot be read."""
+    tc: TransactionCoordinator | None = None
+    unavailable = False
     try:
-        tc = await _coordinator(ctx)
+        tc = await _existing_coordinator(ctx)
     except (KompaktError, OSError):
-        tc = None
+        unavailable = True
     states = []
     for tid in req.transactional_ids:
-        d = tc.describe(tid) if tc is not None else None
-        if d is None:
+        if tc is not None:
+            d = tc.describe(tid)
+        elif unavailable:
             d = TransactionDescription.failed(tid, ErrorCode.coordinator_not_available)
+        else:  # no __transaction_state: no id was ever used
+            d = TransactionDescription.failed(
+                tid,
+                ErrorCode.transactional_id_not_found if tid else ErrorCode.invalid_request,
+            )
         states.append(
             {
                 "error_code": d.error,
@@ -652,7 +674,7 @@ async def handle_list_transactions(ctx: RequestContext, req: Any) -> dict[str, A
     a full-match regular expression); unknown state names come back in
     ``unknown_state_filters``."""
     try:
-        tc = await _coordinator(ctx)
+        tc = await _existing_coordinator(ctx)
     except (KompaktError, OSError):
         return {
             "throttle_time": 0,
@@ -670,11 +692,15 @@ async def handle_list_transactions(ctx: RequestContext, req: Any) -> dict[str, A
             "unknown_state_filters": [],
             "transaction_states": [],
         }
-    listed, unknown = tc.list_transactions(
+    filters = (
         [int(p) for p in req.producer_id_filters],
         list(req.state_filters),
         int(getattr(req, "duration_filter", -1)),
     )
+    if tc is None:  # no __transaction_state: nothing to list, unknown states still named
+        listed, unknown = [], [n for n in filters[1] if not _known_state(n)]
+    else:
+        listed, unknown = tc.list_transactions(*filters)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
@@ -685,6 +711,14 @@ async def handle_list_transactions(ctx: RequestContext, req: Any) -> dict[str, A
             if matcher is None or matcher.fullmatch(tid)
         ],
     }
+
+
+def _known_state(name: str) -> bool:
+    try:
+        TransactionState.from_name(name)
+    except ValueError:
+        return False
+    return True
 
 
 def handle_describe_producers(ctx: RequestContext, req: Any) -> dict[str, Any]:

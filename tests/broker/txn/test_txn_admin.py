@@ -9,6 +9,7 @@ import re
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -20,6 +21,7 @@ from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import register as register_group_apis
 from kompakt.broker.handlers import register_all
 from kompakt.broker.handlers.find_coordinator import handle_find_coordinator
+from kompakt.broker.handlers.txn import TRANSACTION_STATE_TOPIC
 from kompakt.broker.registry import ApiRegistry
 from kompakt.cli import txn as txn_cli
 
@@ -184,3 +186,22 @@ def test_find_coordinator_has_one_handler_for_every_key_type(broker: BrokerThrea
         assert r.coordinators[0].port == broker.port
     r = call(broker.port, API.find_coordinator, 4, {"key_type": 5, "coordinator_keys": ["k"]})
     assert r.coordinators[0].error_code == ErrorCode.invalid_request
+
+
+def test_admin_reads_never_create_the_transaction_state_topic(tmp_path: Path) -> None:
+    """On a broker where no transactional id was ever used, ListTransactions lists
+    nothing and DescribeTransactions is TRANSACTIONAL_ID_NOT_FOUND, and neither makes
+    __transaction_state (a read must not write)."""
+    b = start_test_broker(tmp_path / "data")
+    try:
+        r = call(b.port, API.list_transactions, 0, {"state_filters": ["Ongoing", "Bogus"]})
+        assert r.error_code == ErrorCode.none
+        assert list(r.transaction_states) == [] and list(r.unknown_state_filters) == ["Bogus"]
+        frame = txn_cli.call(
+            f"127.0.0.1:{b.port}", API.describe_transactions, 0, {"transactional_ids": ["x"]}
+        )
+        (d,) = txn_cli.decode_describe_transactions(frame)
+        assert d.error == "TRANSACTIONAL_ID_NOT_FOUND"
+        assert not b.logs.has_topic(TRANSACTION_STATE_TOPIC)
+    finally:
+        b.stop()
