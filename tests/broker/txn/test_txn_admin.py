@@ -205,3 +205,31 @@ def test_admin_reads_never_create_the_transaction_state_topic(tmp_path: Path) ->
         assert not b.logs.has_topic(TRANSACTION_STATE_TOPIC)
     finally:
         b.stop()
+
+
+def test_kafka_python_admin_reads_the_same_answers(
+    broker: BrokerThread, open_txn: tuple[str, str, Producer]
+) -> None:
+    """Another client's decoding of the KIP-664 APIs: kafka-python's KafkaAdminClient
+    (list_transactions / describe_transactions / describe_producers, as Kafka's Admin
+    does them: FindCoordinator TRANSACTION, then DescribeTransactions to it); an
+    unknown id fails with TransactionalIdNotFoundError."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TransactionalIdNotFoundError
+    from kafka.structs import TopicPartition
+
+    topic, tid, _ = open_txn
+    a = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{broker.port}")
+    try:
+        (listed,) = a.list_transactions(state_filters=["Ongoing"]).values()
+        assert [(x.transactional_id, x.state.value) for x in listed] == [(tid, "Ongoing")]
+        d = a.describe_transactions([tid])[tid]
+        assert d.state.value == "Ongoing" and d.transaction_timeout_ms == 60_000
+        assert d.topic_partitions == {TopicPartition(topic, 1)}
+        with pytest.raises(TransactionalIdNotFoundError):
+            a.describe_transactions(["nope"])
+        states = a.describe_producers([TopicPartition(topic, 1)])
+        (s,) = states[TopicPartition(topic, 1)].active_producers
+        assert s.producer_id == d.producer_id and s.current_transaction_start_offset == 0
+    finally:
+        a.close()
