@@ -38,6 +38,7 @@ from kompakt.broker.handlers.txn import (
     TRANSACTION_STATE_TOPIC,
     load_txn_coordinator,
     start_txn_coordinator,
+    txn_broker_if_started,
 )
 from kompakt.broker.metrics import BrokerMetrics
 from kompakt.broker.producers import ProducerStateManager
@@ -80,6 +81,7 @@ class Broker:
             self._cleaner_if_started,
             lambda: coordinator_if_started(self.state) if self.state else None,
             self._cleaning_status,
+            lambda: txn_broker_if_started(self.state) if self.state else None,
         )
         self._stopped: asyncio.Event | None = None
         self._stopping = False

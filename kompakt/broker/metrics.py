@@ -113,6 +113,36 @@ class _GroupCollector:
         yield from (groups, expired)
 
 
+class _TransactionCollector:
+    """Open transactions and the oldest one's age, from the transaction coordinator.
+
+    Kafka has no broker gauge of exactly these; KIP-664 (the ``kafka-transactions.sh``
+    KIP) added ``PartitionsWithLateTransactionsCount`` for hanging transactions, and
+    the coordinator's state is what ``kafka-transactions.sh list`` reads. The names
+    follow Kafka's ``kafka.coordinator.transaction`` group:
+    ``kompakt_transaction_coordinator_open_transactions`` (Ongoing, PrepareCommit or
+    PrepareAbort) and ``kompakt_transaction_coordinator_oldest_open_transaction_age_seconds``
+    (0 when none is open)."""
+
+    def __init__(self, transactions: Callable[[], Any]):
+        self.transactions = transactions
+
+    def collect(self) -> Iterable[Any]:
+        tb = self.transactions()
+        count, age_ms = tb.coordinator.open_transactions() if tb is not None else (0, 0)
+        opened = GaugeMetricFamily(
+            "kompakt_transaction_coordinator_open_transactions",
+            "Transactions open (Ongoing, PrepareCommit, PrepareAbort)",
+        )
+        opened.add_metric([], count)
+        oldest = GaugeMetricFamily(
+            "kompakt_transaction_coordinator_oldest_open_transaction_age_seconds",
+            "Age of the oldest open transaction (0 if none)",
+        )
+        oldest.add_metric([], max(age_ms, 0) / 1000)
+        yield from (opened, oldest)
+
+
 class BrokerMetrics:
     def __init__(
         self,
@@ -120,6 +150,7 @@ class BrokerMetrics:
         cleaner: Callable[[], Any] = lambda: None,
         coordinator: Callable[[], Any] = lambda: None,
         cleaning_status: Callable[[], Any] = lambda: None,
+        transactions: Callable[[], Any] = lambda: None,
     ):
         self.registry = CollectorRegistry()
         self.requests = Counter(
@@ -163,6 +194,7 @@ class BrokerMetrics:
         self.registry.register(_PartitionCollector(logs))
         self.registry.register(_CleanerCollector(cleaner, cleaning_status))
         self.registry.register(_GroupCollector(coordinator))
+        self.registry.register(_TransactionCollector(transactions))
 
     def observe(self, api: str, seconds: float, error: bool) -> None:
         self.requests.labels(api).inc()

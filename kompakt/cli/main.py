@@ -80,6 +80,7 @@ from kompakt.cli import (  # noqa: E402
     records,
     serve,
     topic,
+    txn,
     user,
 )
 
@@ -87,6 +88,7 @@ app.add_typer(topic.app, name="topic")
 app.add_typer(group.app, name="group")
 app.add_typer(acl.app, name="acl")
 app.add_typer(user.app, name="user")
+app.add_typer(txn.app, name="txn")
 app.command("produce")(records.produce)
 app.command("consume")(records.consume)
 app.command("dump")(dump.dump)

@@ -17,7 +17,6 @@ from typing import Any
 from kio.schema.delete_groups.v0.request import DeleteGroupsRequest
 from kio.schema.describe_groups.v0.request import DescribeGroupsRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.find_coordinator.v0.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v0.request import HeartbeatRequest
 from kio.schema.join_group.v0.request import JoinGroupRequest
 from kio.schema.leave_group.v0.request import LeaveGroupRequest
@@ -121,13 +120,10 @@ def _host(ctx: RequestContext) -> str:
 # -- FindCoordinator ---------------------------------------------------------------------
 
 
-async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    """FindCoordinator for group keys (``kompakt.broker.handlers.txn`` answers
-    TRANSACTION keys and hands the rest here); another key type has no coordinator."""
-    if int(getattr(req, "key_type", KEY_TYPE_GROUP)) != KEY_TYPE_GROUP:
-        return coordinator_response(
-            ctx, req, ErrorCode.coordinator_not_available, "no coordinator for this key type"
-        )
+async def find_group_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """FindCoordinator's answer for GROUP keys: this node, once ``__consumer_offsets``
+    exists and is loaded. :mod:`kompakt.broker.handlers.find_coordinator` owns the API
+    and sends GROUP keys here (Kafka's ``KafkaApis.getCoordinator``, GROUP case)."""
     try:
         await coordinator(ctx)  # creates __consumer_offsets, loads offsets
     except (KompaktError, OSError) as exc:  # e.g. a full disk creating the topic
@@ -515,7 +511,6 @@ async def topics_deleted(state: Any, topics: set[str]) -> None:
 
 
 def register(registry: ApiRegistry) -> None:
-    registry.register(FindCoordinatorRequest.__api_key__, 0, 6, handle_find_coordinator)
     registry.register(JoinGroupRequest.__api_key__, 0, 9, handle_join_group)
     registry.register(SyncGroupRequest.__api_key__, 0, 5, handle_sync_group)
     registry.register(HeartbeatRequest.__api_key__, 0, 4, handle_heartbeat)

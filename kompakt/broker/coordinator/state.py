@@ -18,6 +18,7 @@ from typing import Any
 
 from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.broker.coordinator.scheduler import TimerHandle
+from kompakt.broker.transitions import check_transition
 
 UNKNOWN_GENERATION_ID = -1
 """The generation in a JoinGroup error and in a simple consumer's commit (Kafka's
@@ -190,12 +191,13 @@ class Group:
     def transition_to(self, state: GroupState, now: int) -> None:
         """Kafka's ``transitionTo``: check ``validPreviousStates``, then enter ``state``
         and stamp the time (``currentStateTimestamp``)."""
-        if self.state not in VALID_PREVIOUS_STATES[state]:
-            raise IllegalGroupStateTransition(
-                f"group {self.group_id} should be in one of "
-                f"{sorted(VALID_PREVIOUS_STATES[state])} before moving to {state}, "
-                f"but is {self.state}"
-            )
+        check_transition(
+            VALID_PREVIOUS_STATES,
+            self.state,
+            state,
+            subject=f"group {self.group_id}",
+            error=IllegalGroupStateTransition,
+        )
         self.state = state
         self.state_timestamp = now
 

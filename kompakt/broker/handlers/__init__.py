@@ -7,6 +7,7 @@ from kompakt.broker.handlers import (
     acls,
     configs,
     fetch,
+    find_coordinator,
     metadata,
     produce,
     security,
@@ -20,5 +21,6 @@ def register_all(registry: ApiRegistry) -> ApiRegistry:
     for module in (metadata, produce, fetch, topics, configs, acls, security):
         module.register(registry)
     coordinator.register(registry)
-    txn.register(registry)  # after the group coordinator: it takes FindCoordinator
+    txn.register(registry)
+    find_coordinator.register(registry)  # the one owner of FindCoordinator, all key types
     return registry

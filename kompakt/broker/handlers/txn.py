@@ -26,6 +26,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import re
 import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,10 +34,12 @@ from typing import Any
 
 from kio.schema.add_offsets_to_txn.v0.request import AddOffsetsToTxnRequest
 from kio.schema.add_partitions_to_txn.v0.request import AddPartitionsToTxnRequest
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.end_txn.v0.request import EndTxnRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.find_coordinator.v0.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v0.request import InitProducerIdRequest
+from kio.schema.list_transactions.v0.request import ListTransactionsRequest
 from kio.schema.txn_offset_commit.v0.request import TxnOffsetCommitRequest
 
 from kompakt.broker.coordinator import handlers as group_handlers
@@ -54,11 +57,18 @@ from kompakt.broker.txn.coordinator import (
     Records,
     TransactionConfig,
     TransactionCoordinator,
+    TransactionDescription,
     TransactionResult,
     client_error,
 )
 from kompakt.broker.txn.records import TransactionLogValue
-from kompakt.broker.txn.state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Completion, TopicPartition
+from kompakt.broker.txn.state import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    Completion,
+    TopicPartition,
+    TransactionState,
+)
 from kompakt.errors import KompaktError, UnknownTopicError
 from kompakt.record.encode import build_control_batch, build_simple_batch
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
@@ -401,16 +411,13 @@ async def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
     return (await load_txn_coordinator(ctx.state)).coordinator
 
 
-# -- FindCoordinator ---------------------------------------------------------------------
+# -- FindCoordinator (TRANSACTION keys) -------------------------------------------------
 
 
-async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
-    """FindCoordinator: a TRANSACTION key is this node once ``__transaction_state`` is
-    there (made on first use, as Kafka does); group keys go to the group coordinator."""
-    if int(getattr(req, "key_type", group_handlers.KEY_TYPE_GROUP)) != (
-        group_handlers.KEY_TYPE_TRANSACTION
-    ):
-        return await group_handlers.handle_find_coordinator(ctx, req)
+async def find_transaction_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """FindCoordinator's answer for TRANSACTION keys: this node once
+    ``__transaction_state`` is there (made on first use, as Kafka does).
+    :mod:`kompakt.broker.handlers.find_coordinator` owns the API and sends them here."""
     try:
         await load_txn_coordinator(ctx.state)
     except (KompaktError, OSError) as exc:  # e.g. a full disk creating the topic
@@ -598,12 +605,173 @@ async def handle_txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, A
 
 
 def register(registry: ApiRegistry) -> None:
-    """Register after the group coordinator: FindCoordinator is answered here and
-    handed to it for group keys."""
-    registry.register(FindCoordinatorRequest.__api_key__, 0, 6, handle_find_coordinator)
+    """The transaction APIs (FindCoordinator is
+    :mod:`kompakt.broker.handlers.find_coordinator`'s)."""
     registry.register(InitProducerIdRequest.__api_key__, 0, 6, handle_init_producer_id)
     registry.register(AddPartitionsToTxnRequest.__api_key__, 0, 3, handle_add_partitions_to_txn)
     # v4+ of these are KIP-890's transaction.version 2, which kompakt does not offer
     registry.register(AddOffsetsToTxnRequest.__api_key__, 0, 3, handle_add_offsets_to_txn)
     registry.register(EndTxnRequest.__api_key__, 0, 3, handle_end_txn)
     registry.register(TxnOffsetCommitRequest.__api_key__, 0, 3, handle_txn_offset_commit)
+    # kafka-transactions.sh's verbs (KIP-664); kio has DescribeProducers and
+    # DescribeTransactions v0 only (Kafka's latest too) and ListTransactions v0-2
+    registry.register(DescribeProducersRequest.__api_key__, 0, 0, handle_describe_producers)
+    registry.register(DescribeTransactionsRequest.__api_key__, 0, 0, handle_describe_transactions)
+    registry.register(ListTransactionsRequest.__api_key__, 0, 2, handle_list_transactions)
+
+
+# -- DescribeTransactions / ListTransactions / DescribeProducers (kafka-transactions.sh) --
+
+
+async def _existing_coordinator(ctx: RequestContext) -> TransactionCoordinator | None:
+    """The loaded coordinator, or None while ``__transaction_state`` does not exist:
+    the read-only admin APIs never create it (no transactional id was ever used)."""
+    if not ctx.logs.has_topic(TRANSACTION_STATE_TOPIC):
+        return None
+    return await _coordinator(ctx)
+
+
+async def handle_describe_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """DescribeTransactions (KIP-664; Kafka's ``handleDescribeTransactionsRequest``):
+    per id its state, timeout, start time, producer id/epoch and partitions;
+    TRANSACTIONAL_ID_NOT_FOUND for an unknown id, COORDINATOR_NOT_AVAILABLE when
+    ``__transaction_state`` cannot be read."""
+    tc: TransactionCoordinator | None = None
+    unavailable = False
+    try:
+        tc = await _existing_coordinator(ctx)
+    except (KompaktError, OSError):
+        unavailable = True
+    states = []
+    for tid in req.transactional_ids:
+        if tc is not None:
+            d = tc.describe(tid)
+        elif unavailable:
+            d = TransactionDescription.failed(tid, ErrorCode.coordinator_not_available)
+        else:  # no __transaction_state: no id was ever used
+            d = TransactionDescription.failed(
+                tid,
+                ErrorCode.transactional_id_not_found if tid else ErrorCode.invalid_request,
+            )
+        states.append(
+            {
+                "error_code": d.error,
+                "transactional_id": tid,
+                "transaction_state": d.state,
+                "transaction_timeout": d.txn_timeout_ms,
+                "transaction_start_time": d.txn_start_timestamp,
+                "producer_id": d.producer_id,
+                "producer_epoch": d.producer_epoch,
+                "topics": [{"topic": t, "partitions": list(ps)} for t, ps in d.topics.items()],
+            }
+        )
+    return {"throttle_time": 0, "transaction_states": states}
+
+
+async def handle_list_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """ListTransactions (KIP-664; Kafka's ``listTransactionStates``): filters by state,
+    producer id, v1's duration (KIP-994) and v2's transactional id pattern (KIP-1152,
+    a full-match regular expression); unknown state names come back in
+    ``unknown_state_filters``."""
+    try:
+        tc = await _existing_coordinator(ctx)
+    except (KompaktError, OSError):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.coordinator_not_available,
+            "unknown_state_filters": [],
+            "transaction_states": [],
+        }
+    pattern = getattr(req, "transactional_id_pattern", None)
+    try:
+        matcher = re.compile(pattern) if pattern else None
+    except re.error:
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.invalid_regular_expression,
+            "unknown_state_filters": [],
+            "transaction_states": [],
+        }
+    filters = (
+        [int(p) for p in req.producer_id_filters],
+        list(req.state_filters),
+        int(getattr(req, "duration_filter", -1)),
+    )
+    if tc is None:  # no __transaction_state: nothing to list, unknown states still named
+        listed, unknown = [], [n for n in filters[1] if not _known_state(n)]
+    else:
+        listed, unknown = tc.list_transactions(*filters)
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "unknown_state_filters": unknown,
+        "transaction_states": [
+            {"transactional_id": tid, "producer_id": pid, "transaction_state": state}
+            for tid, pid, state in listed
+            if matcher is None or matcher.fullmatch(tid)
+        ],
+    }
+
+
+def _known_state(name: str) -> bool:
+    try:
+        TransactionState.from_name(name)
+    except ValueError:
+        return False
+    return True
+
+
+def handle_describe_producers(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """DescribeProducers (KIP-664; Kafka's ``handleDescribeProducersRequest`` and
+    ``ProducerStateManager.activeProducers``): per partition each producer id with
+    its epoch, last sequence, last timestamp, coordinator epoch (-1: kompakt's markers
+    come from its own coordinator, no epoch is kept) and the first offset of its open
+    transaction (-1 if none). An unknown partition is UNKNOWN_TOPIC_OR_PARTITION.
+    Blocking: reads the partition's log on first use, on a worker thread."""
+    topics = []
+    for t in req.topics:
+        nparts = ctx.logs.partition_count(t.name) if ctx.logs.has_topic(t.name) else 0
+        parts = []
+        for p in t.partition_indexes:
+            if not 0 <= p < nparts:
+                parts.append(
+                    {
+                        "partition_index": p,
+                        "error_code": ErrorCode.unknown_topic_or_partition,
+                        "error_message": None,
+                        "active_producers": [],
+                    }
+                )
+                continue
+            parts.append(
+                {
+                    "partition_index": p,
+                    "error_code": ErrorCode.none,
+                    "error_message": None,
+                    "active_producers": active_producers(ctx.state, t.name, int(p)),
+                }
+            )
+        topics.append({"name": t.name, "partitions": parts})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def active_producers(state: Any, topic: str, partition: int) -> list[dict[str, int]]:
+    """The producers of one partition as DescribeProducers reports them."""
+    plog = state.logs.get_log(topic, partition)
+    with plog.lock:
+        entries = dict(state.producers.for_log(plog).entries)
+    ongoing = dict(plog.transactions_up_to_date().ongoing)
+    out = []
+    for pid, e in sorted(entries.items()):
+        last = e.batches[-1] if e.batches else None
+        out.append(
+            {
+                "producer_id": pid,
+                "producer_epoch": e.epoch,
+                "last_sequence": last.last_seq if last else -1,
+                "last_timestamp": last.timestamp if last else -1,
+                "coordinator_epoch": -1,
+                "current_txn_start_offset": ongoing.get(pid, -1),
+            }
+        )
+    return out

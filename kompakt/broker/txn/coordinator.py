@@ -648,7 +648,9 @@ class TransactionCoordinator:
         """(how many transactions are open, age in ms of the oldest, 0 if none): the
         Prometheus gauges of issue 15. Open = Ongoing, PrepareCommit or PrepareAbort."""
         starts = [
-            m.txn_start_timestamp for m in self.transactions.values() if m.has_pending_transaction
+            m.txn_start_timestamp
+            for m in list(self.transactions.values())  # also read by the /metrics thread
+            if m.has_pending_transaction
         ]
         return len(starts), (self.scheduler.now() - min(starts)) if starts else 0
 

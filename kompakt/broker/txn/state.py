@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
+from kompakt.broker.transitions import check_transition
+
 NO_PRODUCER_ID = -1
 """A producer id not given (Kafka's ``RecordBatch.NO_PRODUCER_ID``)."""
 NO_PRODUCER_EPOCH = -1
@@ -276,12 +278,13 @@ class TransactionMetadata:
             raise IllegalTransactionTransition(
                 f"illegal new producer epoch {target.producer_epoch}"
             )
-        if self.state not in VALID_PREVIOUS_STATES[state]:
-            raise IllegalTransactionTransition(
-                f"{self.transactional_id} should be in one of "
-                f"{sorted(str(s) for s in VALID_PREVIOUS_STATES[state])} before moving to "
-                f"{state}, but is {self.state}"
-            )
+        check_transition(
+            VALID_PREVIOUS_STATES,
+            self.state,
+            state,
+            subject=self.transactional_id,
+            error=IllegalTransactionTransition,
+        )
         self.pending_state = state
         return target
 
