@@ -756,8 +756,24 @@ def _scram_alter_refusal(req: Any) -> dict[str, Any]:
 
 def _describe_transactions(c: Check, req: Any) -> Decision:
     kept, refused = _split(req, "transactional_ids", lambda t: c.ok(Op.DESCRIBE, TXN, t))
-    extra = [{"transactional_id": t, "error_code": TXN_DENIED} for t in refused]
+    extra = [
+        _describe_transactions_entry(t, TXN_DENIED)  # Kafka's zero defaults, as refused
+        for t in refused
+    ]
     return kept, _append("transaction_states", extra)
+
+
+def _describe_transactions_entry(tid: str, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "transactional_id": tid,
+        "error_code": code,
+        "transaction_state": "",
+        "transaction_timeout": 0,
+        "transaction_start_time": 0,
+        "producer_id": 0,
+        "producer_epoch": 0,
+        "topics": [],
+    }
 
 
 def _list_transactions(c: Check, req: Any) -> Decision:

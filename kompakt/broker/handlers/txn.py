@@ -760,7 +760,7 @@ def active_producers(state: Any, topic: str, partition: int) -> list[dict[str, i
     plog = state.logs.get_log(topic, partition)
     with plog.lock:
         entries = dict(state.producers.for_log(plog).entries)
-    ongoing = dict(plog.transactions_up_to_date().ongoing)
+    ongoing = plog.transactions.snapshot()  # fed at append time (log.transactions)
     out = []
     for pid, e in sorted(entries.items()):
         last = e.batches[-1] if e.batches else None

@@ -162,13 +162,16 @@ class TransactionDescription:
     error: ErrorCode
     state: str = ""
     txn_timeout_ms: int = 0
-    txn_start_timestamp: int = -1
-    producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = NO_PRODUCER_EPOCH
+    txn_start_timestamp: int = 0
+    producer_id: int = 0
+    producer_epoch: int = 0
     topics: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @classmethod
     def failed(cls, transactional_id: str, error: ErrorCode) -> TransactionDescription:
+        """A failed entry as Kafka's coordinator answers it: only the error set, the
+        other fields at the schema's zero defaults (DescribeTransactionsResponse.json has
+        none; -1 start times appear only for ids in state Empty)."""
         return cls(transactional_id, error)
 
 
