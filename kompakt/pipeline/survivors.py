@@ -63,6 +63,7 @@ from kompakt.record.header import HEADER_SIZE, read_header
 from kompakt.record.scan import RecordScan, scan_batch_headers, scan_records
 
 TASK_BYTES = 64 << 20  # segment bytes per map task (split at offset index entries)
+SINGLE_TASK_BYTES = 8 << 20  # a range this small is decided in one task, no shuffle
 ROWS_PER_REDUCE = 2_000_000  # shuffled rows per reduce partition: ~150 MB of worker memory
 PACK_ROWS = 1 << 20  # rows packed per Arrow batch a map task yields (24 MiB)
 ROW_BYTES = 24  # hi, lo, offset: three int64
@@ -366,6 +367,32 @@ def _reducer(
 
 
 # -- the job (driver) -------------------------------------------------------------------
+
+
+def task_bytes_total(tasks: Sequence[ReadTask]) -> int:
+    """Segment bytes the map tasks read."""
+    return sum(t.hi_position - t.lo_position for t in tasks)
+
+
+def superseded_here(
+    tasks: Sequence[ReadTask],
+    start: int,
+    first_dirty: int,
+    end: int,
+    aborted: Sequence[AbortedTxn] = (),
+) -> Superseded:
+    """The same answer as :func:`superseded`, computed in the calling process: the map
+    side's rows of every task, then the reduce side's kernel over all of them at once
+    (one bucket). For a range small enough to be one task's work, where a shuffle's
+    fixed cost (two stages, a DataFrame plan, Arrow round trips) is all the time."""
+    width = max(0, end - start)
+    bits = np.zeros((width + 7) // 8, np.uint8)
+    aborted = [t for t in aborted if t.last_offset >= start and t.first_offset < end]
+    parts = [digest_rows(t, start, first_dirty, end, aborted) for t in tasks]
+    rows = np.concatenate(parts) if parts else np.empty((0, 3), np.int64)
+    if width:
+        superseded_bits(rows, start, end, bits)
+    return Superseded(start, start + width, bits, len(rows))
 
 
 def superseded(
