@@ -251,6 +251,30 @@ def bucket_ids(partitions: int) -> list[int]:
     return [ids[p] for p in range(partitions)]
 
 
+@numba.njit(cache=True, nogil=True)
+def _scatter_by_bucket(rows, n, out):
+    """Counting sort of ``rows`` by ``hi mod n`` (unsigned) into ``out``, keeping their
+    order within a bucket; returns the rows per bucket. O(rows): the ``argsort`` it
+    replaces took 415 ms of a 62 MB segment's 1.25 s map side (load ~14)."""
+    counts = np.zeros(n, np.int64)
+    buckets = np.empty(rows.shape[0], np.int64)
+    for i in range(rows.shape[0]):
+        b = np.int64(np.uint64(rows[i, 0]) % np.uint64(n))
+        buckets[i] = b
+        counts[b] += 1
+    at = np.zeros(n, np.int64)
+    for b in range(1, n):
+        at[b] = at[b - 1] + counts[b - 1]
+    for i in range(rows.shape[0]):
+        b = buckets[i]
+        j = at[b]
+        out[j, 0] = rows[i, 0]
+        out[j, 1] = rows[i, 1]
+        out[j, 2] = rows[i, 2]
+        at[b] = j + 1
+    return counts
+
+
 def pack_buckets(rows: np.ndarray, ids: Sequence[int]) -> pa.RecordBatch:
     """One Arrow row per digest bucket (``hi mod len(ids)``): ``bucket`` (its id from
     :func:`bucket_ids`) and ``rows``, the bucket's 24-byte rows as one binary value.
@@ -259,10 +283,8 @@ def pack_buckets(rows: np.ndarray, ids: Sequence[int]) -> pa.RecordBatch:
     fixed-width rows packed per bucket makes the shuffle cost per megabyte instead.
     """
     n = len(ids)
-    bucket = (rows[:, 0].view(np.uint64) % np.uint64(n)).astype(np.int64)
-    order = np.argsort(bucket, kind="stable")
-    packed = np.ascontiguousarray(rows[order])
-    counts = np.bincount(bucket, minlength=n)
+    packed = np.empty((len(rows), 3), np.int64)
+    counts = _scatter_by_bucket(np.ascontiguousarray(rows, np.int64), n, packed)
     present = np.flatnonzero(counts)
     offsets = np.zeros(len(present) + 1, np.int32)
     np.cumsum(counts[present] * ROW_BYTES, out=offsets[1:])
