@@ -20,7 +20,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +87,9 @@ class SparkEngine:
     def _rewrite(
         self, job: CleanJob, groups: list[list[LogSegment]], ctx: RoundContext
     ) -> list[GroupResult]:
-        from kompakt.pipeline.groups import GroupTask, run_groups
+        from kompakt.pipeline import survivors
+        from kompakt.pipeline.groups import GroupTask, run_groups, run_groups_in_one_task
         from kompakt.pipeline.progress import spark_job
-        from kompakt.pipeline.survivors import superseded
 
         if not groups:
             return []
@@ -98,28 +98,28 @@ class SparkEngine:
         spark = self._session()
         part = plog.partition
         start = max(groups[0][0].base_offset, plog.log_start_offset)
+        first_dirty = job.ltc.first_dirty_offset
         bases = [[s.base_offset for s in g] for g in groups]
         clean = _group_cleaner(ctx, plog.segment_kwargs(), dry_run)
+        tasks = [
+            GroupTask(plog.topic, part, str(plog.dir), i, tuple(bases[i]), g[-1].next_offset, None)
+            for i, g in enumerate(groups)
+        ]
         with spark_job(spark, f"kompakt clean {plog.name}", job.progress, job.check_done):
             aborted = job.producers.aborted_between(start, end)
-            bits = superseded(
-                spark, plog.dir, start, job.ltc.first_dirty_offset, end, bases, aborted
-            )
-            tasks = []
-            for i, g in enumerate(groups):
-                g_end = g[-1].next_offset
-                tasks.append(
-                    GroupTask(
-                        plog.topic,
-                        part,
-                        str(plog.dir),
-                        i,
-                        tuple(bases[i]),
-                        g_end,
-                        bits.slice(g[0].base_offset, g_end),
-                    )
+            reads = survivors.plan_reads(plog.dir, [b for g in bases for b in g])
+            if survivors.task_bytes_total(reads) <= survivors.SINGLE_TASK_BYTES:
+                # A small range: decide and rewrite in one Spark task, same functions.
+                def decide() -> survivors.Superseded:
+                    return survivors.superseded_here(reads, start, first_dirty, end, aborted)
+
+                rows = run_groups_in_one_task(spark, decide, tasks, clean)
+            else:
+                bits = survivors.superseded(
+                    spark, plog.dir, start, first_dirty, end, bases, aborted
                 )
-            rows = run_groups(spark, tasks, clean)
+                sliced = [replace(t, superseded=bits.slice(t.bases[0], t.end)) for t in tasks]
+                rows = run_groups(spark, sliced, clean)
         out: list[GroupResult] = []
         for row, group in zip(rows, groups, strict=True):
             stats = GroupStats(**{k: row[k] for k in asdict(GroupStats())})

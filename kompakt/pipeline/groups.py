@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -33,7 +33,7 @@ class GroupTask:
     index: int
     bases: tuple[int, ...]
     end: int  # next offset after the group's last segment
-    superseded: Superseded  # this group's slice only
+    superseded: Superseded | None  # this group's slice only (None: decided in the task)
 
 
 GroupCleaner = Callable[[GroupTask], Mapping[str, Any]]
@@ -52,5 +52,37 @@ def run_groups(
         return json.dumps({"partition": task.partition, "group": task.index, **dict(clean(task))})
 
     rows = spark.sparkContext.parallelize(list(tasks), len(tasks)).map(run).collect()
+    return _sorted(rows)
+
+
+def run_groups_in_one_task(
+    spark: SparkSession,
+    decide: Callable[[], Superseded],
+    tasks: Sequence[GroupTask],
+    clean: GroupCleaner,
+) -> list[dict[str, Any]]:
+    """A small clean as one Spark task: ``decide()`` computes the superseded bits of the
+    whole range (:func:`kompakt.pipeline.survivors.superseded_here`), then every group
+    is rewritten with its slice, as :func:`run_groups` would. One job of one stage
+    instead of a shuffle job and a rewrite job: for a range of a few MB the jobs' fixed
+    costs were all of the clean's time."""
+    if not tasks:
+        return []
+
+    def run(_: object) -> list[str]:
+        bits = decide()
+        out = []
+        for task in tasks:
+            mine = replace(task, superseded=bits.slice(task.bases[0], task.end))
+            out.append(
+                json.dumps({"partition": task.partition, "group": task.index, **dict(clean(mine))})
+            )
+        return out
+
+    rows = spark.sparkContext.parallelize([0], 1).flatMap(run).collect()
+    return _sorted(rows)
+
+
+def _sorted(rows: Sequence[str]) -> list[dict[str, Any]]:
     out = [json.loads(r) for r in rows]
     return sorted(out, key=lambda r: (r["partition"], r["group"]))

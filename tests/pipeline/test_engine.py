@@ -11,12 +11,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from engine_kit import NOW, TOPIC_CONFIG, clean_twice, snapshot, write_log
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kompakt.cleaner import Cleaner, LocalEngine
 from kompakt.log.manager import LogManager
+from kompakt.pipeline import survivors
 from kompakt.pipeline.engine import SparkEngine
 from kompakt.record.batch import CONTROL_COMMIT, build_control_batch, build_simple_batch
 from kompakt.record.header import CONTROL_ABORT
@@ -58,7 +60,16 @@ def test_spark_and_local_engines_write_identical_logs(spark, tmp_path, batches):
     assert_engines_agree(tmp_path, batches)
 
 
-def test_engines_agree_on_tombstones_producers_and_codecs(spark, tmp_path):
+# Both of the Spark engine's plans: a range of at most SINGLE_TASK_BYTES is decided and
+# rewritten in one task (superseded_here), a bigger one by the shuffle (superseded).
+PLANS = pytest.mark.parametrize("single_task_bytes", [8 << 20, 0], ids=["one-task", "shuffle"])
+
+
+@PLANS
+def test_engines_agree_on_tombstones_producers_and_codecs(
+    spark, tmp_path, monkeypatch, single_task_bytes
+):
+    monkeypatch.setattr(survivors, "SINGLE_TASK_BYTES", single_task_bytes)
     batches = [
         ([(b"k%d" % (i % 7), None if i % 5 == 0 else b"v%d" % i)], i % 5, i % 3 == 0)
         for i in range(120)
@@ -103,12 +114,16 @@ def clean_past_the_marker_horizon(root: Path, engine) -> list[tuple[bytes, bytes
         return [(r.key, r.value) for b in plog.iter_batches() for r in b.records()]
 
 
-def test_a_committed_record_whose_marker_was_removed_is_compacted_by_both_engines(spark, tmp_path):
+@PLANS
+def test_a_committed_record_whose_marker_was_removed_is_compacted_by_both_engines(
+    spark, tmp_path, monkeypatch, single_task_bytes
+):
     """Was: the Spark engine looked up keys only for records its source returned as
     ``read_committed``, which looks for the COMMIT marker; once a clean had removed the
     marker (Kafka keeps it only until its delete horizon) the committed k=v1 had no
     lookup and survived k=v2 in Spark, while the in-process engine (aborted
     transactions only, Kafka's ``CleanedTransactionMetadata``) removed it."""
+    monkeypatch.setattr(survivors, "SINGLE_TASK_BYTES", single_task_bytes)
     write_committed_txn_log(tmp_path / "a")
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     local = clean_past_the_marker_horizon(tmp_path / "a", LocalEngine(1 << 20))
