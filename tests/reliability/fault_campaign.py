@@ -617,7 +617,7 @@ class Campaign:
                 except FileNotFoundError:
                     continue
             if not spin:
-                time.sleep(0.001)
+                time.sleep(0.001)  # poll: a .cleaned file lives milliseconds
         return None
 
     def _dirs(self, topics: list[str]) -> list[Path]:
@@ -654,7 +654,7 @@ class Campaign:
         if kind == "pause":
             hold = SESSION_TIMEOUT_MS / 1000 + rng.uniform(0.3, 1.5)
             os.kill(self.broker.pid, signal.SIGSTOP)
-            time.sleep(hold)
+            time.sleep(hold)  # fault: the pause
             os.kill(self.broker.pid, signal.SIGCONT)
             return Fault(t, "pause", "session-timeout", True, f"SIGSTOP {hold:.2f} s")
         if kind == "disk-full":
@@ -662,7 +662,7 @@ class Campaign:
             pid = self.broker.pid
             soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
             resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, hard))
-            time.sleep(hold)
+            time.sleep(hold)  # fault: the disk stays full this long
             resource.prlimit(pid, resource.RLIMIT_FSIZE, (soft, hard))
             alive = self.broker.alive()
             if not alive:
@@ -685,7 +685,7 @@ class Campaign:
         rng = self.rng
         if phase == "produce":
             d = rng.uniform(0.05, 1.0)
-            time.sleep(d)
+            time.sleep(d)  # fault: a random kill moment
             return True, f"after {d:.3f} s of load"
         if phase == "fetch":
             tp = rng.choice(list(self.targets()))
@@ -693,13 +693,13 @@ class Campaign:
                 lambda: read_partition(self.broker.bootstrap, *tp, timeout=20)
             )
             d = rng.uniform(0.0, 0.2)
-            time.sleep(d)
+            time.sleep(d)  # fault: kill while the fetch is in flight
             return th.is_alive(), f"reading {tp[0]}-{tp[1]} for {d:.3f} s"
         if phase == "rebalance":
             m = GroupMember(self.broker.bootstrap, [*COMPACTED, EVENTS], self._on_consumed)
             m.start()
             d = rng.uniform(0.0, 0.5)
-            time.sleep(d)
+            time.sleep(d)  # fault: kill while the member joins
             hit = not m.assigned.is_set()
             m.stop(wait=False)  # leaves after the restart: a second rebalance
             return hit, f"member joining for {d:.3f} s"
@@ -718,7 +718,7 @@ class Campaign:
             assert self.txn is not None
             hit = self.txn.committing.wait(rng.uniform(1.0, 3.0))
             d = rng.uniform(0.0, 0.004)
-            time.sleep(d)
+            time.sleep(d)  # fault: kill a few ms into the commit
             return hit and self.txn.committing.is_set(), f"{d * 1000:.1f} ms into a commit"
         if phase == "spark-clean":
             return self._aim_spark(rng)
@@ -751,9 +751,9 @@ class Campaign:
             if time.monotonic() - t0 > 300:
                 return False, "no Spark task within 300 s"
             if not th.is_alive():  # answered without Spark: nothing sealed to clean yet
-                time.sleep(0.5)
+                time.sleep(0.5)  # back-off: new segments to seal
                 th, box = self._in_thread(lambda: self._post_compact(topic, "spark"))
-            time.sleep(0.05)
+            time.sleep(0.05)  # poll: Spark's workers appear
         tasks_at = time.monotonic()
         runs = self.spark_clean_s
         est = sorted(runs)[len(runs) // 2] if runs else 20.0

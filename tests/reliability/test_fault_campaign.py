@@ -112,7 +112,7 @@ def test_fault_campaign_keeps_every_acknowledged_record(tmp_path: Path) -> None:
     seed = int(os.environ.get("KOMPAKT_FAULTS_SEED", random.randrange(2**31)))
     print(f"\nKOMPAKT_FAULTS_SEED={seed}  (set it to replay these fault choices)")
     settings = CampaignSettings(
-        seed=seed, faults=FAULTS, engine="both", rate=150.0, spark_every=FAULTS // 2
+        seed=seed, faults=FAULTS, engine="both", rate=150.0, spark_every=FAULTS
     )
     result = run_campaign(settings, tmp_path / "work")
     write_outputs(result, tmp_path / "out")
