@@ -407,7 +407,7 @@ class GroupMember:
 
 @dataclass
 class Fault:
-    t_s: float
+    t_s: float  # the kill, or the start of a pause or a full disk
     kind: str  # sigkill | pause | disk-full
     phase: str  # what it was aimed at
     hit: bool  # the aimed phase was observed at the fault moment
@@ -418,7 +418,7 @@ class Fault:
 class Sample:
     t_s: float
     acked_per_s: float
-    p99_ms: float
+    p99_ms: float  # NaN: no delivery report in that second
 
 
 @dataclass
@@ -565,7 +565,7 @@ class Campaign:
                 Sample(
                     round(now - self.t0, 2),
                     round((acked - last_acked) / (now - last_t), 1),
-                    round(p99(window) * 1000, 2),
+                    round(p99(window) * 1000, 2) if window else float("nan"),
                 )
             )
             last_t, last_acked = now, acked
@@ -672,6 +672,7 @@ class Campaign:
                 t, "disk-full", "append", alive, f"RLIMIT_FSIZE {limit} B for {hold:.2f} s"
             )
         hit, detail = self._aim(kind)
+        t = round(time.monotonic() - self.t0, 2)  # the kill moment, not the aim's start
         if not self.broker.alive():
             self.violations.append(f"broker exited on its own before fault {len(self.faults)}")
             self.broker.start(timeout=60)
