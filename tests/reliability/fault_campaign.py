@@ -500,6 +500,7 @@ class Campaign:
         self.offline_checks = 0
         self.leftovers_after_kill = 0
         self.spark_clean_s: list[float] = []
+        self.spark_first_s: list[float] = []
         self.t0 = 0.0
         self.members: list[GroupMember] = []
         self.producers: list[ModelProducer] = []
@@ -740,41 +741,59 @@ class Campaign:
         return False
 
     def _aim_spark(self, rng: random.Random) -> tuple[bool, str]:
-        """``POST /v1/compact`` with the Spark engine on the dirty topic: once its tasks
-        run (Spark's Python workers exist), kill a random delay in, drawn up to the
-        median time from first task to answer seen so far (20 s until one is seen). A
-        request that answered first (nothing to clean, or quick) is sent again on the
-        now warm session and killed up to 2 s in."""
+        """``POST /v1/compact`` with the Spark engine on the dirty topic. The first
+        request on a broker starts the Spark session: once a Spark Python worker shows
+        its job has begun, kill a random delay in (up to the median first-job time seen,
+        20 s until one is seen). If it answers first (its worker too short-lived to
+        see), send another on the now warm session and kill up to the median warm
+        clean in. A request that cleaned nothing (no sealed dirty segment yet) is sent
+        again after a back-off."""
         topic = SPARK_TOPIC
         t0 = time.monotonic()
-        th, box = self._in_thread(lambda: self._post_compact(topic, "spark"))
-        while not self._spark_tasks_running():
-            if time.monotonic() - t0 > 300:
-                return False, "no Spark task within 300 s"
-            if not th.is_alive():  # answered without Spark: nothing sealed to clean yet
+
+        def post() -> tuple[threading.Thread, dict]:
+            return self._in_thread(lambda: self._post_compact(topic, "spark"))
+
+        def cleaned(box: dict) -> bool:
+            if "error" in box:
+                return False
+            return any(r.get("stats") for r in json.loads(box["result"])["results"])
+
+        th, box = post()
+        while True:
+            if self._spark_tasks_running() and th.is_alive():
+                tasks_at = time.monotonic()
+                runs = self.spark_first_s
+                est = sorted(runs)[len(runs) // 2] if runs else 20.0
+                d = rng.uniform(0.0, est)
+                th.join(d)
+                if th.is_alive():
+                    return True, (
+                        f"{topic}: first Spark job began {tasks_at - t0:.1f} s after the "
+                        f"request, killed {d:.2f} s into it (median {est:.1f} s)"
+                    )
+                if cleaned(box):
+                    runs.append(time.monotonic() - tasks_at)
+                break
+            if not th.is_alive():
+                if cleaned(box):
+                    break  # the session is warm now
+                if time.monotonic() - t0 > 300:
+                    return False, f"no Spark clean within 300 s: {box}"
                 time.sleep(0.5)  # back-off: new segments to seal
-                th, box = self._in_thread(lambda: self._post_compact(topic, "spark"))
+                th, box = post()
             time.sleep(0.05)  # poll: Spark's workers appear
-        tasks_at = time.monotonic()
-        runs = self.spark_clean_s
-        est = sorted(runs)[len(runs) // 2] if runs else 20.0
+        warm = self.spark_clean_s
+        est = sorted(warm)[len(warm) // 2] if warm else 5.0
         d = rng.uniform(0.0, est)
+        t1 = time.monotonic()
+        th, box = post()
         th.join(d)
-        if th.is_alive():
-            return True, (
-                f"{topic}: tasks ran {tasks_at - t0:.1f} s after the request, killed "
-                f"{d:.2f} s into the Spark clean (median {est:.1f} s)"
-            )
-        if "error" not in box:
-            results = json.loads(box["result"])["results"]
-            if any(r.get("stats") for r in results):
-                runs.append(time.monotonic() - tasks_at)
-        d2 = rng.uniform(0.0, 2.0)
-        th, box = self._in_thread(lambda: self._post_compact(topic, "spark"))
-        th.join(d2)
+        if not th.is_alive() and cleaned(box):
+            warm.append(time.monotonic() - t1)
         return th.is_alive(), (
-            f"{topic}: first clean answered in {time.monotonic() - t0 - d2:.1f} s, killed "
-            f"{d2:.2f} s into the next (warm) Spark clean"
+            f"{topic}: session warm after {t1 - t0:.1f} s, killed {d:.2f} s into a warm "
+            f"Spark clean (median {est:.1f} s)"
         )
 
     # -- the run ------------------------------------------------------------------------------
