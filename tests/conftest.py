@@ -55,7 +55,8 @@ SLOW_FIXTURES = frozenset(
 )
 
 SLOW_TESTS = (
-    # SIGKILLs, soak, request fuzzer, full disk, librdkafka's suite: real broker processes
+    # SIGKILLs, soak, fault campaign (test_fault_campaign.py: kills during Spark cleans
+    # too), request fuzzer, full disk, librdkafka's suite: real broker processes
     "reliability/",
     # SIGKILL of a cleaning process at every kill point of a seed list
     "cleaner/test_crash.py::test_sigkill_during_clean_recovers",

@@ -8,12 +8,25 @@ directory fsynced, so a crash leaves the old or the new file, never a torn one.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from kompakt.errors import KompaktError
 
 TopicPartition = tuple[str, int]
+
+# one lock per checkpoint path: Kafka's ``CheckpointFile.write`` is ``synchronized``, and
+# here several threads (the checkpoint timer, retention, a clean) write the same file
+# through fresh objects. Unserialized, two writers share ``<name>.tmp``: one renames the
+# other's half-written file into place, the other's rename fails with ENOENT.
+_write_locks: dict[Path, threading.Lock] = {}
+_write_locks_guard = threading.Lock()
+
+
+def _write_lock(path: Path) -> threading.Lock:
+    with _write_locks_guard:
+        return _write_locks.setdefault(path.resolve(), threading.Lock())
 
 
 class CheckpointError(KompaktError):
@@ -59,9 +72,10 @@ class OffsetCheckpointFile:
         tmp = self.path.with_name(self.path.name + ".tmp")
         body = [str(self.VERSION), str(len(entries))]
         body += [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
-        with open(tmp, "w") as f:
-            f.write("\n".join(body) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fsync_dir(self.path.parent)
+        with _write_lock(self.path):
+            with open(tmp, "w") as f:
+                f.write("\n".join(body) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            fsync_dir(self.path.parent)

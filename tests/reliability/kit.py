@@ -196,10 +196,13 @@ def process_stats(pid: int) -> tuple[int, int, int, int]:
 # -- producing with a model -------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class Write:
     value: bytes | None
     acked: bool | None = None  # None: no delivery report yet; False: failed
+    offset: int | None = None  # where the delivery report says it was written
+    sent_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # before produce()
+    acked_ms: int | None = None  # wall clock of the successful delivery report
 
 
 class Model:
@@ -223,11 +226,14 @@ class Model:
             self.writes.setdefault((topic, partition), {}).setdefault(key, []).append(w)
         return w
 
-    def report(self, w: Write, err: Any) -> None:
+    def report(self, w: Write, err: Any, msg: Any = None) -> None:
         with self.lock:
             w.acked = err is None
             if err is None:
                 self.acked += 1
+                w.acked_ms = int(time.time() * 1000)
+                if msg is not None:
+                    w.offset = msg.offset()
             else:
                 self.failed += 1
                 self.errors[str(err.name())] = self.errors.get(str(err.name()), 0) + 1
@@ -315,8 +321,8 @@ class ModelProducer:
         w = self.model.add(topic, part, key, value)
         t0 = time.monotonic()
 
-        def done(err: Any, _msg: Any) -> None:
-            self.model.report(w, err)
+        def done(err: Any, msg: Any) -> None:
+            self.model.report(w, err, msg)
             if err is None and self.on_latency is not None:
                 self.on_latency(time.monotonic() - t0)
 
@@ -354,9 +360,14 @@ class ModelProducer:
 
 
 def read_partition(
-    bootstrap: str, topic: str, partition: int, timeout: float = 30.0
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    timeout: float = 30.0,
+    config: dict[str, Any] | None = None,
 ) -> list[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) of every record from the start to the high watermark."""
+    """(offset, key, value) of every record from the start to the high watermark;
+    ``config`` adds consumer settings (``isolation.level``, ``auto.offset.reset``)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer(
@@ -366,6 +377,7 @@ def read_partition(
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 50,
             "log_level": 2,
+            **(config or {}),
         }
     )
     try:
@@ -502,7 +514,10 @@ def _entries(path: Path, size: int, fmt: str) -> list[tuple[int, int]]:
     if not path.exists():
         return []
     raw = path.read_bytes()
-    out = [struct.unpack_from(fmt, raw, i) for i in range(0, len(raw) - len(raw) % size, size)]
+    # a crash leaves the index preallocated (10 MiB of zero slots): skip the zero tail
+    # in C before unpacking, then round up to whole entries
+    used = min(len(raw) - len(raw) % size, -(-len(raw.rstrip(b"\0")) // size) * size)
+    out = [struct.unpack_from(fmt, raw, i) for i in range(0, used, size)]
     while out and out[-1] == (0, 0):  # preallocated, unused slots
         out.pop()
     return out
