@@ -1,8 +1,10 @@
 """FindCoordinator: one handler for every key type, dispatching by ``key_type`` as
 Kafka's ``KafkaApis.getCoordinator`` does: GROUP keys to the group coordinator
 (:mod:`kompakt.broker.coordinator.handlers`), TRANSACTION keys to the transaction
-coordinator (:mod:`kompakt.broker.handlers.txn`). Any other key type is
-INVALID_REQUEST (Kafka: "Unknown coordinator type in FindCoordinator request").
+coordinator (:mod:`kompakt.broker.handlers.txn`). SHARE keys (KIP-932, v6+) get
+COORDINATOR_NOT_AVAILABLE: this node runs no share coordinator, as a Kafka node without
+share groups answers (clients retry until their timeout); below v6 Kafka's
+``getCoordinator`` refuses the SHARE type, and any other key type, with INVALID_REQUEST.
 
 v0 has no ``key_type`` (a group key); v4+ batch ``coordinator_keys`` of one type.
 """
@@ -22,7 +24,9 @@ from kompakt.broker.state import RequestContext
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2
 """Kafka's ``CoordinatorType`` values."""
+MIN_SHARE_VERSION = 6
 
 
 def coordinators() -> dict[int, Callable[[RequestContext, Any], Awaitable[dict[str, Any]]]]:
@@ -37,6 +41,10 @@ def coordinators() -> dict[int, Callable[[RequestContext, Any], Awaitable[dict[s
 async def handle_find_coordinator(ctx: RequestContext, req: Any) -> dict[str, Any]:
     key_type = int(getattr(req, "key_type", KEY_TYPE_GROUP))
     find = coordinators().get(key_type)
+    if key_type == KEY_TYPE_SHARE and ctx.api_version >= MIN_SHARE_VERSION:
+        return group_handlers.coordinator_response(
+            ctx, req, ErrorCode.coordinator_not_available, "no share coordinator on this node"
+        )
     if find is None:
         return group_handlers.coordinator_response(
             ctx,

@@ -33,6 +33,17 @@ def server_context(cfg: Any, listener: str) -> ssl.SSLContext:
                 f"Invalid value {get(key)} for configuration {key} (listener {listener}): "
                 "kompakt reads PEM stores only"
             )
+    # Kafka's DefaultSslEngineFactory refuses store passwords on PEM stores: only
+    # ssl.key.password (an encrypted key) applies
+    if get("ssl.keystore.password") is not None:
+        raise InvalidConfigError(
+            f"listener {listener}: SSL key store password cannot be specified with PEM "
+            "format, only key password may be specified (ssl.key.password)"
+        )
+    if get("ssl.truststore.password") is not None:
+        raise InvalidConfigError(
+            f"listener {listener}: SSL trust store password cannot be specified for PEM format"
+        )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     versions = sorted(_VERSIONS[v] for v in get("ssl.enabled.protocols"))
     ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]

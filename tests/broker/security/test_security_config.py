@@ -125,3 +125,24 @@ def test_inline_pem_keystore_and_an_encrypted_key_with_ssl_key_password(tmp_path
     assert "wrong-pw" not in str(err.value)
     with pytest.raises(InvalidConfigError, match="has no keystore"):
         server_context(BrokerConfig.from_mapping({}), "SSL")
+
+
+def test_store_passwords_on_pem_stores_are_refused_as_kafka_does(tmp_path):
+    """Kafka's DefaultSslEngineFactory: a PEM key store takes only ssl.key.password, a
+    PEM trust store no password at all; either store password is a config error that
+    never shows the value."""
+    import trustme
+
+    from kompakt.broker.security.tls import server_context
+
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    ks = tmp_path / "ks.pem"
+    ks.write_bytes(leaf.private_key_pem.bytes() + b"".join(b.bytes() for b in leaf.cert_chain_pems))
+    base = {"ssl.keystore.location": str(ks)}
+    server_context(BrokerConfig.from_mapping(base), "SSL")
+    with pytest.raises(InvalidConfigError, match="key store password cannot") as err:
+        server_context(BrokerConfig.from_mapping({**base, "ssl.keystore.password": "s3"}), "SSL")
+    assert "s3" not in str(err.value)
+    with pytest.raises(InvalidConfigError, match="trust store password cannot"):
+        server_context(BrokerConfig.from_mapping({**base, "ssl.truststore.password": "s3"}), "SSL")

@@ -188,6 +188,11 @@ def test_find_coordinator_has_one_handler_for_every_key_type(broker: BrokerThrea
         assert r.coordinators[0].port == broker.port
     r = call(broker.port, API.find_coordinator, 4, {"key_type": 5, "coordinator_keys": ["k"]})
     assert r.coordinators[0].error_code == ErrorCode.invalid_request
+    # SHARE (KIP-932) below v6: refused as Kafka 3.9+ does; at v6 no share coordinator here
+    r = call(broker.port, API.find_coordinator, 4, {"key_type": 2, "coordinator_keys": ["k"]})
+    assert r.coordinators[0].error_code == ErrorCode.invalid_request
+    r = call(broker.port, API.find_coordinator, 6, {"key_type": 2, "coordinator_keys": ["k"]})
+    assert r.coordinators[0].error_code == ErrorCode.coordinator_not_available
 
 
 def test_admin_reads_never_create_the_transaction_state_topic(tmp_path: Path) -> None:
