@@ -145,6 +145,9 @@ def run_confluent(bootstrap: str, transactions: int, per_txn: int = 3) -> Figure
             p.begin_transaction()
             for m in batch:
                 p.produce(dst, value=m.value() + b"|t%d" % t, partition=m.partition())
+            # on the broker before the outcome is decided: abort_transaction purges what
+            # librdkafka has not sent yet, and the aborted copies are checked below
+            assert p.flush(TIMEOUT) == 0
             offsets = [TopicPartition(src, q, off) for q, off in ends.items()]
             p.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), TIMEOUT)
             if aborted(t):
