@@ -160,20 +160,10 @@ def run_confluent(bootstrap: str, transactions: int, per_txn: int = 3) -> Figure
     finally:
         c.close()
     seconds = time.monotonic() - t0
-    fig = Figures(
-        "confluent-kafka",
-        transactions,
-        committed_txns,
-        transactions - committed_txns,
-        inputs,
-        per_txn,
-        seconds,
-        input_topic=src,
-        output_topic=dst,
-        group=group,
-        input_ends=start,
+    ends = start
+    return finish(
+        "confluent-kafka", bootstrap, transactions, per_txn, seconds, ends, src, dst, group
     )
-    return verify(bootstrap, fig, src, dst, group)
 
 
 def run_aiokafka(bootstrap: str, transactions: int, per_txn: int = 3) -> Figures:
@@ -238,18 +228,35 @@ async def _run_aiokafka(bootstrap: str, transactions: int, per_txn: int) -> Figu
         await p.stop()
         await c.stop()
     seconds = time.monotonic() - t0
+    ends = {tp.partition: off for tp, off in start.items()}
+    return finish("aiokafka", bootstrap, transactions, per_txn, seconds, ends, src, dst, group)
+
+
+def finish(
+    client: str,
+    bootstrap: str,
+    transactions: int,
+    per_txn: int,
+    seconds: float,
+    ends: dict[int, int],
+    src: str,
+    dst: str,
+    group: str,
+) -> Figures:
+    """The loop's figures (``ends``: the input offsets the last commit sent), verified."""
+    committed = transactions - sum(aborted(t) for t in range(transactions))
     fig = Figures(
-        "aiokafka",
+        client,
         transactions,
-        committed_txns,
-        transactions - committed_txns,
-        inputs,
+        committed,
+        transactions - committed,
+        committed * per_txn,
         per_txn,
         seconds,
         input_topic=src,
         output_topic=dst,
         group=group,
-        input_ends={tp.partition: off for tp, off in start.items()},
+        input_ends=ends,
     )
     return verify(bootstrap, fig, src, dst, group)
 
