@@ -14,12 +14,17 @@ Starts a broker in this process (``start_test_broker``), then prints:
   asynchronous, and synchronous with 10 partitions per commit), and the time of a
   rebalance to three members: from the third member's ``subscribe()`` until all three
   have their new assignment (``on_assign``), at librdkafka's default heartbeat interval
-  (3 s: members hear of a rebalance on their next heartbeat) and at 300 ms.
+  (3 s: members hear of a rebalance on their next heartbeat) and at 300 ms;
+* transactions (issue 15): 1 KiB records, 100 per transaction, MB/s of a transactional
+  producer (begin, 100 produces, commit, one transaction after the other) next to an
+  idempotent non-transactional producer (acks=all) writing the same records in the same
+  run, and the commit latency p50/p99 (``commit_transaction`` call to return: EndTxn,
+  which waits for the batches in flight; the markers follow it).
 
 The broker's background cleaner is off by default (``--background-cleaner`` turns it on)
 so that the compaction measured is the one the admin POST starts, not one that already
 happened while the topic was filled. MB are 10^6 bytes of record values (payload).
-Run: ``.venv/bin/python benchmarks/bench_broker.py [--scale 0.25] [--groups-only]``.
+Run: ``.venv/bin/python benchmarks/bench_broker.py [--scale 0.25] [--groups-only | --txn-only]``.
 """
 
 from __future__ import annotations
@@ -231,6 +236,10 @@ def main() -> None:
         action="store_true",
         help="only 1 KiB produce/consume over SASL_SSL (SCRAM-SHA-512) next to PLAINTEXT",
     )
+    ap.add_argument("--txns", type=int, default=500, help="transactions of 100 x 1 KiB")
+    ap.add_argument(
+        "--txn-only", action="store_true", help="only the transactional section (quick)"
+    )
     args = ap.parse_args()
     if args.security:
         bench_security(args)
@@ -248,8 +257,13 @@ def main() -> None:
         overrides["log.cleaner.enable"] = "false"
     b = start_test_broker(tmp, **overrides)
     try:
+        if args.txn_only:
+            bench_transactions(b, args)
+            return
         if not args.groups_only:
             run(b, args)
+            print()
+            bench_transactions(b, args)
             print()
         bench_groups(b, args)
     finally:
@@ -595,6 +609,69 @@ def _consume_secure(conf: dict, topic: str, n: int) -> float:
     if got < n - 1:
         raise RuntimeError(f"consumed {got + 1} of {n} from {topic}")
     return dt
+
+
+TXN_RECORDS = 100  # records per transaction (issue 15)
+
+
+def bench_transactions(b, args: argparse.Namespace) -> None:
+    """Transactional vs idempotent produce of the same 1 KiB records, and commit latency."""
+    bs = b.bootstrap
+    n_txn = max(20, int(args.txns * args.scale))
+    n = n_txn * TXN_RECORDS
+    value = b"t" * 1024
+    base = {
+        "bootstrap.servers": bs,
+        "linger.ms": 5,
+        "batch.size": 1 << 20,
+        "compression.type": "none",
+        "queue.buffering.max.messages": 1_000_000,
+    }
+    create_topic(bs, "idem-1k")
+    idem = Producer({**base, "enable.idempotence": True})  # acks=all, like a txn producer
+    produce_all(idem, "idem-1k", b"warm", 10)
+    t0 = time.perf_counter()
+    produce_all(idem, "idem-1k", value, n)
+    idem_dt = time.perf_counter() - t0
+
+    create_topic(bs, "txn-1k")
+    txn = Producer({**base, "transactional.id": "bench-txn"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    produce_all(txn, "txn-1k", b"warm", 10)
+    txn.commit_transaction(30)
+    commits: list[float] = []
+    t0 = time.perf_counter()
+    for _ in range(n_txn):
+        txn.begin_transaction()
+        for _i in range(TXN_RECORDS):
+            while True:
+                try:
+                    txn.produce("txn-1k", value)
+                    break
+                except BufferError:
+                    txn.poll(0.05)
+        c0 = time.perf_counter()
+        txn.commit_transaction(30)  # flushes the transaction's records first
+        commits.append((time.perf_counter() - c0) * 1000)
+    txn_dt = time.perf_counter() - t0
+    mb = n * len(value) / 1e6
+    print(
+        f"transactions: {n_txn} x {TXN_RECORDS} records of 1 KiB ({mb:.1f} MB each way), "
+        "one partition, acks=all"
+    )
+    hdr = f"{'producer':34} {'records':>8} {'s':>8} {'MB/s':>8} {'txn/s':>8}"
+    print(hdr)
+    print("-" * len(hdr))
+    print(f"{'idempotent, no transaction':34} {n:>8} {idem_dt:>8.2f} {mb / idem_dt:>8.1f} {'':>8}")
+    print(
+        f"{'transactional, 100 per txn':34} {n:>8} {txn_dt:>8.2f} {mb / txn_dt:>8.1f} "
+        f"{n_txn / txn_dt:>8.0f}"
+    )
+    print(
+        f"commit_transaction latency ms: p50 {pct(commits, 0.5):.1f}  "
+        f"p99 {pct(commits, 0.99):.1f}  max {max(commits):.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -74,6 +74,8 @@ SLOW_TESTS = (
     "cli/test_compact_quiet.py::test_spark_compact_prints_nothing_from_spark",
     "cli/test_compact_interrupt.py::test_sigint_during_spark_clean_cancels_the_job_and_changes_nothing",
     "cli/test_interrupt.py::test_ctrl_c_during_export_keeps_the_earlier_export_whole",
+    # Quix Streams app processes against a broker process it SIGKILLs
+    "broker/test_quix.py",
     # the README's quick start: ``kompakt serve`` with local Spark on the fixed ports
     "test_quickstart.py",
 )

@@ -113,7 +113,16 @@ class PartitionProducers:
 
     def update(self, h: Header, first_offset: int) -> None:
         pid = h.producer_id
-        if pid <= NO_PRODUCER_ID or h.is_control:
+        if pid <= NO_PRODUCER_ID:
+            return
+        if h.is_control:
+            # Kafka's ``appendEndTxnMarker``: a marker's epoch becomes the producer's
+            # (``maybeUpdateProducerEpoch``), so a zombie's later batch with the epoch
+            # the coordinator fenced is INVALID_PRODUCER_EPOCH, not appended after the
+            # ABORT as an open transaction that would hold the LSO back for ever
+            e = self.entries.get(pid)
+            if e is None or h.producer_epoch > e.epoch:
+                self.entries[pid] = ProducerEntry(h.producer_epoch)
             return
         e = self.entries.get(pid)
         if e is None or h.producer_epoch != e.epoch:
@@ -191,7 +200,7 @@ class ProducerStateManager:
         state = PartitionProducers()
         for b in plog.iter_batches(0):
             h = b.header
-            if h.producer_id > NO_PRODUCER_ID and not h.is_control:
+            if h.producer_id > NO_PRODUCER_ID:
                 state.update(h, h.base_offset)
         with self._lock:
             self._partitions[key] = (plog, state)

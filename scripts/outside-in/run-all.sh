@@ -10,7 +10,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 scenarios=("$@")
 if [ ${#scenarios[@]} -eq 0 ]; then
   scenarios=(admin produce timestamps misc offsets fetchsize logappendtime latency policy-switch compaction
-             gzip-compact retention retention-active delete-live groups slow-member)
+             gzip-compact retention retention-active delete-live groups slow-member transactions)
 fi
 mkdir -p "$out"
 for s in "${scenarios[@]}"; do

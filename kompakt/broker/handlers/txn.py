@@ -70,6 +70,7 @@ from kompakt.broker.txn.state import (
     TransactionState,
 )
 from kompakt.errors import KompaktError, UnknownTopicError
+from kompakt.record.decode import iter_batches
 from kompakt.record.encode import build_control_batch, build_simple_batch
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
 
@@ -291,14 +292,17 @@ class TransactionBroker:
                         todo.discard((topic, partition))
                         continue
                     raise
-                plog.append(
-                    build_control_batch(
-                        control,
-                        producer_id=producer_id,
-                        producer_epoch=producer_epoch,
-                        timestamp=plog.clock(),
-                    )
+                marker = build_control_batch(
+                    control,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    timestamp=plog.clock(),
                 )
+                with plog.lock:  # the marker's epoch fences older ones (see producers)
+                    producers = self.state.producers.for_log(plog)
+                    info = plog.append(marker)
+                    for b in iter_batches(marker):
+                        producers.update(b.header, info.first_offset)
                 plog.flush()
                 todo.discard((topic, partition))
 
