@@ -20,6 +20,9 @@ serve: venv
 test-deps: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
+	# Quix Streams for tests/broker/test_quix.py; --no-deps: its confluent-kafka<2.13 pin
+	# would downgrade the client every other test uses (its other deps are in [test])
+	$(BIN)/pip install -q --no-deps 'quixstreams>=3.20,<4'
 	scripts/ensure-java.sh
 	scripts/ensure-kcat.sh
 
