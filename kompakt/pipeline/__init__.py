@@ -101,6 +101,8 @@ def spark_conf(config: Mapping[str, str] | None = None) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         # kompakt reports progress itself (the CLI's bar, the broker's log lines)
         "spark.ui.showConsoleProgress": "false",
+        # workers fork from a daemon that has kompakt's numba kernels loaded already
+        "spark.python.daemon.module": "kompakt.pipeline.worker_daemon",
     }
     conf.update({k: str(v) for k, v in config.items() if k.startswith("spark.")})
     java_opts = conf.get("spark.driver.extraJavaOptions", "")
