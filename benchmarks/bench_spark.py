@@ -277,11 +277,20 @@ def main() -> None:
         default="10000,100000,1000000,3000000",
         help="dirty-range sizes (records) to find the crossover at; empty to skip",
     )
+    ap.add_argument(
+        "--scale",
+        default="",
+        help="instead of the comparison: Spark-only cleans of these sizes in millions of "
+        "records, 10 updates per key (e.g. 10,30,100: 100M records = 10M keys, ~12 GB)",
+    )
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="kompakt-bench-spark-"))
     try:
-        run(root, args)
+        if args.scale:
+            run_scale(root, [int(x) for x in args.scale.split(",") if x])
+        else:
+            run(root, args)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -434,6 +443,57 @@ def run(root: Path, args: argparse.Namespace) -> None:
         f"  JVM heap used peak {fmt_mb(mem_d['jvm_heap_used'])}, "
         f"Python workers PSS {fmt_mb(mem_d['py_workers_rss'])}"
     )
+
+
+def run_scale(root: Path, millions: list[int]) -> None:
+    """One Spark clean per size, in place (no copy: 100M records are ~12 GB); the time
+    per record should not grow with the size, nor the JVM heap and worker memory."""
+    from kompakt import pipeline
+
+    spark = pipeline.session({"kompakt.spark.master": MASTER})
+    build(root / "warm", 100, 3)
+    clean_once(root / "warm", spark_engine(), spark)
+    shutil.rmtree(root / "warm")
+    print(f"Spark {MASTER}, default driver memory; 10 updates per key, 100 B values")
+    hdr = (
+        f"{'records':>12} {'keys':>11} {'GB':>6} {'build s':>8} {'clean s':>8} {'MB/s':>7} "
+        f"{'passes':>6} {'JVM heap':>9} {'JVM RSS':>9} {'workers PSS':>12} {'driver RSS':>11} "
+        f"{'load':>5}"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    sizes, seconds = [], []
+    for m in millions:
+        records = m * 1_000_000
+        data = root / f"scale-{m}"
+        t0 = time.perf_counter()
+        _n, nbytes = build(data, records // 10, 10)
+        t_build = time.perf_counter() - t0
+        st, t, mem = clean_once(data, spark_engine(), spark)
+        assert st is not None and st.records_written == records // 10, st
+        passes = 1 if not st.partial else "partial"
+        print(
+            f"{records:>12,} {records // 10:>11,} {nbytes / 1e9:>6.2f} {t_build:>8.1f} {t:>8.1f} "
+            f"{nbytes / 1e6 / t:>7.1f} {passes:>6} {fmt_mb(mem['jvm_heap_used']):>9} "
+            f"{fmt_mb(mem['jvm_rss']):>9} {fmt_mb(mem['py_workers_rss']):>12} "
+            f"{fmt_mb(mem['self_rss']):>11} {os.getloadavg()[0]:>5.1f}",
+            flush=True,
+        )
+        shutil.rmtree(data)
+        sizes.append(records)
+        seconds.append(t)
+    if len(sizes) >= 2:
+        n = len(sizes)
+        mx, my = sum(sizes) / n, sum(seconds) / n
+        slope = sum((x - mx) * (y - my) for x, y in zip(sizes, seconds, strict=True)) / sum(
+            (x - mx) ** 2 for x in sizes
+        )
+        per = [t / r * 1e7 for r, t in zip(sizes, seconds, strict=True)]
+        print(
+            f"slope: {slope * 1e7:.2f} s per 10M records (least squares, intercept "
+            f"{my - slope * mx:.1f} s); seconds per 10M records at each size: "
+            + ", ".join(f"{p:.2f}" for p in per)
+        )
 
 
 if __name__ == "__main__":

@@ -50,13 +50,17 @@ def preload() -> None:
 
 
 def main() -> None:
+    """The JVM starts one daemon per worker module (``python -m <daemon> <worker module>``):
+    only the task workers' daemon (``pyspark.worker``) runs kompakt's code; the data
+    source planning ones (``pyspark.sql.worker.*``) do not need the preload."""
     from pyspark import daemon
 
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            preload()
-    except Exception as exc:  # a worker still loads what it needs itself, only slower
-        print(f"kompakt worker preload skipped: {exc!r}", file=sys.stderr)
+    if sys.argv[1:2] in ([], ["pyspark.worker"]):
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                preload()
+        except Exception as exc:  # a worker still loads what it needs itself, only slower
+            print(f"kompakt worker preload skipped: {exc!r}", file=sys.stderr)
     daemon.manager()
 
 
