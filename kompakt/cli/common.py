@@ -77,7 +77,8 @@ AdminUrl = Annotated[
         "--admin-url",
         metavar="URL",
         help="The broker's admin endpoint, for size and compaction state "
-        "(default http://<bootstrap host>:9644).",
+        "(default http://<bootstrap host>:9644; https://USER@HOST:PORT with "
+        "KOMPAKT_ADMIN_PASSWORD and KOMPAKT_ADMIN_CAFILE for a secured one).",
         show_default=False,
     ),
 ]

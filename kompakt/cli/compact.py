@@ -17,14 +17,11 @@ cleaned before it stay cleaned.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,23 +111,9 @@ def compact_remote(
     req_body: dict[str, Any] = {"topic": topic, "partition": partition, "dry_run": dry_run}
     if engine is not None:
         req_body["engine"] = engine
-    req = urllib.request.Request(
-        admin_url.rstrip("/") + "/v1/compact",
-        data=json.dumps(req_body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=3600) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            msg = json.loads(exc.read()).get("error", str(exc))
-        except ValueError:
-            msg = str(exc)
-        raise CliError(msg) from None
-    except urllib.error.URLError as exc:
-        raise CliError(f"broker admin endpoint {admin_url} not reachable: {exc.reason}") from None
+    from .admin_client import admin_json
+
+    return admin_json(admin_url, "/v1/compact", req_body, timeout=3600)
 
 
 def _render(doc: dict[str, Any]) -> None:
@@ -209,7 +192,13 @@ def compact(
         ),
     ] = None,
     admin: Annotated[
-        str, typer.Option("--admin", "--admin-url", help="The broker's admin endpoint.")
+        str,
+        typer.Option(
+            "--admin",
+            "--admin-url",
+            help="The broker's admin endpoint (https://USER@HOST:PORT with "
+            "KOMPAKT_ADMIN_PASSWORD and KOMPAKT_ADMIN_CAFILE for a secured one).",
+        ),
     ] = "http://127.0.0.1:9644",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     verbose: Annotated[

@@ -9,15 +9,12 @@ them and ``warnings`` says why.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kompakt.errors import UnknownTopicError
 
-from ..backend import PartitionDescription, TopicDescription, TopicSummary
+from ..backend import CliError, PartitionDescription, TopicDescription, TopicSummary
 from .connection import BrokerConnection
 
 
@@ -103,18 +100,14 @@ class TopicVerbs(BrokerConnection):
     def _admin_partitions(self) -> dict[tuple[str, int], dict[str, Any]]:
         """Per-partition log and compaction state from the admin endpoint, or {} (and a
         warning) when it cannot be reached: describe must still work without it."""
-        url = self.admin_url + "/v1/partitions"
+        from ..admin_client import admin_json
+
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as resp:
-                data = json.loads(resp.read())
+            data = admin_json(self.admin_url, "/v1/partitions", timeout=self.timeout)
             return {(d["topic"], int(d["partition"])): d for d in data["partitions"]}
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            reason = getattr(exc, "reason", None) or exc
-            if isinstance(reason, OSError) and reason.strerror:
-                reason = reason.strerror
+        except (CliError, KeyError, TypeError) as exc:
             self.warnings.append(
-                f"admin endpoint {self.admin_url} not reachable ({reason}): "
-                "size, segments and compaction state left out (see --admin-url)"
+                f"{exc}: size, segments and compaction state left out (see --admin-url)"
             )
             return {}
 
