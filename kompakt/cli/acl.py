@@ -12,8 +12,6 @@ authorizer (SECURITY_DISABLED) would read as "no ACLs", which means the opposite
 
 from __future__ import annotations
 
-import socket
-import struct
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
@@ -21,6 +19,7 @@ import typer
 
 from .backend import CliError
 from .common import DEFAULT_BOOTSTRAP, BrokerOnly, JsonFlag, emit, emit_json, print_table
+from .raw_request import request
 
 app = typer.Typer(
     help="Add, list and remove ACLs on a broker, as kafka-acls.sh "
@@ -349,7 +348,7 @@ def _describe(
         "operation": OPERATIONS["ANY"],
         "permission_type": PERMISSIONS["ANY"],
     }
-    resp = _request(bootstrap, DESCRIBE_ACLS, DESCRIBE_ACLS_VERSION, body)
+    resp = request(bootstrap, DESCRIBE_ACLS, DESCRIBE_ACLS_VERSION, body)
     if resp.error_code != ErrorCode.none:
         raise CliError(f"{resp.error_code.name.upper()}: {resp.error_message or ''}".strip(": "))
     return [
@@ -365,41 +364,3 @@ def _describe(
         for r in resp.resources
         for e in r.acls
     ]
-
-
-def _request(bootstrap: str, api_key: int, version: int, body: dict[str, Any]) -> Any:
-    import io
-
-    from kio.index import load_request_schema, load_response_schema
-    from kio.serial import entity_reader, entity_writer
-
-    from kompakt.broker.protocol import build
-
-    from .broker_backend import parse_bootstrap
-
-    req_cls = load_request_schema(api_key, version)
-    resp_cls = load_response_schema(api_key, version)
-    buf = io.BytesIO()
-    head = {
-        "request_api_key": api_key,
-        "request_api_version": version,
-        "correlation_id": 1,
-        "client_id": "kompakt-cli",
-    }
-    entity_writer(req_cls.__header_schema__)(buf, build(req_cls.__header_schema__, head))
-    entity_writer(req_cls)(buf, build(req_cls, body))
-    frame = struct.pack(">i", len(buf.getvalue())) + buf.getvalue()
-    host, port = parse_bootstrap(bootstrap)[0]
-    try:
-        with socket.create_connection((host, port), timeout=10) as s:
-            s.sendall(frame)
-            f = s.makefile("rb")
-            head_bytes = f.read(4)
-            if len(head_bytes) < 4:
-                raise CliError(f"broker {bootstrap} closed the connection")
-            (n,) = struct.unpack(">i", head_bytes)
-            data = f.read(n)
-    except OSError as exc:
-        raise CliError(f"broker {bootstrap} not reachable: {exc.strerror or exc}") from None
-    hdr, used = entity_reader(resp_cls.__header_schema__)(data, 0)
-    return entity_reader(resp_cls)(data, used)[0]

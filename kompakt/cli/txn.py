@@ -19,6 +19,7 @@ import typer
 
 from .backend import CliError
 from .common import DEFAULT_BOOTSTRAP, BrokerOnly, JsonFlag, emit, emit_json, print_table
+from .raw_request import decode, send
 
 app = typer.Typer(
     help="List and describe transactions and producers on a broker "
@@ -28,66 +29,6 @@ app = typer.Typer(
 )
 
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
-TIMEOUT = 10.0
-
-
-def _address(bootstrap: str) -> tuple[str, int]:
-    first = bootstrap.split(",")[0].strip()
-    host, _, port = first.rpartition(":")
-    if not host or not port.isdigit():
-        raise CliError(f"--bootstrap-server {bootstrap!r}: expected HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
-def call(bootstrap: str, api_key: int, version: int, body: dict[str, Any]) -> bytes:
-    """Send one request; the response frame after its header's correlation id (the
-    body and, for flexible versions, the header's tagged fields)."""
-    import io
-    import socket
-    import struct
-
-    from kio.index import load_request_schema
-    from kio.serial import entity_writer
-
-    from kompakt.broker.protocol import build
-
-    req_cls = load_request_schema(api_key, version)
-    hdr_cls = req_cls.__header_schema__
-    buf = io.BytesIO()
-    head = {
-        "request_api_key": api_key,
-        "request_api_version": version,
-        "correlation_id": 1,
-        "client_id": "kompakt-txn",
-    }
-    entity_writer(hdr_cls)(buf, build(hdr_cls, head))
-    entity_writer(req_cls)(buf, build(req_cls, body))
-    data = buf.getvalue()
-    host, port = _address(bootstrap)
-    try:
-        with socket.create_connection((host, port), timeout=TIMEOUT) as s:
-            s.sendall(struct.pack(">i", len(data)) + data)
-            f = s.makefile("rb")
-            size = f.read(4)
-            if len(size) < 4:
-                raise CliError(f"broker at {bootstrap} closed the connection")
-            (n,) = struct.unpack(">i", size)
-            frame = f.read(n)
-    except OSError as exc:
-        why = exc.strerror or str(exc) or type(exc).__name__
-        raise CliError(f"broker {host}:{port} not reachable: {why}") from exc
-    if len(frame) < n:
-        raise CliError(f"broker at {bootstrap} closed the connection mid-response")
-    return frame
-
-
-def _decode(api_key: int, version: int, frame: bytes) -> Any:
-    from kio.index import load_response_schema
-    from kio.serial import entity_reader
-
-    resp_cls = load_response_schema(api_key, version)
-    _hdr, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
-    return entity_reader(resp_cls)(frame, used)[0]
 
 
 def _error(code: Any) -> str | None:
@@ -220,9 +161,7 @@ def list_(
     version = 0
     if duration_ms is not None:
         body["duration_filter"], version = duration_ms, 1
-    r = _decode(
-        LIST_TRANSACTIONS, version, call(bootstrap_server, LIST_TRANSACTIONS, version, body)
-    )
+    r = decode(LIST_TRANSACTIONS, version, send(bootstrap_server, LIST_TRANSACTIONS, version, body))
     if (err := _error(r.error_code)) is not None:
         raise CliError(f"ListTransactions failed: {err}")
     if r.unknown_state_filters:
@@ -252,7 +191,7 @@ def describe(
 ) -> None:
     """State, producer id and epoch, timeout, start time and partitions of one
     transactional id (DescribeTransactions)."""
-    frame = call(
+    frame = send(
         bootstrap_server, DESCRIBE_TRANSACTIONS, 0, {"transactional_ids": [transactional_id]}
     )
     (d,) = decode_describe_transactions(frame)
@@ -302,10 +241,10 @@ def producers(
     if partition:
         parts = sorted(set(partition))
     else:
-        md = _decode(
+        md = decode(
             MetadataRequest.__api_key__,
             12,
-            call(
+            send(
                 bootstrap_server,
                 MetadataRequest.__api_key__,
                 12,
@@ -319,7 +258,7 @@ def producers(
         if not parts:
             raise CliError(f"topic {topic!r}: UNKNOWN_TOPIC_OR_PARTITION")
     body = {"topics": [{"name": topic, "partition_indexes": parts}]}
-    r = _decode(DESCRIBE_PRODUCERS, 0, call(bootstrap_server, DESCRIBE_PRODUCERS, 0, body))
+    r = decode(DESCRIBE_PRODUCERS, 0, send(bootstrap_server, DESCRIBE_PRODUCERS, 0, body))
     rows = []
     for p in r.topics[0].partitions:
         if (err := _error(p.error_code)) is not None:
