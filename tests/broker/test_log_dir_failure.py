@@ -13,6 +13,7 @@ lost, and after space is freed a restart brings the partitions back.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import resource
@@ -272,3 +273,21 @@ def compact_now(broker: BrokerProcess, topic: str) -> tuple[int, dict]:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+def test_the_broker_stops_when_every_log_dir_is_offline_as_kafka_halts(tmp_path, caplog):
+    """Kafka's LogDirFailureHandler: "Shutdown broker because all log dirs in ... have
+    failed". An I/O error (EIO) in each dir, as the failure channel receives it."""
+    from kompakt.broker.app import start_test_broker
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    broker = start_test_broker(str(a), log_dirs=f"{a},{b}")
+    try:
+        broker.logs.fail_dir(a, OSError(errno.EIO, "Input/output error"), "flushing t-0")
+        assert broker._thread.is_alive()  # the other dir still serves
+        broker.logs.fail_dir(b, OSError(errno.EIO, "Input/output error"), "flushing t-1")
+        wait_for(lambda: not broker._thread.is_alive(), "the broker to stop")
+        assert "all log dirs in" in str(broker.broker.stop_error)
+        assert any("Shutdown broker because all log dirs" in r.message for r in caplog.records)
+    finally:
+        broker.stop()
