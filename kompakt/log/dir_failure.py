@@ -31,7 +31,15 @@ log = logging.getLogger(__name__)
 SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 # limits of this process, not faults of the disk
 NOT_DISK_ERRNOS = frozenset(
-    {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN, errno.ENOENT}
+    {
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.ENOMEM,
+        errno.EINTR,
+        errno.EAGAIN,
+        errno.ENOENT,  # a file removed under a reader (retention, a swap)
+        errno.EBADF,  # a descriptor closed under a reader
+    }
 )
 _ERRNO_TEXT = re.compile(r"\[Errno (\d+)\] ([^\n'\"]*)")
 

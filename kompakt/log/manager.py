@@ -469,9 +469,10 @@ class LogManager:
         others = [o for o in self.dirs if o is not d and not self.failures.is_offline(o.path)]
         if not others and exc.errno in SPACE_ERRNOS:
             return False
-        with self.lock:
-            tps = [tp for tp, o in self._dir_of.items() if o is d]
-        for tp in tps:  # attribute writes only: no lock a failing append may hold
+        # no lock taken: a failing append holds its log's lock, and delete_topic takes
+        # the manager's lock before a log's; a dict copy is atomic under the GIL
+        tps = [tp for tp, o in dict(self._dir_of).items() if o is d]
+        for tp in tps:  # attribute writes only
             plog = self._logs.get(tp)
             if plog is not None:
                 plog.offline = f"{what}: {exc.strerror or exc}"
@@ -710,10 +711,12 @@ class LogManager:
 
     def logs_by_dir(self, online_only: bool = True) -> list[tuple[LogDir, list[PartitionLog]]]:
         with self.lock:
-            return [
-                (d, [p for tp, p in self._logs.items() if self._dir_of.get(tp) is d])
-                for d in (self._online_dirs() if online_only else self.dirs)
-            ]
+            groups: dict[int, list[PartitionLog]] = {id(d): [] for d in self.dirs}
+            for tp, p in self._logs.items():
+                d = self._dir_of.get(tp)
+                if d is not None:
+                    groups[id(d)].append(p)
+        return [(d, groups[id(d)]) for d in (self._online_dirs() if online_only else self.dirs)]
 
     def _write_checkpoints(self, d: LogDir, logs: list[PartitionLog]) -> None:
         OffsetCheckpointFile(d.path / RECOVERY_POINT_CHECKPOINT).write(
