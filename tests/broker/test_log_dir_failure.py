@@ -86,10 +86,16 @@ def disk(tmp_path: Path) -> Iterator[Disk]:
             subprocess.run(["umount", "-l", str(bad)], check=False)
 
 
-def start(tmp_path: Path, disk: Disk, **ports: int) -> BrokerProcess:
+def start(tmp_path: Path, disk: Disk, engine: str = "local", **ports: int) -> BrokerProcess:
     good = tmp_path / "good"
-    overrides = {**OVERRIDES, "log.dirs": f"{good},{disk.path}"}
-    return BrokerProcess(good, overrides, log_path=tmp_path / "broker.log", **ports).start()
+    overrides = {
+        **OVERRIDES,
+        "log.dirs": f"{good},{disk.path}",
+        "kompakt.cleaner.engine": engine,
+        "kompakt.spark.master": "local[1]",
+    }
+    broker = BrokerProcess(good, overrides, log_path=tmp_path / "broker.log", **ports)
+    return broker.start(timeout=120)
 
 
 def produce(bootstrap: str, topic: str, n: int, size: int, keys: int | None = None):
@@ -233,7 +239,17 @@ def test_disk_full_during_produce_takes_that_log_dir_offline_the_other_keeps_ser
 def test_disk_full_during_a_clean_takes_that_log_dir_offline_the_other_keeps_serving(
     tmp_path, disk
 ):
-    broker = start(tmp_path, disk)
+    clean_fills_the_disk(tmp_path, disk, "local")
+
+
+def test_disk_full_during_a_spark_clean_takes_that_log_dir_offline(tmp_path, disk):
+    """The Spark engine's task failure arrives as text ("[Errno 28] ..."): the same dir
+    goes offline (Kafka's cleaner reports an IOException to the LogDirFailureChannel)."""
+    clean_fills_the_disk(tmp_path, disk, "spark")
+
+
+def clean_fills_the_disk(tmp_path: Path, disk: Disk, engine: str) -> None:
+    broker = start(tmp_path, disk, engine)
     try:
         create_topic(broker.bootstrap, "safe", 1, SAFE)
         create_topic(
@@ -269,7 +285,7 @@ def compact_now(broker: BrokerProcess, topic: str) -> tuple[int, dict]:
         headers={"Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
+        with urllib.request.urlopen(req, timeout=300) as resp:  # Spark's first job
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
