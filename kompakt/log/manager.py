@@ -88,6 +88,7 @@ class LogDir:
     path: Path
     lock_fd: int = -1
     was_clean_shutdown: bool = False
+    partitions: int = 0  # how many partitions it holds (placement reads it)
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -413,6 +414,13 @@ class LogManager:
         plog.on_io_error = self._on_log_io_error
         self._logs[tp] = plog
         self._dir_of[tp] = d
+        d.partitions += 1
+
+    def _forget(self, tp: tuple[str, int]) -> PartitionLog | None:
+        d = self._dir_of.pop(tp, None)
+        if d is not None:
+            d.partitions -= 1
+        return self._logs.pop(tp, None)
 
     def _next_dir(self) -> LogDir:
         """Kafka's ``LogManager.nextLogDirs``: the online dir with the fewest
@@ -422,13 +430,7 @@ class LogManager:
             raise KafkaStorageError(
                 "no log dir is online: " + ", ".join(str(d.path) for d in self.dirs)
             )
-        if len(online) == 1:
-            return online[0]
-        counts = {id(d): 0 for d in online}
-        for d in self._dir_of.values():
-            if id(d) in counts:
-                counts[id(d)] += 1
-        return min(online, key=lambda d: counts[id(d)])
+        return min(online, key=lambda d: d.partitions)
 
     def log_dir_of(self, topic: str, partition: int) -> Path:
         """The log dir holding a partition."""
@@ -534,8 +536,7 @@ class LogManager:
         on disk they would come back at the next start (as a topic of their own with
         default configs, or as partitions the topic's metadata does not count)."""
         for part in parts:
-            plog = self._logs.pop((name, part), None)
-            self._dir_of.pop((name, part), None)
+            plog = self._forget((name, part))
             if plog is not None:
                 plog.close()
             for d in self.dirs:
@@ -561,8 +562,9 @@ class LogManager:
             with self.lock:
                 meta = self._require(name)
                 for part in range(meta.partitions):
-                    plog = self._logs.pop((name, part))
-                    self._dir_of.pop((name, part), None)
+                    plog = self._forget((name, part))
+                    if plog is None:
+                        continue
                     with plog.lock:
                         if plog.offline is not None:  # its disk failed: best effort
                             try:

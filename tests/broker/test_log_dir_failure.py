@@ -32,6 +32,8 @@ from raw_kafka import call
 from reliability.kit import BrokerProcess, create_topic, read_partition
 from shared_kit import wait_for
 
+from kompakt.broker.coordinator.records import partition_for
+
 STORAGE_ERROR = 56
 assert KafkaError.KAFKA_STORAGE_ERROR == STORAGE_ERROR
 NODE = 1
@@ -43,6 +45,7 @@ OVERRIDES = {
     "log.segment.delete.delay.ms": "100",
     "log.flush.offset.checkpoint.interval.ms": "500",
     "node.id": str(NODE),
+    "offsets.topic.num.partitions": "2",  # one in each dir
 }
 SAFE = {"segment.bytes": "4096"}  # the good dir's files stay under the fallback's cap
 
@@ -174,7 +177,8 @@ def check_offline(broker: BrokerProcess, disk: Disk) -> None:
     by_dir = {Path(r.log_dir): r for r in dirs}
     assert int(by_dir[disk.path.resolve()].error_code) == STORAGE_ERROR
     good = by_dir[(broker.data_dir).resolve()]
-    assert int(good.error_code) == 0 and [t.name for t in good.topics] == ["safe"]
+    assert int(good.error_code) == 0
+    assert "safe" in {t.name for t in good.topics} and "doomed" not in {t.name for t in good.topics}
     metrics = broker.admin_get("/metrics").decode()
     assert f'kompakt_log_dir_offline{{dir="{disk.path}"}} 1.0' in metrics
     assert "kompakt_log_dir_offline_count 1.0" in metrics
@@ -212,6 +216,32 @@ def restart_and_check(broker: BrokerProcess, tmp_path: Path, disk: Disk, acked: 
         again.stop()
 
 
+# a group id whose offsets go to each of the two __consumer_offsets partitions
+GROUPS = {p: next(f"g{i}" for i in range(100) if partition_for(f"g{i}", 2) == p) for p in (0, 1)}
+
+
+def commit(port: int, group: str) -> int:
+    """A simple OffsetCommit (generation -1, no member) of safe-0; its error code."""
+    wait_for(
+        lambda: int(call(port, 10, 3, {"key": group, "key_type": 0}).error_code) == 0,
+        "the group coordinator",
+    )
+    resp = call(
+        port,
+        8,
+        8,
+        {
+            "group_id": group,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "topics": [
+                {"name": "safe", "partitions": [{"partition_index": 0, "committed_offset": 0}]}
+            ],
+        },
+    )
+    return int(resp.topics[0].partitions[0].error_code)
+
+
 def raw_errors_none(port: int) -> bool:
     md = call(port, 3, 12, {"topics": [{"name": "doomed"}], "allow_auto_topic_creation": False})
     return int(md.topics[0].partitions[0].error_code) == 0
@@ -225,10 +255,17 @@ def test_disk_full_during_produce_takes_that_log_dir_offline_the_other_keeps_ser
         create_topic(broker.bootstrap, "safe", 1, SAFE)  # the dir with fewest: good
         create_topic(broker.bootstrap, "doomed", 1, {"segment.bytes": str(1 << 20)})
         assert (disk.path / "doomed-0").is_dir() and (broker.data_dir / "safe-0").is_dir()
+        # __consumer_offsets is placed like any topic: partition 0 here, 1 in the bad dir
+        assert commit(broker.port, GROUPS[1]) == 0
+        assert (broker.data_dir / "__consumer_offsets-0").is_dir()
+        assert (disk.path / "__consumer_offsets-1").is_dir()
         disk.fill(broker, leave=200_000)
         acked, codes = produce(broker.bootstrap, "doomed", 2000, 1000)
         assert STORAGE_ERROR in codes and acked, (len(acked), set(codes))
         check_offline(broker, disk)
+        # a group whose offsets live in the failed dir cannot commit; the other can
+        assert commit(broker.port, GROUPS[1]) == STORAGE_ERROR
+        assert commit(broker.port, GROUPS[0]) == 0
     except BaseException:
         print(broker.log_tail())
         broker.kill()
