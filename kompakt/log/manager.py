@@ -43,6 +43,7 @@ from pathlib import Path
 
 from kompakt.errors import (
     InconsistentClusterIdError,
+    InvalidConfigError,
     InvalidPartitionsError,
     KafkaStorageError,
     LogDirLockedError,
@@ -237,7 +238,9 @@ class LogManager:
         self.dirs = [LogDir(Path(p)) for p in paths]
         resolved = [d.path.resolve() for d in self.dirs]
         if len(set(resolved)) != len(resolved):
-            raise InconsistentClusterIdError(f"log.dirs names a directory twice: {paths}")
+            raise InvalidConfigError(
+                f"Invalid value {paths} for configuration log.dirs: a directory is listed twice"
+            )
         self.dir = self.dirs[0].path  # the broker's own files live in the first dir
         self.broker_config = BrokerDefaults.of(broker_config)
         self.clock = clock or system_clock

@@ -190,3 +190,8 @@ def test_disk_errors_are_found_in_chains_and_in_spark_task_text():
     assert disk_error_in_text(spark).errno == errno.ENOSPC
     assert disk_error(OSError(errno.EMFILE, "Too many open files")) is None  # not the disk
     assert disk_error_in_text("[Errno 24] Too many open files") is None
+
+
+def test_the_same_dir_twice_is_refused(tmp_path, clock):
+    with pytest.raises(InvalidConfigError, match="listed twice"):
+        LogManager([tmp_path / "a", tmp_path / "x" / ".." / "a"], clock=clock)
