@@ -104,6 +104,11 @@ class LogDirLockedError(KompaktError):
     """Another process holds the data dir's ``.lock``."""
 
 
+class InconsistentClusterIdError(KompaktError, code="inconsistent_cluster_id"):
+    """One of ``log.dirs`` belongs to another cluster or node (Kafka's
+    ``MetaPropertiesEnsemble.verify``: every log dir's ``meta.properties`` must agree)."""
+
+
 class SegmentsChangedError(KompaktError):
     """The segments a clean read were removed meanwhile (retention, DeleteRecords, topic
     deletion): the clean is abandoned, nothing swapped, and retried at the next pass."""

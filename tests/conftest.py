@@ -78,6 +78,8 @@ SLOW_TESTS = (
     "broker/test_quix.py",
     # the README's quick start: ``kompakt serve`` with local Spark on the fixed ports
     "test_quickstart.py",
+    # a broker process whose Spark clean fills a log dir's tmpfs
+    "broker/test_log_dir_failure.py::test_disk_full_during_a_spark_clean_takes_that_log_dir_offline",
 )
 
 

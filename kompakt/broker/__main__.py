@@ -37,10 +37,11 @@ def serve(properties: str | os.PathLike | None, overrides: Sequence[str]) -> int
     another process owns (Kafka's log dir lock).
     """
     config = BrokerConfig.load(properties, list(overrides))
-    check_new_data_dir(config.data_dir)
-    if config.data_dir.is_dir():
-        with shared_dir_lock(config.data_dir):
-            pass
+    for data_dir in config.data_dirs:  # each of log.dirs, as Kafka checks every one
+        check_new_data_dir(data_dir)
+        if data_dir.is_dir():
+            with shared_dir_lock(data_dir):
+                pass
     logging.basicConfig(
         level=logging.INFO, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s"
     )

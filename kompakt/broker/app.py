@@ -90,14 +90,17 @@ class Broker:
         self._coordinator_load: asyncio.Task | None = None
         self._txn_load: asyncio.Task | None = None
         self._spark_warm: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         self._stopped = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         cfg = self.config
         await asyncio.to_thread(cfg.load_dynamic)  # dynamic broker configs, before the logs
-        self.logs = await asyncio.to_thread(LogManager, cfg.data_dir, cfg.log_config, self.clock)
+        self.logs = await asyncio.to_thread(LogManager, cfg.data_dirs, cfg.log_config, self.clock)
         self._status = None
+        self.logs.failures.listeners.append(self._on_log_dir_failure)
         try:
             self.state = BrokerState(cfg, self.logs, self.registry)
             authz.install(self.registry, self.state, build_authorizer(cfg, self.logs.dir))
@@ -153,10 +156,25 @@ class Broker:
             ", ".join(f"{n}://{h}:{p}" for n, (h, p) in self.state.endpoints.items()),
             cfg.node_id,
             self.logs.cluster_id,
-            cfg.data_dir,
+            ",".join(str(d) for d in cfg.data_dirs),
             ahost,
             self.admin.port,
         )
+
+    def _on_log_dir_failure(self, path: Any, reason: str) -> None:
+        """A log dir went offline (any thread). Kafka's ``LogDirFailureHandler``: the
+        broker keeps serving the other dirs; when none is left it halts."""
+        logs = self.logs
+        if logs is None or self._stopping:
+            return
+        if len(logs.offline_dirs()) < len(logs.dirs):
+            return
+        dirs = ", ".join(str(d.path) for d in logs.dirs)
+        log.critical("Shutdown broker because all log dirs in %s have failed", dirs)
+        self.stop_error = OSError(f"all log dirs in {dirs} have failed")
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self.stop()))
 
     async def _load_coordinator(self) -> None:
         try:
@@ -318,7 +336,8 @@ class Broker:
     def _partitions(self) -> list[dict[str, Any]]:
         """``GET /v1/partitions``: each log's offsets and size, and its cleaning status."""
         assert self.logs is not None
-        return [
+        logs = self.logs
+        out = [
             {
                 "topic": plog.topic,
                 "partition": plog.partition,
@@ -327,10 +346,26 @@ class Broker:
                 "log_end_offset": plog.log_end_offset,
                 "size_bytes": plog.size_bytes(),
                 "segments": len(plog.segments),
+                "log_dir": str(plog.dir.parent),
+                "offline": False,
                 **status.to_json(),
             }
             for plog, status in self._cleaning_status().partitions()
         ]
+        # a failed dir's partitions: only what is known without touching its disk
+        out += [
+            {
+                "topic": plog.topic,
+                "partition": plog.partition,
+                "cleanup_policy": ",".join(plog.config.cleanup_policy),
+                "log_dir": str(plog.dir.parent),
+                "offline": True,
+                "error": f"KAFKA_STORAGE_ERROR: {plog.offline}",
+            }
+            for plog in logs.all_logs()
+            if plog.offline is not None
+        ]
+        return out
 
     def _compact(
         self, topic: str, partition: int | None, dry_run: bool, engine: str | None = None

@@ -37,6 +37,7 @@ AddOffsetsToTxn            WRITE transactional id, READ group
 EndTxn                     WRITE transactional id
 TxnOffsetCommit            WRITE transactional id, READ group, READ topic
 DescribeAcls               DESCRIBE cluster;  CreateAcls/DeleteAcls ALTER cluster
+DescribeLogDirs            DESCRIBE cluster
 ApiVersions, SASL          none (before authentication)
 DescribeCluster            none; its authorized operations need DESCRIBE cluster
 =========================  ==========================================================
@@ -827,6 +828,7 @@ POLICIES: dict[int, Policy] = {
     31: _cluster(Op.ALTER, _each_result("filter_results", "filters")),
     32: _configs(Op.DESCRIBE_CONFIGS, "results"),
     33: _configs(Op.ALTER_CONFIGS, "responses"),
+    35: _cluster(Op.DESCRIBE, _top(CLUSTER_DENIED, results=[])),  # DescribeLogDirs
     36: _public,  # SaslAuthenticate
     37: _create_partitions,
     42: _delete_groups,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -121,7 +122,12 @@ def _principals(name: str, value: Any) -> None:
 _KEYS: list[BrokerKey] = [
     BrokerKey("listeners", "string", "PLAINTEXT://127.0.0.1:9092", "Kafka listener(s)."),
     BrokerKey("advertised.listeners", "string", None, "Address given to clients."),
-    BrokerKey("log.dirs", "string", "./kompakt-data", "The data directory (one)."),
+    BrokerKey(
+        "log.dirs",
+        "string",
+        "./kompakt-data",
+        "Comma-separated log directories; new partitions go to the one with the fewest.",
+    ),
     BrokerKey("log.dir", "string", None, "Alias of log.dirs when log.dirs is not set."),
     BrokerKey("node.id", "int", 1, "This broker's id.", at_least(0)),
     BrokerKey("broker.id", "int", None, "Alias of node.id."),
@@ -524,10 +530,16 @@ class BrokerConfig:
             values["node.id"] = values["broker.id"]
         if "log.dir" in raw and "log.dirs" not in raw:
             values["log.dirs"] = values["log.dir"]
-        if "," in values["log.dirs"]:
+        dirs = [d.strip() for d in values["log.dirs"].split(",")]
+        if not all(dirs):
             raise InvalidConfigError(
                 f"Invalid value {values['log.dirs']} for configuration log.dirs: "
-                "kompakt uses one data directory"
+                "an empty directory name"
+            )
+        if len({os.path.abspath(d) for d in dirs}) != len(dirs):
+            raise InvalidConfigError(
+                f"Invalid value {values['log.dirs']} for configuration log.dirs: "
+                "a directory is listed twice"
             )
         self = cls(raw, values, BrokerDefaults.of(log_config), spark, source_file)
         self.listeners  # noqa: B018 (validate)
@@ -600,7 +612,14 @@ class BrokerConfig:
 
     @property
     def data_dir(self) -> Path:
-        return Path(self.values["log.dirs"])
+        """The first of ``log.dirs``: it also holds the broker's own files (topics,
+        ACLs, SCRAM users, dynamic configs), as Kafka's metadata log is in the first."""
+        return self.data_dirs[0]
+
+    @property
+    def data_dirs(self) -> list[Path]:
+        """Every one of ``log.dirs`` (Kafka: a comma-separated list)."""
+        return [Path(d.strip()) for d in self.values["log.dirs"].split(",")]
 
     @property
     def listeners(self) -> list[Listener]:

@@ -39,6 +39,29 @@ class _PartitionCollector:
                     continue
         yield g
         yield h
+        if logs is not None:
+            yield from _log_dir_metrics(logs)
+
+
+def _log_dir_metrics(logs: LogManager) -> Iterable[Any]:
+    """Kafka's ``LogDirectoryOffline{logDirectory}`` and ``OfflineLogDirectoryCount``."""
+    offline = logs.offline_dirs()
+    per_dir = GaugeMetricFamily(
+        "kompakt_log_dir_offline",
+        "1 when a log dir went offline after an I/O error (restart once it is fixed)",
+        labels=["dir"],
+    )
+    for d in logs.dirs:
+        per_dir.add_metric([str(d.path)], 1 if d.path in offline else 0)
+    yield per_dir
+    count = GaugeMetricFamily("kompakt_log_dir_offline_count", "Offline log dirs")
+    count.add_metric([], len(offline))
+    yield count
+    parts = GaugeMetricFamily(
+        "kompakt_offline_partitions", "Partitions in offline log dirs (KAFKA_STORAGE_ERROR)"
+    )
+    parts.add_metric([], sum(1 for p in logs.all_logs() if p.offline is not None))
+    yield parts
 
 
 class _CleanerCollector:

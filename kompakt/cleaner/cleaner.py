@@ -50,7 +50,15 @@ Clock = Callable[[], int]
 EngineFactory = Callable[[str], Engine]
 
 
-IO_ERROR_MARKERS = ("[Errno 28]", "[Errno 27]", "[Errno 122]", "No space left on device")
+# ENOSPC, EFBIG, EDQUOT, EIO, EROFS as a Spark task's traceback text shows them
+IO_ERROR_MARKERS = (
+    "[Errno 28]",
+    "[Errno 27]",
+    "[Errno 122]",
+    "[Errno 5]",
+    "[Errno 30]",
+    "No space left on device",
+)
 
 
 def is_io_error(exc: BaseException) -> bool:
@@ -359,6 +367,11 @@ class Cleaner:
                 raise
             except Exception as exc:
                 if is_io_error(exc):
+                    # Kafka's LogCleaner: an IOException takes the log dir offline
+                    # (LogDirFailureChannel), in either engine; no retry loop on it
+                    report_io = getattr(self.logs, "report_io_error", None)
+                    if report_io is not None:
+                        report_io(plog.topic, plog.partition, exc, f"cleaning {plog.name}")
                     raise
                 self._mark_uncleanable(plog, exc)
                 return self._uncleanable_result(plog)

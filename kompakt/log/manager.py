@@ -1,6 +1,22 @@
-"""The set of partition logs in one data dir (Kafka's ``LogManager`` for one log dir).
+"""The partition logs of one broker across its log dirs (Kafka's ``LogManager``).
 
-A data dir holds ``TOPIC-PARTITION/`` folders in Kafka's layout plus, at the root,
+``log.dirs`` may name several dirs, as in Kafka. Each has its own ``.lock``,
+``meta.properties`` (the same ``cluster.id`` and ``node.id`` in all: a dir of another
+cluster is refused), offset checkpoints and clean-shutdown marker, and holds the
+partitions placed in it. A new partition goes to the online dir holding the fewest
+partitions (Kafka's ``LogManager.nextLogDirs``); an existing one is found wherever it is
+at start. The first dir also holds the broker's own files (``kompakt-topics.json``,
+ACLs, SCRAM users, dynamic configs), as Kafka keeps its metadata log in the first
+log dir.
+
+An I/O error on a dir (see :mod:`kompakt.log.dir_failure`) takes that dir offline:
+its partitions drop out of :meth:`LogManager.logs` (so no flush, retention, checkpoint
+or clean touches them) and :meth:`LogManager.get_log` answers KAFKA_STORAGE_ERROR for
+them, while the other dirs keep serving. A full disk (ENOSPC, EDQUOT, EFBIG) on the last
+online dir does not take it offline: Kafka would halt the broker there; kompakt answers
+KAFKA_STORAGE_ERROR for the writes that do not fit and goes on when space is back.
+
+Each data dir holds ``TOPIC-PARTITION/`` folders in Kafka's layout plus, at the root,
 ``.lock`` (one process at a time), ``meta.properties``, the offset checkpoint files and
 ``.kafka_cleanshutdown`` (present only after a clean close, so the next open can skip
 recovery). Topic configs and partition counts live in ``kompakt-topics.json``, since
@@ -20,12 +36,14 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kompakt.errors import (
+    InconsistentClusterIdError,
+    InvalidConfigError,
     InvalidPartitionsError,
     KafkaStorageError,
     LogDirLockedError,
@@ -36,6 +54,7 @@ from kompakt.errors import (
 from kompakt.log.checkpoint import CheckpointError, OffsetCheckpointFile, fsync_dir
 from kompakt.log.clock import Clock, system_clock
 from kompakt.log.config import BrokerDefaults, TopicConfig
+from kompakt.log.dir_failure import SPACE_ERRNOS, LogDirFailureChannel, find_disk_error
 from kompakt.log.durable import write_json_atomically
 from kompakt.log.names import invalid_topic_reason, validate_no_collision, validate_topic_name
 from kompakt.log.partition_log import PartitionLog
@@ -61,6 +80,16 @@ class TopicMeta:
     partitions: int
     topic_id: str
     overrides: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class LogDir:
+    """One of ``log.dirs``: its path, lock and state at open."""
+
+    path: Path
+    lock_fd: int = -1
+    was_clean_shutdown: bool = False
+    partitions: int = 0  # how many partitions it holds (placement reads it)
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -199,60 +228,110 @@ class FileDeleter:
 class LogManager:
     def __init__(
         self,
-        data_dir: str | os.PathLike,
+        data_dir: str | os.PathLike | Sequence[str | os.PathLike],
         broker_config: Mapping[str, str] | None = None,
         clock: Clock | None = None,
     ):
-        self.dir = Path(data_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        paths = [data_dir] if isinstance(data_dir, (str, os.PathLike)) else list(data_dir)
+        if not paths:
+            raise ValueError("at least one log dir")
+        self.dirs = [LogDir(Path(p)) for p in paths]
+        resolved = [d.path.resolve() for d in self.dirs]
+        if len(set(resolved)) != len(resolved):
+            raise InvalidConfigError(
+                f"Invalid value {paths} for configuration log.dirs: a directory is listed twice"
+            )
+        self.dir = self.dirs[0].path  # the broker's own files live in the first dir
         self.broker_config = BrokerDefaults.of(broker_config)
         self.clock = clock or system_clock
-        self._lock_fd = self._acquire_lock()
+        self.failures = LogDirFailureChannel()
         self.lock = threading.RLock()
         self.deleter = FileDeleter(self.clock)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._dir_of: dict[tuple[str, int], LogDir] = {}
         self._topics: dict[str, TopicMeta] = {}
         self.defaults = TopicConfig({}, self.broker_config)
-        marker = self.dir / CLEAN_SHUTDOWN_FILE
-        self.was_clean_shutdown = marker.exists()
         try:
+            for d in self.dirs:
+                d.path.mkdir(parents=True, exist_ok=True)
+                d.lock_fd = self._acquire_lock(d.path)
+                d.was_clean_shutdown = (d.path / CLEAN_SHUTDOWN_FILE).exists()
+            self.was_clean_shutdown = all(d.was_clean_shutdown for d in self.dirs)
             self._load()
         except BaseException:
-            self._release_lock()
+            for d in self.dirs:
+                self._release_lock(d)
             raise
-        marker.unlink(missing_ok=True)
+        for d in self.dirs:
+            (d.path / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
         self._closed = False
 
     # -- dir lock ------------------------------------------------------------------------
-    def _acquire_lock(self) -> int:
-        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    def _acquire_lock(self, path: Path) -> int:
+        fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise LogDirLockedError(
-                f"data dir {self.dir} is locked by another process (.lock is held)"
+                f"data dir {path} is locked by another process (.lock is held)"
             ) from None
         return fd
 
-    def _release_lock(self) -> None:
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-        except OSError:
-            pass
+    def _release_lock(self, d: LogDir | None = None) -> None:
+        """Release one dir's lock, or every dir's (a test's simulated crash)."""
+        for one in [d] if d is not None else self.dirs:
+            if one.lock_fd < 0:
+                continue
+            try:
+                fcntl.flock(one.lock_fd, fcntl.LOCK_UN)
+                os.close(one.lock_fd)
+            except OSError:
+                pass
+            one.lock_fd = -1
 
     # -- loading -------------------------------------------------------------------------
+    def _load_meta(self) -> None:
+        """Every dir's ``meta.properties`` agrees on ``cluster.id`` and ``node.id``
+        (Kafka's ``MetaPropertiesEnsemble.verify``); dirs without one get it written."""
+        found: list[tuple[Path, dict[str, str]]] = []
+        for d in self.dirs:
+            meta_path = d.path / META_FILE
+            if meta_path.exists():
+                found.append((meta_path, _read_props(meta_path)))
+        cluster = node = None
+        for path, props in found:
+            c = props.get("cluster.id")
+            if c is not None:
+                if cluster is not None and c != cluster[0]:
+                    raise InconsistentClusterIdError(
+                        f"Invalid cluster.id in: {path}. Expected {cluster[0]} (from "
+                        f"{cluster[1]}), but read {c}: that log dir belongs to another cluster"
+                    )
+                cluster = cluster or (c, path)
+            n = props.get("node.id")
+            if n is not None:
+                if node is not None and n != node[0]:
+                    raise InconsistentClusterIdError(
+                        f"Stored node id {n} in {path} doesn't match node id {node[0]} "
+                        f"in {node[1]}: that log dir belongs to another node"
+                    )
+                node = node or (n, path)
+        cluster_id = cluster[0] if cluster else uuid.uuid4().hex[:22]
+        node_id = node[0] if node else str(self.broker_config.get("node.id", "1"))
+        wrote = False
+        for d in self.dirs:
+            meta_path = d.path / META_FILE
+            if not meta_path.exists():
+                wrote = True
+                meta_path.write_text(
+                    f"#kompakt\nversion=1\nnode.id={node_id}\ncluster.id={cluster_id}\n"
+                    f"directory.id={uuid.uuid4().hex[:22]}\n"
+                )
+        self.cluster_id = cluster_id if cluster or wrote else "kompakt"
+
     def _load(self) -> None:
-        meta_path = self.dir / META_FILE
-        if not meta_path.exists():
-            node = self.broker_config.get("node.id", "1")
-            cluster = uuid.uuid4().hex[:22]
-            meta_path.write_text(
-                f"#kompakt\nversion=1\nnode.id={node}\ncluster.id={cluster}\n"
-                f"directory.id={uuid.uuid4().hex[:22]}\n"
-            )
-        self.cluster_id = _read_props(meta_path).get("cluster.id", "kompakt")
+        self._load_meta()
         topics_file = self.dir / TOPICS_FILE
         if topics_file.exists():
             for name, m in json.loads(topics_file.read_text()).items():
@@ -261,25 +340,43 @@ class LogManager:
                     log.warning("%s: skipping topic %r: %s", topics_file, name, reason)
                     continue
                 self._topics[name] = TopicMeta(name, m["partitions"], m["topic_id"], m["configs"])
-        for p in self.dir.iterdir():
-            if p.is_dir() and is_delete_dir(p.name):
-                shutil.rmtree(p, ignore_errors=True)
-        recovery = OffsetCheckpointFile(self.dir / RECOVERY_POINT_CHECKPOINT).read()
-        starts = OffsetCheckpointFile(self.dir / LOG_START_CHECKPOINT).read()
-        cleaned = self._cleaned_offsets()
+        recovery: dict[tuple[str, int], int] = {}
+        starts: dict[tuple[str, int], int] = {}
+        cleaned: dict[tuple[str, int], int] = {}
         found: dict[str, int] = {}
-        for p in sorted(self.dir.iterdir()):
-            parsed = parse_partition_dir(p.name) if p.is_dir() else None
-            if parsed is None:
-                continue
-            topic, part = parsed
-            reason = invalid_topic_reason(topic)
-            if reason is not None:
-                # Kafka stops on a folder it cannot parse (e.g. lost+found); kompakt
-                # leaves it alone and says so.
-                log.warning("ignoring folder %s in the data dir: %s", p, reason)
-                continue
-            found[topic] = max(found.get(topic, 0), part + 1)
+        located: dict[tuple[str, int], LogDir] = {}
+        for d in self.dirs:
+            for p in d.path.iterdir():
+                if p.is_dir() and is_delete_dir(p.name):
+                    shutil.rmtree(p, ignore_errors=True)
+            dir_tps = set()
+            for p in sorted(d.path.iterdir()):
+                parsed = parse_partition_dir(p.name) if p.is_dir() else None
+                if parsed is None:
+                    continue
+                topic, part = parsed
+                reason = invalid_topic_reason(topic)
+                if reason is not None:
+                    # Kafka stops on a folder it cannot parse (e.g. lost+found); kompakt
+                    # leaves it alone and says so.
+                    log.warning("ignoring folder %s in the data dir: %s", p, reason)
+                    continue
+                if parsed in located:
+                    raise KafkaStorageError(
+                        f"Duplicate log directories for {topic}-{part} are found in both "
+                        f"{located[parsed].path} and {d.path}: remove the one in the log "
+                        "dir that failed most recently"
+                    )
+                located[parsed] = d
+                dir_tps.add(parsed)
+                found[topic] = max(found.get(topic, 0), part + 1)
+
+            def mine(entries: dict, tps=dir_tps) -> dict:
+                return {tp: v for tp, v in entries.items() if tp in tps}
+
+            recovery.update(mine(OffsetCheckpointFile(d.path / RECOVERY_POINT_CHECKPOINT).read()))
+            starts.update(mine(OffsetCheckpointFile(d.path / LOG_START_CHECKPOINT).read()))
+            cleaned.update(mine(self._cleaned_offsets(d)))
         for topic, n in found.items():
             if topic not in self._topics:  # e.g. a log dir written by Apache Kafka
                 self._topics[topic] = TopicMeta(topic, n, _new_topic_id())
@@ -290,28 +387,104 @@ class LogManager:
             config = TopicConfig(meta.overrides, self.broker_config)
             for part in range(meta.partitions):
                 tp = (meta.name, part)
-                self._logs[tp] = PartitionLog(
-                    self.dir / f"{meta.name}-{part}",
+                d = located.get(tp) or self._next_dir()
+                plog = PartitionLog(
+                    d.path / f"{meta.name}-{part}",
                     meta.name,
                     part,
                     config,
                     clock=self.clock,
-                    needs_recovery=not self.was_clean_shutdown,
+                    needs_recovery=not d.was_clean_shutdown,
                     recovery_point=recovery.get(tp),
                     log_start_offset=starts.get(tp, 0),
                     schedule_delete=self.deleter.schedule,
                     cleaned_offset=cleaned.get(tp, 0),
                 )
+                self._adopt(tp, plog, d)
         if self._logs:
             log.info(
                 "loaded %d partitions of %d topics from %s in %.0f ms (%s shutdown)",
                 len(self._logs),
                 len(self._topics),
-                self.dir,
+                ", ".join(str(d.path) for d in self.dirs),
                 (time.monotonic() - t0) * 1000,
                 "clean" if self.was_clean_shutdown else "unclean",
             )
         self._save_topics()
+
+    # -- log dirs: placement and failure ---------------------------------------------------
+    def _adopt(self, tp: tuple[str, int], plog: PartitionLog, d: LogDir) -> None:
+        plog.on_io_error = self._on_log_io_error
+        self._logs[tp] = plog
+        self._dir_of[tp] = d
+        d.partitions += 1
+
+    def _forget(self, tp: tuple[str, int]) -> PartitionLog | None:
+        d = self._dir_of.pop(tp, None)
+        if d is not None:
+            d.partitions -= 1
+        return self._logs.pop(tp, None)
+
+    def _next_dir(self) -> LogDir:
+        """Kafka's ``LogManager.nextLogDirs``: the online dir with the fewest
+        partitions, the first listed on a tie."""
+        online = [d for d in self.dirs if not self.failures.is_offline(d.path)]
+        if not online:
+            raise KafkaStorageError(
+                "no log dir is online: " + ", ".join(str(d.path) for d in self.dirs)
+            )
+        return min(online, key=lambda d: d.partitions)
+
+    def log_dir_of(self, topic: str, partition: int) -> Path:
+        """The log dir holding a partition."""
+        try:
+            return self._dir_of[(topic, partition)].path
+        except KeyError:
+            raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
+
+    def is_offline(self, topic: str, partition: int) -> bool:
+        d = self._dir_of.get((topic, partition))
+        return d is not None and self.failures.is_offline(d.path)
+
+    def offline_dirs(self) -> dict[Path, str]:
+        """Each offline log dir and the error that took it offline."""
+        return self.failures.offline()
+
+    def _on_log_io_error(self, plog: PartitionLog, exc: OSError, what: str) -> None:
+        d = self._dir_of.get((plog.topic, plog.partition))
+        if d is not None:
+            self.fail_dir(d.path, exc, what)
+
+    def report_io_error(self, topic: str, partition: int, exc: BaseException, what: str) -> bool:
+        """A failure met outside the log's own methods (a clean, in either engine):
+        True when it was a disk error and took the partition's dir offline."""
+        d = self._dir_of.get((topic, partition))
+        err = find_disk_error(exc)
+        if d is None or err is None:
+            return False
+        return self.fail_dir(d.path, err, what)
+
+    def fail_dir(self, path: Path, exc: OSError, what: str) -> bool:
+        """Take ``path`` offline (once). A full disk on the last online dir does not:
+        there it is a write that does not fit, answered KAFKA_STORAGE_ERROR, and the
+        dir goes on when space is back (where Kafka would halt the broker)."""
+        d = next((d for d in self.dirs if d.path == path), None)
+        if d is None or self.failures.is_offline(path):
+            return False
+        others = [o for o in self.dirs if o is not d and not self.failures.is_offline(o.path)]
+        if not others and exc.errno in SPACE_ERRNOS:
+            return False
+        # no lock taken: a failing append holds its log's lock, and delete_topic takes
+        # the manager's lock before a log's; a dict copy is atomic under the GIL
+        tps = [tp for tp, o in dict(self._dir_of).items() if o is d]
+        for tp in tps:  # attribute writes only
+            plog = self._logs.get(tp)
+            if plog is not None:
+                plog.offline = f"{what}: {exc.strerror or exc}"
+        return self.failures.add_offline(path, exc, what)
+
+    def _online_dirs(self) -> list[LogDir]:
+        return [d for d in self.dirs if not self.failures.is_offline(d.path)]
 
     def _save_topics(self) -> None:
         body = {
@@ -366,18 +539,21 @@ class LogManager:
         on disk they would come back at the next start (as a topic of their own with
         default configs, or as partitions the topic's metadata does not count)."""
         for part in parts:
-            plog = self._logs.pop((name, part), None)
+            plog = self._forget((name, part))
             if plog is not None:
                 plog.close()
-            shutil.rmtree(self.dir / f"{name}-{part}", ignore_errors=True)
+            for d in self.dirs:
+                shutil.rmtree(d.path / f"{name}-{part}", ignore_errors=True)
 
     def _open_new(self, meta: TopicMeta, part: int, config: TopicConfig) -> None:
-        path = self.dir / f"{meta.name}-{part}"
+        d = self._next_dir()
+        path = d.path / f"{meta.name}-{part}"
         path.mkdir(exist_ok=True)
         (path / "partition.metadata").write_text(f"version: 0\ntopic_id: {meta.topic_id}\n")
-        self._logs[(meta.name, part)] = PartitionLog(
+        plog = PartitionLog(
             path, meta.name, part, config, clock=self.clock, schedule_delete=self.deleter.schedule
         )
+        self._adopt((meta.name, part), plog, d)
 
     def delete_topic(self, name: str) -> None:
         """Kafka ``LogManager.asyncDelete``: a running clean of each partition is aborted
@@ -389,10 +565,19 @@ class LogManager:
             with self.lock:
                 meta = self._require(name)
                 for part in range(meta.partitions):
-                    plog = self._logs.pop((name, part))
+                    plog = self._forget((name, part))
+                    if plog is None:
+                        continue
                     with plog.lock:
+                        if plog.offline is not None:  # its disk failed: best effort
+                            try:
+                                plog.close()
+                                shutil.rmtree(plog.dir, ignore_errors=True)
+                            except OSError:
+                                pass
+                            continue
                         plog.close()
-                        target = self.dir / delete_dir_name(name, part)
+                        target = plog.dir.parent / delete_dir_name(name, part)
                         os.replace(plog.dir, target)
                         shutil.rmtree(target, ignore_errors=True)
                 del self._topics[name]
@@ -491,39 +676,71 @@ class LogManager:
         return self._require(name).partitions
 
     def get_log(self, topic: str, partition: int) -> PartitionLog:
+        """The partition's log; KAFKA_STORAGE_ERROR when its log dir is offline."""
         try:
-            return self._logs[(topic, partition)]
+            plog = self._logs[(topic, partition)]
         except KeyError:
             raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
+        plog.check_online()
+        return plog
 
     def logs(self) -> Iterator[PartitionLog]:
+        """The logs of the online dirs (an offline dir's logs are left alone)."""
         with self.lock:
-            items = list(self._logs.values())
+            items = [p for p in self._logs.values() if p.offline is None]
         return iter(items)
 
-    # -- checkpoints and shutdown ----------------------------------------------------------
-    def cleaner_checkpoint(self) -> OffsetCheckpointFile:
-        return OffsetCheckpointFile(self.dir / CLEANER_CHECKPOINT)
+    def all_logs(self) -> list[PartitionLog]:
+        """Every log, those of offline dirs too (for reports: check ``plog.offline``)."""
+        with self.lock:
+            return list(self._logs.values())
 
-    def _cleaned_offsets(self) -> dict[tuple[str, int], int]:
+    # -- checkpoints and shutdown ----------------------------------------------------------
+    def cleaner_checkpoint(self) -> SplitCheckpoint:
+        """The ``cleaner-offset-checkpoint`` of every online dir, read and written as one."""
+        return SplitCheckpoint(self, CLEANER_CHECKPOINT)
+
+    def _cleaned_offsets(self, d: LogDir) -> dict[tuple[str, int], int]:
         """Where each partition's cleaned part ends, for rebuilding its open
         transactions (every transaction with data below it was complete when cleaned);
         an unreadable checkpoint only costs that shortcut."""
         try:
-            return self.cleaner_checkpoint().read()
+            return OffsetCheckpointFile(d.path / CLEANER_CHECKPOINT).read()
         except (CheckpointError, OSError) as exc:
-            log.warning("%s: %s; reading transactions from the log start", CLEANER_CHECKPOINT, exc)
+            log.warning(
+                "%s: %s; reading transactions from the log start",
+                d.path / CLEANER_CHECKPOINT,
+                exc,
+            )
             return {}
 
-    def checkpoint(self) -> None:
-        """Persist recovery points and log start offsets (Kafka's periodic checkpoints)."""
-        logs = list(self.logs())
-        OffsetCheckpointFile(self.dir / RECOVERY_POINT_CHECKPOINT).write(
+    def logs_by_dir(self, online_only: bool = True) -> list[tuple[LogDir, list[PartitionLog]]]:
+        with self.lock:
+            groups: dict[int, list[PartitionLog]] = {id(d): [] for d in self.dirs}
+            for tp, p in self._logs.items():
+                d = self._dir_of.get(tp)
+                if d is not None:
+                    groups[id(d)].append(p)
+        return [(d, groups[id(d)]) for d in (self._online_dirs() if online_only else self.dirs)]
+
+    def _write_checkpoints(self, d: LogDir, logs: list[PartitionLog]) -> None:
+        OffsetCheckpointFile(d.path / RECOVERY_POINT_CHECKPOINT).write(
             {(p.topic, p.partition): p.recovery_point for p in logs}
         )
-        OffsetCheckpointFile(self.dir / LOG_START_CHECKPOINT).write(
+        OffsetCheckpointFile(d.path / LOG_START_CHECKPOINT).write(
             {(p.topic, p.partition): p.log_start_offset for p in logs}
         )
+
+    def checkpoint(self) -> None:
+        """Persist recovery points and log start offsets (Kafka's periodic checkpoints),
+        in each online dir; a dir that cannot be written goes offline (the last one,
+        full, raises instead)."""
+        for d, logs in self.logs_by_dir():
+            try:
+                self._write_checkpoints(d, logs)
+            except OSError as exc:
+                if not self.fail_dir(d.path, exc, "writing the offset checkpoints"):
+                    raise
 
     def flush_all(self) -> None:
         for plog in self.logs():
@@ -531,49 +748,69 @@ class LogManager:
         self.checkpoint()
 
     def apply_retention(self, now_ms: int | None = None) -> int:
-        deleted = sum(p.apply_retention(now_ms) for p in self.logs())
+        deleted = 0
+        for plog in self.logs():
+            try:
+                deleted += plog.apply_retention(now_ms)
+            except OSError as exc:
+                d = self._dir_of.get((plog.topic, plog.partition))
+                if d is None or not self.fail_dir(
+                    d.path, exc, f"deleting old segments of {plog.name}"
+                ):
+                    raise
         if deleted:
             self.checkpoint()
         return deleted
 
     def close(self) -> None:
-        """Flush everything and leave the clean-shutdown marker.
+        """Flush everything and leave the clean-shutdown marker in each dir.
 
         An I/O error (a full disk) does not stop the close half-way: every log is still
-        closed and the dir lock released, so the process can exit; but no clean-shutdown
-        marker is written, so the next start recovers the logs. The first error is raised
-        at the end.
+        closed and the dir locks released, so the process can exit; but a dir with an
+        error gets no clean-shutdown marker, so the next start recovers its logs. An
+        offline dir is neither flushed nor marked (Kafka's next start recovers it as
+        after a crash). The first error of an online dir is raised at the end.
         """
         if self._closed:
             return
         self._closed = True
         errors: list[OSError] = []
-        for plog in self.logs():
-            try:
-                plog.flush()
-            except OSError as exc:
-                errors.append(exc)
-        try:
-            self.checkpoint()
-        except OSError as exc:
-            errors.append(exc)
-        for plog in self.logs():
-            try:
-                plog.close()
-            except OSError as exc:
-                errors.append(exc)
+        for d, logs in self.logs_by_dir(online_only=False):
+            offline = self.failures.is_offline(d.path)
+            dir_errors: list[OSError] = []
+            if not offline:
+                for plog in logs:
+                    try:
+                        plog.flush()
+                    except OSError as exc:
+                        dir_errors.append(exc)
+                try:
+                    self._write_checkpoints(d, logs)
+                except OSError as exc:
+                    dir_errors.append(exc)
+            for plog in logs:
+                try:
+                    plog.close()
+                except OSError as exc:
+                    dir_errors.append(exc)
+            if not offline and not dir_errors:
+                try:
+                    (d.path / CLEAN_SHUTDOWN_FILE).write_text("")
+                    fsync_dir(d.path)
+                except OSError as exc:
+                    dir_errors.append(exc)
+            if not offline:
+                errors += dir_errors
         self.deleter.stop()
-        try:
-            if not errors:
-                marker = self.dir / CLEAN_SHUTDOWN_FILE
-                marker.write_text("")
-                fsync_dir(self.dir)
-        except OSError as exc:
-            errors.append(exc)
-        finally:
-            self._release_lock()
+        for d in self.dirs:
+            self._release_lock(d)
         if errors:
-            log.error("closing %s: %d I/O errors, first: %s", self.dir, len(errors), errors[0])
+            log.error(
+                "closing %s: %d I/O errors, first: %s",
+                ", ".join(str(d.path) for d in self.dirs),
+                len(errors),
+                errors[0],
+            )
             raise errors[0]
 
     def __enter__(self) -> LogManager:
@@ -581,6 +818,36 @@ class LogManager:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class SplitCheckpoint:
+    """One checkpoint name (``cleaner-offset-checkpoint``) kept in every log dir, each
+    file holding the partitions of its dir, read and written as one mapping (the
+    cleaner's view). An offline dir is neither read nor written; a dir whose file
+    cannot be written goes offline (the last one, full, raises instead)."""
+
+    def __init__(self, manager: LogManager, name: str):
+        self.manager = manager
+        self.name = name
+
+    def read(self) -> dict[tuple[str, int], int]:
+        out: dict[tuple[str, int], int] = {}
+        for d, logs in self.manager.logs_by_dir():
+            mine = {(p.topic, p.partition) for p in logs}
+            entries = OffsetCheckpointFile(d.path / self.name).read()
+            out.update({tp: v for tp, v in entries.items() if tp in mine})
+        return out
+
+    def write(self, entries: Mapping[tuple[str, int], int]) -> None:
+        for d, logs in self.manager.logs_by_dir():
+            mine = {(p.topic, p.partition) for p in logs}
+            try:
+                OffsetCheckpointFile(d.path / self.name).write(
+                    {tp: v for tp, v in entries.items() if tp in mine}
+                )
+            except OSError as exc:
+                if not self.manager.fail_dir(d.path, exc, f"writing {self.name}"):
+                    raise
 
 
 def _check_batch_size(partitions: int) -> None:

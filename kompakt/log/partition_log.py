@@ -89,6 +89,22 @@ class PartitionLog:
         self.recovery_point = self.log_end_offset
         self.last_flush_ms = clock()
         self.uncleanable_reason: str | None = None
+        # set when this log's dir went offline (the reason); every append then fails
+        self.offline: str | None = None
+        # told of an I/O error in append, roll or flush (the log manager's
+        # LogDirFailureChannel); called with (log, error, what was being done)
+        self.on_io_error: Callable[[PartitionLog, OSError, str], None] | None = None
+
+    def io_failed(self, exc: OSError, what: str) -> None:
+        """Report an I/O error on this log's files to whoever watches its dir."""
+        if self.on_io_error is not None:
+            self.on_io_error(self, exc, what)
+
+    def check_online(self) -> None:
+        if self.offline is not None:
+            raise KafkaStorageError(
+                f"{self.name} is offline: log dir {self.dir.parent} failed ({self.offline})"
+            )
 
     # -- loading -------------------------------------------------------------------------
     def segment_kwargs(self) -> dict:
@@ -228,6 +244,7 @@ class PartitionLog:
         buf, batches = validator.to_topic_codec(buf, batches, self.config)
         log_append = self.config.message_timestamp_type == "LogAppendTime"
         with self.lock:
+            self.check_online()
             first = self.log_end_offset
             stamped = validator.assign_offsets_and_timestamps(
                 buf, batches, maxes, first, now, log_append
@@ -237,6 +254,7 @@ class PartitionLog:
                 seg.append(buf, stamped.headers)
                 self._update_transactions(seg, buf, stamped.headers)
             except OSError as exc:  # the segment has cut itself back to `before`
+                self.io_failed(exc, f"appending to {self.name}")
                 raise KafkaStorageError(f"cannot append to {self.name}: {exc.strerror}") from exc
             self._flush_if_due(now)
         for listener in list(self.append_listeners):
@@ -288,14 +306,18 @@ class PartitionLog:
             base = self.log_end_offset if base_offset is None else base_offset
             if old.size == 0 and old.base_offset == base:
                 return old
-            old.flush()
-            old.on_become_inactive()
-            seg = LogSegment(
-                self.dir,
-                base,
-                created_ms=self.clock() if now is None else now,
-                **self.segment_kwargs(),
-            )
+            try:
+                old.flush()
+                old.on_become_inactive()
+                seg = LogSegment(
+                    self.dir,
+                    base,
+                    created_ms=self.clock() if now is None else now,
+                    **self.segment_kwargs(),
+                )
+            except OSError as exc:
+                self.io_failed(exc, f"rolling {self.name}")
+                raise
             self._add(seg)
             log.debug("%s: rolled new segment at offset %d", self.name, base)
             return seg
@@ -304,9 +326,13 @@ class PartitionLog:
         """fsync every segment with data past the recovery point, which then moves to
         the log end offset (Kafka's ``UnifiedLog.flush``)."""
         with self.lock:
-            for seg in self.segments:
-                if seg.next_offset > self.recovery_point or seg is self.active_segment:
-                    seg.flush()
+            try:
+                for seg in self.segments:
+                    if seg.next_offset > self.recovery_point or seg is self.active_segment:
+                        seg.flush()
+            except OSError as exc:
+                self.io_failed(exc, f"flushing {self.name}")
+                raise
             self.recovery_point = self.log_end_offset
             self.last_flush_ms = self.clock() if now_ms is None else now_ms
 

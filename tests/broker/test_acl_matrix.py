@@ -363,6 +363,13 @@ CASES: dict[int, Case] = {
         lambda n: [(G, n.group, Op.DELETE), (T, n.topic, Op.READ)],
         ErrorCode.group_authorization_failed,
     ),
+    # DescribeLogDirs: DESCRIBE cluster (Kafka's KafkaApis.handleDescribeLogDirsRequest)
+    35: Case(
+        4,
+        lambda n: {"topics": None},
+        lambda n: [(C, CL, Op.DESCRIBE)],
+        ErrorCode.cluster_authorization_failed,
+    ),
     # APIs other branches add (SCRAM users, transaction admin): checked once served
     50: Case(
         0,

@@ -8,6 +8,7 @@ from kompakt.broker.handlers import (
     configs,
     fetch,
     find_coordinator,
+    log_dirs,
     metadata,
     produce,
     security,
@@ -18,7 +19,7 @@ from kompakt.broker.registry import ApiRegistry
 
 
 def register_all(registry: ApiRegistry) -> ApiRegistry:
-    for module in (metadata, produce, fetch, topics, configs, acls, security):
+    for module in (metadata, produce, fetch, topics, configs, acls, security, log_dirs):
         module.register(registry)
     coordinator.register(registry)
     txn.register(registry)

@@ -47,19 +47,24 @@ def make_api_versions_handler(registry: ApiRegistry):
 
 
 def _partitions(ctx: RequestContext, name: str) -> list[dict[str, Any]]:
+    """A partition in an offline log dir answers KAFKA_STORAGE_ERROR and lists this
+    node in ``offline_replicas`` (as Kafka's metadata names a replica on a failed dir)."""
     node = ctx.state.node_id
-    return [
-        {
-            "error_code": ErrorCode.none,
-            "partition_index": i,
-            "leader_id": node,
-            "leader_epoch": LEADER_EPOCH,
-            "replica_nodes": [node],
-            "isr_nodes": [node],
-            "offline_replicas": [],
-        }
-        for i in range(ctx.logs.partition_count(name))
-    ]
+    out = []
+    for i in range(ctx.logs.partition_count(name)):
+        offline = ctx.logs.is_offline(name, i)
+        out.append(
+            {
+                "error_code": ErrorCode.kafka_storage_error if offline else ErrorCode.none,
+                "partition_index": i,
+                "leader_id": node,
+                "leader_epoch": LEADER_EPOCH,
+                "replica_nodes": [node],
+                "isr_nodes": [] if offline else [node],
+                "offline_replicas": [node] if offline else [],
+            }
+        )
+    return out
 
 
 def _topic(ctx: RequestContext, name: str, include_ops: bool) -> dict[str, Any]:
