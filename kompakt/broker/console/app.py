@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
+import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -35,11 +36,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kompakt.broker.console import common, pages_compaction, pages_data
-from kompakt.errors import InvalidConfigError, InvalidTopicError, KompaktError, UnknownTopicError
+from kompakt.broker.console.actions import parse_json_body, run_compact
 
 log = logging.getLogger(__name__)
 
-MAX_BODY = 64 * 1024
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
@@ -95,6 +95,31 @@ class BasicAuth:
         await response(scope, receive, send)
 
 
+class ServerTiming:
+    """``Server-Timing: app;dur=MS`` on every response (ASGI middleware): the time from
+    the request to the response's start, what ``benchmarks/bench_console.py`` reports
+    and a browser's developer tools show."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+
+        async def timed_send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                dur = (time.perf_counter() - t0) * 1000
+                headers = list(message.get("headers", []))
+                headers.append((b"server-timing", f"app;dur={dur:.1f}".encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, timed_send)
+
+
 # -- the JSON / text API -----------------------------------------------------------------
 def metrics(request: Request) -> Response:
     return Response(
@@ -109,80 +134,6 @@ def partitions(request: Request) -> Response:
 
 def endpoints(request: Request) -> Response:
     return common.endpoint_list()
-
-
-async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
-    """The request body, at most ``limit`` bytes (:class:`ValueError` past it)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise ValueError(f"body must be at most {limit} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ValueError(f"body must be at most {limit} bytes")
-    return bytes(body)
-
-
-def check_compact_request(req: Any) -> tuple[str, int | None, bool, str | None]:
-    """(topic, partition, dry_run, engine) of a compact request, or :class:`ValueError`
-    with the message the 400 carries."""
-    from kompakt.engines import check_engine
-
-    if not isinstance(req, dict) or not isinstance(req.get("topic"), str):
-        raise ValueError('expected {"topic": str, "partition": int?, "dry_run": bool?}')
-    part = req.get("partition")
-    dry = req.get("dry_run", False)
-    engine = req.get("engine")
-    if engine is not None:
-        try:
-            check_engine(engine if isinstance(engine, str) else repr(engine))
-        except InvalidConfigError as exc:
-            raise ValueError(str(exc)) from None
-    if (
-        part is not None and (not isinstance(part, int) or isinstance(part, bool) or part < 0)
-    ) or not isinstance(dry, bool):
-        raise ValueError("partition must be a non-negative integer and dry_run a boolean")
-    return req["topic"], part, dry, engine
-
-
-async def run_compact(request: Request, req: Any) -> Response:
-    """Validate and run one compact request through ``AdminApi.compact`` (the
-    cleaner's ``compact_now``, on the threadpool); the JSON API's statuses."""
-    from kompakt.cleaner.manager import CleaningAbortedError
-
-    try:
-        topic, part, dry, engine = check_compact_request(req)
-    except ValueError as exc:
-        return common.json_response(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
-    api = common.api_of(request)
-    try:
-        doc = await run_in_threadpool(api.compact, topic, part, dry, engine)
-        return common.json_response(HTTPStatus.OK, doc)
-    except (UnknownTopicError, InvalidTopicError) as exc:
-        return common.json_response(HTTPStatus.NOT_FOUND, {"error": str(exc)})
-    except CleaningAbortedError as exc:
-        return common.json_response(HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)})
-    except KompaktError as exc:
-        return common.json_response(HTTPStatus.CONFLICT, {"error": str(exc)})
-    except Exception as exc:
-        log.exception("admin compact failed")
-        return common.json_response(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
-
-
-async def parse_json_body(request: Request) -> tuple[Any, Response | None]:
-    import json
-
-    try:
-        body = await read_body(request)
-    except ValueError as exc:
-        return None, common.json_response(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
-    try:
-        return json.loads(body or b"{}"), None
-    except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, deep nesting
-        return None, common.json_response(
-            HTTPStatus.BAD_REQUEST, {"error": f"invalid JSON: {type(exc).__name__}: {exc}"}
-        )
 
 
 async def compact(request: Request) -> Response:
@@ -241,5 +192,5 @@ def build_app(
     )
     app.state.api = api
     if authenticate is None:
-        return app
-    return BasicAuth(app, authenticate, auth_get, on_failure)
+        return ServerTiming(app)
+    return ServerTiming(BasicAuth(app, authenticate, auth_get, on_failure))

@@ -24,6 +24,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from kompakt.broker.console import charts, common
+from kompakt.broker.console.actions import parse_json_body, run_compact
 from kompakt.errors import KompaktError
 
 log = logging.getLogger(__name__)
@@ -304,8 +305,6 @@ def progress(request: Request) -> Response:
 async def dry_run(request: Request) -> Response:
     """``GET /console/dry-run?topic=&partition=``: what a clean would remove (read-only,
     so no write permission is needed)."""
-    from kompakt.broker.console.app import run_compact
-
     q = request.query_params
     try:
         part = common.parse_int(q.get("partition"), "partition")
@@ -319,8 +318,6 @@ async def dry_run(request: Request) -> Response:
 async def compact_now(request: Request) -> Response:
     """``POST /console/compact``: the JSON API's compact, refused unless the console may
     change data (``kompakt.admin.console.writes``) for a real clean."""
-    from kompakt.broker.console.app import parse_json_body, run_compact
-
     req, bad = await parse_json_body(request)
     if bad is not None:
         return bad
