@@ -99,12 +99,28 @@ def _tls_first_protocol(
     """uvicorn's h11 protocol behind a TLS handshake that this code runs itself.
 
     uvicorn hands TLS to ``loop.create_server(ssl=...)``, where a failed handshake (plain
-    http to the https port, a bad client) is dropped without a word; the endpoint counts
-    it (``kompakt_auth_failures{reason="ssl_handshake"}``) as Kafka counts its failed
-    authentications. So the socket is served plain, and each connection is upgraded with
-    ``loop.start_tls`` before uvicorn's protocol sees it.
+    http to the https port, a bad client) is dropped without a word and a stalled one
+    holds a connection for a minute; the endpoint counts failures
+    (``kompakt_auth_failures{reason="ssl_handshake"}``) as Kafka counts its failed
+    authentications, and gives a handshake 10 s. So the socket is served plain, and each
+    connection is upgraded with ``loop.start_tls`` before uvicorn's protocol sees it.
     """
     from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class CountingSSLObject(ssl.SSLObject):
+        """Counts a failed handshake where it fails, before asyncio closes the socket,
+        so a client that sees the refusal also sees it counted."""
+
+        def do_handshake(self) -> None:
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise
+            except (ssl.SSLError, OSError):
+                on_failure("ssl_handshake")
+                raise
+
+    tls.sslobject_class = CountingSSLObject  # a documented hook (SSLContext.wrap_bio)
 
     class TlsFirst(asyncio.Protocol):
         """The app protocol ``start_tls`` is given: it holds what arrives between the
@@ -134,7 +150,8 @@ def _tls_first_protocol(
                 )
             except (TimeoutError, ssl.SSLError, OSError, EOFError) as exc:
                 log.info("admin TLS handshake from %s failed: %s", peer, exc)
-                on_failure("ssl_handshake")
+                if isinstance(exc, TimeoutError):  # SSL errors were counted as they arose
+                    on_failure("ssl_handshake")
                 raw.close()
                 return
             finally:
