@@ -98,11 +98,14 @@ def test_dry_run_then_compact_now_shows_the_clean(page, console_url):
     assert page.locator("tr.clean-row").count() == 1
     assert page.locator("svg.chart line.clean-mark").count() >= 1
     # KIP-534: the first clean keeps each key's latest tombstone (older ones are
-    # superseded) and gives it a delete horizon, clean time + delete.retention.ms
+    # superseded) and gives it a delete horizon, clean time + delete.retention.ms; a
+    # tombstone in the active segment, which no clean reaches, has none yet
     kept = int(page.locator("#tombstones").inner_text())
     assert 0 < kept < tombstones
-    assert int(page.locator("#tomb-no-horizon").inner_text()) == 0
-    assert int(page.locator("#tomb-waiting").inner_text()) == kept
+    no_horizon = int(page.locator("#tomb-no-horizon").inner_text())
+    waiting = int(page.locator("#tomb-waiting").inner_text())
+    assert waiting > 0 and no_horizon + waiting == kept
+    assert int(page.locator("#tomb-passed").inner_text()) == 0
     assert "the first passes at" in page.locator("#horizons").inner_text()
 
 

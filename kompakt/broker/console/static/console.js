@@ -93,5 +93,29 @@
     });
   }
 
+  // the overview's "Running" list follows the cleaner (cheap JSON poll every 2 s);
+  // when a clean starts or ends, the cleaner section is re-rendered from the server
+  function setupOverview() {
+    const list = document.getElementById("running");
+    if (!list) { return; }
+    let last = list.dataset.keys || "";
+    setInterval(async function () {
+      try {
+        const state = await getJson("/console/progress");
+        const keys = state.running.map(function (r) { return r.topic + "-" + r.partition; }).join(",");
+        if (keys !== last) {
+          last = keys;
+          await refreshLive();
+          return;
+        }
+        state.running.forEach(function (r) {
+          const bar = document.querySelector('progress[data-tp="' + CSS.escape(r.topic + "-" + r.partition) + '"]');
+          if (bar) { bar.max = r.total || 1; bar.value = r.done; }
+        });
+      } catch (e) { /* the next poll tries again */ }
+    }, 2000);
+  }
+
   document.addEventListener("DOMContentLoaded", setupCompact);
+  document.addEventListener("DOMContentLoaded", setupOverview);
 })();
