@@ -180,7 +180,11 @@ def why_line(plog: Any, st: Any, queue: list[dict[str, Any]]) -> str:
 
 
 def summary(doc: dict[str, Any]) -> str:
-    """One line for a "compact now" / dry-run answer (``kompakt.cleaner.report``)."""
+    """One line for a "compact now" / dry-run answer (``kompakt.cleaner.report``).
+
+    "records" are those a newer record of their key supersedes (a superseded tombstone
+    too) and unkeyed ones; "tombstones" those dropped because their delete horizon
+    passed (``CleanStats.tombstones_removed``)."""
     lines = []
     for r in doc.get("results", []):
         name = f"{r['topic']}-{r['partition']}"
@@ -190,12 +194,13 @@ def summary(doc: dict[str, Any]) -> str:
         if r["status"] == "dry-run":
             lines.append(
                 f"This clean would remove {removed - tombs} records and {tombs} tombstones "
-                f"from {name} ({common._bytes(s.get('bytes_read'))} → "
+                f"past their delete horizon from {name} ({common._bytes(s.get('bytes_read'))} → "
                 f"{common._bytes(s.get('bytes_written'))})."
             )
         elif r["status"] == "cleaned":
             lines.append(
-                f"Cleaned {name}: removed {removed - tombs} records and {tombs} tombstones, "
+                f"Cleaned {name}: removed {removed - tombs} records and {tombs} tombstones "
+                f"past their delete horizon, "
                 f"{common._bytes(s.get('bytes_read'))} → {common._bytes(s.get('bytes_written'))} "
                 f"in {s.get('duration_s', 0):.2f} s with engine {s.get('engine')}."
             )
