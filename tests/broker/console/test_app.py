@@ -129,6 +129,8 @@ def test_compact_now_goes_through_compact_now_and_lands_in_the_history(console_b
     assert doc["results"][0]["status"] == "cleaned" and doc["summary"].startswith("Cleaned users-1")
     cleans = console_broker.broker.history.cleans(("users", 1))
     assert cleans and cleans[-1]["records_written"] < cleans[-1]["records_read"]
+    before, after = console_broker.broker.history.samples(("users", 1))[-2:]
+    assert before.ms == cleans[-1]["started_ms"] and after.size_bytes < before.size_bytes
     page = get(console_url, "/topics/users/1", headers=HTML).text
     assert 'class="clean-row"' in page and 'class="seg clean"' in page
     rows = get(console_url, "/v1/partitions").json()["partitions"]
@@ -183,3 +185,10 @@ def test_history_is_bounded_per_partition():
     assert len(h.cleans(("t", 0))) == 64 and h.cleans(("t", 0))[-1] == {"n": 999}
     h.keep_only([])
     assert h.samples(("t", 0)) == [] and h.cleans(("t", 0)) == []
+
+
+def test_every_response_says_its_server_time(console_url):
+    """``Server-Timing`` (W3C) is what benchmarks/bench_console.py reports."""
+    for path in ("/", "/v1/partitions", "/topics/users/0", "/no/such/page"):
+        timing = get(console_url, path, headers=HTML).headers["server-timing"]
+        assert timing.startswith("app;dur=") and float(timing.split("=")[1]) >= 0
