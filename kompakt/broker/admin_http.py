@@ -255,6 +255,9 @@ class AdminServer:
             h11_max_incomplete_event_size=MAX_BODY,
         )
         self.server = uvicorn.Server(self.config)
+        quiet = logging.getLogger("uvicorn.error")  # its start/stop lines repeat ours
+        if quiet.level == logging.NOTSET:
+            quiet.setLevel(logging.WARNING)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread = threading.Thread(target=self._run, name="kompakt-admin", daemon=True)
 
