@@ -80,3 +80,12 @@ def test_admin_refuses_a_non_loopback_bind_without_auth_unless_allowed(props, fr
             "kompakt.admin.auth": "basic",
         }
     )
+
+
+def test_console_pages_are_open_but_its_actions_need_basic_credentials(secure_broker, certs):
+    """The console moved onto the admin listener keeps its rules: GET pages follow
+    kompakt.admin.auth.get (off here), every POST (console compact too) needs Basic
+    credentials, and with them the read-only console (the default) still refuses."""
+    assert _request(secure_broker, certs, "GET", "/") == 200
+    assert _request(secure_broker, certs, "POST", "/console/compact") == 401
+    assert _request(secure_broker, certs, "POST", "/console/compact", "alice", "alice-scram") == 403
