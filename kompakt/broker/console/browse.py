@@ -359,7 +359,7 @@ def inspect_key(
     if dirty_bases:
         assert producers is not None
         txn = TxnTracker(producers.aborted_between(start, end))
-    for i, seg in enumerate(segments):
+    for seg in segments:
         if rep.bytes_scanned + seg.size > max_scan_bytes:
             rep.complete = False
             rep.notes.append(
@@ -382,7 +382,7 @@ def inspect_key(
             if len(scan.batch_position) and scan.batch_last_offset[-1] >= start:
                 map_last = max(map_last, int(scan.batch_last_offset[-1]))
     # LocalEngine.build_offset_map: the map reaches at least to the next dirty segment
-    for j, seg in enumerate(dirty if dirty_bases else []):
+    for j in range(len(dirty) if dirty_bases else 0):
         next_base = dirty[j + 1].base_offset if j + 1 < len(dirty) else end
         map_last = max(map_last, next_base - 1)
     map_end = map_last + 1 if dirty_bases and map_last >= 0 else None

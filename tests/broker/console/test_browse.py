@@ -211,9 +211,9 @@ def test_group_lag_is_end_offset_minus_committed_as_kafka_consumer_groups(broker
     """kafka-consumer-groups.sh --describe: LAG = LOG-END-OFFSET - CURRENT-OFFSET."""
     create(broker, "lagged", partitions=2)
     p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
-    for i in range(10):
+    for _ in range(10):
         p.produce("lagged", key=b"k", value=b"v", partition=0)
-    for i in range(4):
+    for _ in range(4):
         p.produce("lagged", key=b"k", value=b"v", partition=1)
     p.flush(30)
     c = Consumer(
@@ -247,6 +247,13 @@ def test_group_lag_is_end_offset_minus_committed_as_kafka_consumer_groups(broker
         assert member.assignment == [("lagged", 0), ("lagged", 1)]
         assert {x.member_id for x in view.partitions} == {member.member_id}
         assert ("lag-group", "lagged", 0, 7) in set(browse.lag_samples(broker.logs, gc))
+        text = broker.broker.metrics.render().decode()
+        assert (
+            'kompakt_consumer_group_lag{group="lag-group",partition="0",topic="lagged"} 7.0' in text
+        )
+        assert (
+            'kompakt_consumer_group_lag{group="lag-group",partition="1",topic="lagged"} 0.0' in text
+        )
         assert "lag-group" in [g.group_id for g in browse.describe_groups(broker.logs, gc)]
         assert browse.describe_group(broker.logs, gc, "no-such-group") is None
     finally:
