@@ -129,7 +129,9 @@ def messages_page(request: Request) -> Response:
         )
         ctx["page"] = page
         if page.next_offset is not None:
-            params = {k: ctx[k] for k in ("topic", "partition", "key", "encoding", "limit", "render")}
+            params = {
+                k: ctx[k] for k in ("topic", "partition", "key", "encoding", "limit", "render")
+            }
             params["offset"] = str(page.next_offset)
             ctx["next_url"] = "/messages?" + "&".join(
                 f"{k}={quote(str(v), safe='')}" for k, v in params.items() if v

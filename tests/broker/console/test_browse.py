@@ -112,6 +112,27 @@ def test_tombstone_kept_until_its_delete_horizon_passes_then_removed(broker):
     assert keys_of(plog, b"gone") == []
 
 
+def test_aborted_transaction_records_of_a_key_are_removed_by_the_next_clean(broker):
+    """Kafka's cleaner drops the data of aborted transactions (CleanedTransactionMetadata
+    fed from the .txnindex) and never lets it into the key map."""
+    create(broker, "txn", config=COMPACTED)
+    produce(broker, "txn", [(b"acct", b"committed")])
+    tp = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "browse-txn"})
+    tp.init_transactions(30)
+    tp.begin_transaction()
+    tp.produce("txn", key=b"acct", value=b"aborted")
+    tp.flush(30)
+    tp.abort_transaction(30)
+    produce(broker, "txn", fillers(20))
+    plog = broker.logs.get_log("txn", 0)
+    rep = browse.inspect_key(broker.logs, plog, b"acct", now_ms())
+    verdicts = {r.value: (r.removed, r.why) for r in rep.records}
+    assert verdicts[b"aborted"] == (True, "removed: part of an aborted transaction")
+    assert verdicts[b"committed"] == (False, "kept: the latest record of its key")
+    compact_now(broker, "txn")
+    assert [v for _o, v in keys_of(plog, b"acct")] == [b"committed"]
+
+
 def test_key_in_active_segment_is_kept_and_non_compacted_topic_says_so(broker):
     """Kafka never cleans the active segment; a delete-policy topic is never compacted."""
     create(broker, "act", config=COMPACTED)

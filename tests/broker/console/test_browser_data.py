@@ -39,9 +39,7 @@ def broker(tmp_path_factory):
         "min.cleanable.dirty.ratio": "0.01",
         "min.compaction.lag.ms": "0",
     }
-    fs = admin.create_topics(
-        [NewTopic("users", 1, 1, config=compacted), NewTopic("orders", 2, 1)]
-    )
+    fs = admin.create_topics([NewTopic("users", 1, 1, config=compacted), NewTopic("orders", 2, 1)])
     for f in fs.values():
         f.result(30)
     p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
