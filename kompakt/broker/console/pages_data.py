@@ -52,10 +52,18 @@ def _q(request: Request, name: str, limit: int = 4096) -> str:
     return (request.query_params.get(name) or "")[:limit]
 
 
+def _check_lengths(request: Request, limits: dict[str, int]) -> None:
+    """A query field longer than the page accepts is refused (not silently cut)."""
+    for name, limit in limits.items():
+        if len(request.query_params.get(name) or "") > limit:
+            raise browse.BrowseInputError(f"{name} is longer than {limit} characters")
+
+
 def _page(request: Request, template: str, status: int = 200, **context: Any) -> Response:
     context.setdefault("error", None)
     context.setdefault("notes", [])
     context.setdefault("iso", browse.iso)
+    context.setdefault("duration", browse.duration)
     return common.render(request, template, status, **context)
 
 
@@ -76,6 +84,7 @@ def keys_page(request: Request) -> Response:
         "topics": [],
     }
     try:
+        _check_lengths(request, {"topic": 300, "partition": 40, "key": 4096, "encoding": 20})
         broker = _broker(request)
         ctx["topics"] = _topics(broker)
         if not topic and not key_text:
@@ -110,6 +119,10 @@ def messages_page(request: Request) -> Response:
         "next_url": None,
     }
     try:
+        _check_lengths(
+            request,
+            {"topic": 300, "partition": 40, "offset": 40, "timestamp": 60, "key": 4096},
+        )
         broker = _broker(request)
         ctx["topics"] = _topics(broker)
         if render not in browse.VALUE_MODES:

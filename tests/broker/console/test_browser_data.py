@@ -192,6 +192,7 @@ def test_config_edit_shows_alter_configs_error_inline_then_saves(broker, page):
         ("/keys?topic=users&key=zz&encoding=hex", "is not hex"),
         ("/keys?topic=users&key=%25%00&encoding=base64", "not valid base64"),
         ("/keys?topic=users&partition=abc&key=a", "partition must be a whole number"),
+        ("/keys?topic=users&key=" + "k" * 5000, "key is longer than 4096 characters"),
         ("/groups/no-such-group", "consumer group 'no-such-group' does not exist"),
         ("/configs/nope", "topic 'nope' does not exist"),
     ],
