@@ -7,9 +7,14 @@ would do) through :meth:`~kompakt.cleaner.cleaner.Cleaner.compact_now`, the code
 ``kompakt compact --data-dir`` runs, and answers its document
 (:mod:`kompakt.cleaner.report`). Bad JSON or a bad field (an unknown engine too) is a
 400 with a JSON error, an unknown topic a 404, a clean aborted by a shutdown a 503.
-It runs on a daemon
-thread with the standard library's HTTP server: the endpoint is low-traffic and must
-not share the protocol event loop's latency.
+``GET /`` is the web console (:mod:`kompakt.broker.console`), ``GET /v1`` (or ``/`` with
+``Accept: application/json``) the endpoint list.
+
+The routes are an ASGI application (:func:`kompakt.broker.console.app.build_app`,
+Starlette) served by uvicorn's ``Server`` on its own thread and event loop
+(:class:`AdminServer`): the endpoint must not share the Kafka event loop's latency, and
+its blocking work (status walks, a clean) runs in the ASGI threadpool, so a slow page
+never holds up another request either.
 
 Security (issue 16): ``https://HOST:PORT`` serves TLS with the broker's ssl.* keys
 (overridable as ``listener.name.admin.ssl.*``). ``kompakt.admin.auth=basic`` asks for HTTP
@@ -24,39 +29,44 @@ non-loopback address unless ``kompakt.admin.allow.insecure=true``.
 
 from __future__ import annotations
 
-import base64
-import binascii
+import asyncio
 import ipaddress
-import json
 import logging
+import socket
 import ssl
-import sys
 import threading
 from collections.abc import Callable
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlparse
-
-from kompakt.errors import InvalidConfigError, InvalidTopicError, KompaktError, UnknownTopicError
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class AdminApi:
-    """What the endpoint serves; the broker wires these to its log manager and cleaner."""
+    """What the endpoint serves; the broker wires these to its log manager and cleaner.
+
+    ``broker`` is the :class:`~kompakt.broker.app.Broker` (None in a bare test app): the
+    console pages read its logs, cleaner and coordinators. ``writes`` is
+    ``kompakt.admin.console.writes``: whether the console offers actions that change
+    data (compact now, config edits); the JSON API keeps ``POST /v1/compact``.
+    """
 
     def __init__(
         self,
         metrics: Callable[[], bytes],
         partitions: Callable[[], list[dict[str, Any]]],
         compact: Callable[[str, int | None, bool, str | None], Any],
+        broker: Any = None,
+        writes: bool = False,
     ):
         self.metrics = metrics
         self.partitions = partitions
         self.compact = compact
+        self.broker = broker
+        self.writes = writes
 
 
 def parse_listener(url: str) -> tuple[str, int]:
@@ -83,16 +93,101 @@ def is_loopback(host: str) -> bool:
 Authenticator = Callable[[str, str], str | None]
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A failed TLS handshake was logged and counted already; others get a log line
-        (the standard library would print a traceback to stderr)."""
-        exc = sys.exc_info()[1]
-        if not isinstance(exc, (ssl.SSLError, OSError)):
-            log.exception("admin request from %s failed", client_address[0])
+def _tls_first_protocol(
+    tls: ssl.SSLContext, on_failure: Callable[[str], None], pending: set[asyncio.Transport]
+) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol behind a TLS handshake that this code runs itself.
+
+    uvicorn hands TLS to ``loop.create_server(ssl=...)``, where a failed handshake (plain
+    http to the https port, a bad client) is dropped without a word; the endpoint counts
+    it (``kompakt_auth_failures{reason="ssl_handshake"}``) as Kafka counts its failed
+    authentications. So the socket is served plain, and each connection is upgraded with
+    ``loop.start_tls`` before uvicorn's protocol sees it.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class TlsFirst(asyncio.Protocol):
+        """The app protocol ``start_tls`` is given: it holds what arrives between the
+        handshake and uvicorn's ``connection_made`` (asyncio delivers decrypted data
+        before ``start_tls`` returns), then passes everything through."""
+
+        def __init__(self, config: Any, server_state: Any, app_state: Any, _loop: Any = None):
+            self.inner = H11Protocol(config, server_state, app_state, _loop)
+            self.loop = _loop or asyncio.get_event_loop()
+            self.connected = False
+            self.early: list[bytes] = []
+            self.early_eof = False
+            self.lost: tuple[Exception | None] | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            if self.connected:
+                return
+            transport.pause_reading()
+            pending.add(transport)
+            self.loop.create_task(self._handshake(transport))
+
+        async def _handshake(self, raw: Any) -> None:
+            peer = (raw.get_extra_info("peername") or ("?",))[0]
+            try:
+                tls_transport = await self.loop.start_tls(
+                    raw, self, tls, server_side=True, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S
+                )
+            except (TimeoutError, ssl.SSLError, OSError, EOFError) as exc:
+                log.info("admin TLS handshake from %s failed: %s", peer, exc)
+                on_failure("ssl_handshake")
+                raw.close()
+                return
+            finally:
+                pending.discard(raw)
+            if tls_transport is None:  # closed meanwhile
+                return
+            self.connected = True
+            self.inner.connection_made(tls_transport)
+            for data in self.early:
+                self.inner.data_received(data)
+            self.early.clear()
+            if self.early_eof:
+                self.inner.eof_received()
+            if self.lost is not None:
+                self.inner.connection_lost(self.lost[0])
+
+        def data_received(self, data: bytes) -> None:
+            if self.connected:
+                self.inner.data_received(data)
+            else:
+                self.early.append(data)
+
+        def eof_received(self) -> bool | None:
+            if self.connected:
+                return self.inner.eof_received()
+            self.early_eof = True
+            return None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.connected:
+                self.inner.connection_lost(exc)
+            else:
+                self.lost = (exc,)
+
+        def pause_writing(self) -> None:
+            if self.connected:
+                self.inner.pause_writing()
+
+        def resume_writing(self) -> None:
+            if self.connected:
+                self.inner.resume_writing()
+
+    return TlsFirst
 
 
 class AdminServer:
+    """uvicorn's ``Server`` for the admin ASGI app, on a daemon thread with its own loop.
+
+    The socket is bound here, before the thread starts, so a taken port fails the
+    broker's start with the address named (as asyncio does for the Kafka port), port 0
+    works, and connections made before the loop runs wait in the listen backlog.
+    """
+
     def __init__(
         self,
         api: AdminApi,
@@ -104,183 +199,78 @@ class AdminServer:
         auth_get: bool = False,
         on_failure: Callable[[str], None] = lambda reason: None,
     ):
+        import uvicorn
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        from kompakt.broker.console.app import build_app
+
         self.api = api
         self.scheme = "https" if tls is not None else "http"
-        handler = _make_handler(api, authenticate, auth_get, on_failure)
+        self.app = build_app(
+            api, authenticate=authenticate, auth_get=auth_get, on_failure=on_failure
+        )
         try:
-            self.httpd = _HTTPServer((host, port), handler, bind_and_activate=False)
-            if tls is not None:  # the handshake runs in the request's thread, lazily
-                self.httpd.socket = tls.wrap_socket(
-                    self.httpd.socket, server_side=True, do_handshake_on_connect=False
-                )
-            self.httpd.server_bind()
-            self.httpd.server_activate()
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            self.sock = socket.socket(family, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((host, port))
+            self.sock.listen(128)
+            self.sock.setblocking(False)
         except OSError as exc:  # name the address, as asyncio does for the Kafka port
+            self.sock.close()
             raise OSError(
                 exc.errno,
                 f"error while attempting to bind the admin listener (kompakt.admin.listener) "
                 f"on address ('{host}', {port}): {exc.strerror or exc}",
             ) from exc
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, name="kompakt-admin", daemon=True
+        self._pending: set[asyncio.Transport] = set()
+        protocol = (
+            _tls_first_protocol(tls, on_failure, self._pending) if tls is not None else H11Protocol
         )
+        self.config = uvicorn.Config(
+            self.app,
+            http=protocol,
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            timeout_graceful_shutdown=5,
+            h11_max_incomplete_event_size=MAX_BODY,
+        )
+        self.server = uvicorn.Server(self.config)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._run, name="kompakt-admin", daemon=True)
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        try:
+            self.loop.run_until_complete(self.server.serve(sockets=[self.sock]))
+        except Exception:
+            log.exception("admin endpoint stopped with an error")
+        finally:
+            self.loop.close()
 
     @property
     def port(self) -> int:
-        return self.httpd.server_address[1]
+        return self.sock.getsockname()[1]
 
     def start(self) -> None:
         self.thread.start()
         log.info(
-            "admin endpoint listening on %s://%s:%d", self.scheme, *self.httpd.server_address[:2]
+            "admin endpoint listening on %s://%s:%d", self.scheme, *self.sock.getsockname()[:2]
         )
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def _make_handler(
-    api: AdminApi,
-    authenticate: Authenticator | None,
-    auth_get: bool,
-    on_failure: Callable[[str], None],
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "kompakt-admin"
-
-        def setup(self) -> None:
-            if isinstance(self.request, ssl.SSLSocket):
-                self.request.settimeout(10)
-                try:
-                    self.request.do_handshake()
-                except (ssl.SSLError, OSError) as exc:
-                    log.info("admin TLS handshake from %s failed: %s", self.client_address[0], exc)
-                    on_failure("ssl_handshake")
-                    raise
-            super().setup()
-
-        def _authorized(self) -> bool:
-            """HTTP Basic against the SCRAM users; answers 401 itself when not."""
-            if authenticate is None:
-                return True
-            header = self.headers.get("Authorization") or ""
-            reason = "no_credentials"
-            if header.startswith("Basic "):
-                try:
-                    user, sep, password = (
-                        base64.b64decode(header[6:], validate=True).decode().partition(":")
-                    )
-                    failed = authenticate(user, password) if sep else "malformed"
-                except (binascii.Error, UnicodeDecodeError):
-                    failed = "malformed"
-                if failed is None:
-                    return True
-                reason = failed
-            log.info("admin request from %s refused: %s", self.client_address[0], reason)
-            on_failure(reason)
-            body = json.dumps({"error": "authentication required"}).encode()
-            self.send_response(HTTPStatus.UNAUTHORIZED)
-            self.send_header("WWW-Authenticate", 'Basic realm="kompakt", charset="UTF-8"')
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            return False
-
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log.debug("admin %s - " + fmt, self.client_address[0], *args)
-
-        def _send(self, status: int, body: bytes, ctype: str = "application/json") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _json(self, status: int, obj: Any) -> None:
-            self._send(status, json.dumps(obj, indent=1, default=str).encode())
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server naming)
-            path = urlparse(self.path).path
-            if auth_get and not self._authorized():
-                return
-            try:
-                if path == "/metrics":
-                    self._send(
-                        HTTPStatus.OK, api.metrics(), "text/plain; version=0.0.4; charset=utf-8"
-                    )
-                elif path == "/v1/partitions":
-                    self._json(HTTPStatus.OK, {"partitions": api.partitions()})
-                else:
-                    self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {path}"})
-            except Exception as exc:  # an admin request must never take the broker down
-                log.exception("admin GET %s failed", path)
-                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
-
-        def do_POST(self) -> None:  # noqa: N802
-            path = urlparse(self.path).path
-            if not self._authorized():
-                return
-            if path != "/v1/compact":
-                self._json(HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {path}"})
-                return
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                self._json(HTTPStatus.BAD_REQUEST, {"error": "bad Content-Length"})
-                return
-            if length < 0 or length > MAX_BODY:
-                self._json(
-                    HTTPStatus.BAD_REQUEST, {"error": f"body must be at most {MAX_BODY} bytes"}
-                )
-                return
-            try:
-                req = json.loads(self.rfile.read(length) or b"{}")
-            except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, deep nesting
-                self._json(
-                    HTTPStatus.BAD_REQUEST, {"error": f"invalid JSON: {type(exc).__name__}: {exc}"}
-                )
-                return
-            if not isinstance(req, dict) or not isinstance(req.get("topic"), str):
-                self._json(
-                    HTTPStatus.BAD_REQUEST,
-                    {"error": 'expected {"topic": str, "partition": int?, "dry_run": bool?}'},
-                )
-                return
-            # imported here: the cleaner (numba, numpy) loads on the first compaction
-            from kompakt.cleaner.manager import CleaningAbortedError
-            from kompakt.engines import check_engine
-
-            part = req.get("partition")
-            dry = req.get("dry_run", False)
-            engine = req.get("engine")
-            try:
-                if engine is not None:
-                    check_engine(engine if isinstance(engine, str) else repr(engine))
-            except InvalidConfigError as exc:
-                self._json(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
-                return
-            if (
-                part is not None
-                and (not isinstance(part, int) or isinstance(part, bool) or part < 0)
-            ) or not isinstance(dry, bool):
-                self._json(
-                    HTTPStatus.BAD_REQUEST,
-                    {"error": "partition must be a non-negative integer and dry_run a boolean"},
-                )
-                return
-            try:
-                self._json(HTTPStatus.OK, api.compact(req["topic"], part, dry, engine))
-            except (UnknownTopicError, InvalidTopicError) as exc:
-                self._json(HTTPStatus.NOT_FOUND, {"error": str(exc)})
-            except CleaningAbortedError as exc:
-                self._json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)})
-            except KompaktError as exc:
-                self._json(HTTPStatus.CONFLICT, {"error": str(exc)})
-            except Exception as exc:
-                log.exception("admin compact failed")
-                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
-
-    return Handler
+        self.server.should_exit = True
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            try:  # connections still in their TLS handshake are not uvicorn's yet
+                loop.call_soon_threadsafe(lambda: [t.close() for t in list(self._pending)])
+            except RuntimeError:
+                pass
+        if self.thread.is_alive():
+            self.thread.join(8)
+        if self.thread.is_alive():
+            self.server.force_exit = True
+            self.thread.join(5)
+        self.sock.close()

@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from kompakt.broker import authz
 from kompakt.broker.acls import build_authorizer
 from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
-from kompakt.broker.background import BackgroundTasks
+from kompakt.broker.background import BackgroundTasks, PeriodicThread
 from kompakt.broker.config import CLEANER_DYNAMIC_KEYS, BrokerConfig
 from kompakt.broker.coordinator.handlers import (
     coordinator_if_started,
@@ -90,6 +90,13 @@ class Broker:
         self._coordinator_load: asyncio.Task | None = None
         self._txn_load: asyncio.Task | None = None
         self._spark_warm: threading.Thread | None = None
+        from kompakt.broker.console.history import History, HistoryRecorder
+
+        # the console's bounded per-partition history (size, dirty ratio, cleans)
+        self.history = History()
+        self.history_recorder = HistoryRecorder(
+            self.history, self._cleaning_status, lambda: self.logs
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -116,7 +123,13 @@ class Broker:
             self.state.host, self.state.port = self.state.endpoints[specs[0].name]
             ahost, aport = parse_listener(cfg.admin_listener)
             self.admin = AdminServer(
-                AdminApi(self.metrics.render, self._partitions, self._compact),
+                AdminApi(
+                    self.metrics.render,
+                    self._partitions,
+                    self._compact,
+                    broker=self,
+                    writes=bool(cfg.get("kompakt.admin.console.writes")),
+                ),
                 ahost,
                 aport,
                 **admin_security(cfg, self.state, self.metrics),
@@ -133,6 +146,14 @@ class Broker:
                 retention_check_interval_ms=int(cfg.get("log.retention.check.interval.ms")),
                 flush_interval_ms=int(flush_ms) if flush_ms else None,
                 checkpoint_interval_ms=int(cfg.get("log.flush.offset.checkpoint.interval.ms")),
+                on_cleaner=self.history_recorder.subscribe,
+            )
+            self.background.threads.append(
+                PeriodicThread(
+                    "kompakt-console-history",
+                    int(cfg.get("kompakt.admin.console.history.interval.ms")),
+                    self.history_recorder.sample_all,
+                )
             )
             self.background.start()
             cfg.listeners_on_change.append(self._reconfigure)
@@ -211,6 +232,11 @@ class Broker:
             await asyncio.wait(loads, timeout=30)
         if self.server is not None:
             await self.server.stop()
+        cleaner = self._cleaner_if_started()
+        if cleaner is not None and hasattr(cleaner, "abort_all"):
+            # first, so an in-flight "compact now" ends (503) while the admin endpoint
+            # drains its requests, instead of being cut off by the endpoint's stop
+            cleaner.abort_all("broker shutting down")
         if self.admin is not None:
             try:
                 await asyncio.to_thread(self.admin.stop)

@@ -33,6 +33,8 @@ class PeriodicThread:
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.last_error: str | None = None
         self.runs = 0  # how many times job() ran: an idle job must not spin
+        self.running = False  # job() is running now
+        self.next_run_s: float | None = None  # time.time() of the next run when waiting
 
     def start(self) -> None:
         self.thread.start()
@@ -57,17 +59,22 @@ class PeriodicThread:
                 self._woken = False
             again = False
             self.runs += 1
+            self.running, self.next_run_s = True, None
             try:
                 again = bool(self.job())
                 self.last_error = None
             except Exception as exc:  # a failing job is logged and retried, never fatal
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("%s failed", self.name)
+            finally:
+                self.running = False
             with self._cv:
                 if self._stop:
                     return
                 if not again and not self._woken:
+                    self.next_run_s = time.time() + self.interval_ms / 1000
                     self._cv.wait(self.interval_ms / 1000)
+                self.next_run_s = None
 
 
 class BackgroundTasks:
@@ -83,8 +90,12 @@ class BackgroundTasks:
         retention_check_interval_ms: int = 300_000,
         flush_interval_ms: int | None = None,
         checkpoint_interval_ms: int = 60_000,
+        on_cleaner: Callable[[Any], None] | None = None,
     ):
+        """``on_cleaner`` is called with the cleaner once it is built (the console's
+        history subscribes to its cleans)."""
         self.logs = logs
+        self._on_cleaner = on_cleaner
         self._cleaner_factory = cleaner_factory
         self._cleaner: Any = None
         self._cleaner_lock = threading.Lock()
@@ -114,7 +125,10 @@ class BackgroundTasks:
             if self._cleaner is None:
                 if self._cleaner_factory is None:
                     raise RuntimeError("log cleaning is not configured")
-                self._cleaner = self._cleaner_factory()
+                cleaner = self._cleaner_factory()
+                if self._on_cleaner is not None:
+                    self._on_cleaner(cleaner)
+                self._cleaner = cleaner
             return self._cleaner
 
     def cleaner_if_started(self) -> Any:

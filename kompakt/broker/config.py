@@ -317,6 +317,23 @@ _KEYS: list[BrokerKey] = [
     BrokerKey(
         "kompakt.admin.listener", "string", "http://127.0.0.1:9644", "Admin/metrics HTTP address."
     ),
+    BrokerKey(
+        "kompakt.admin.console.writes",
+        "boolean",
+        False,
+        "Let the web console (served by the admin listener) run actions that change data: "
+        "compact now, topic config edits. Off: the console is read-only (a dry run is "
+        "still offered). The actions are behind kompakt.admin.auth like POST /v1/compact.",
+        None,
+    ),
+    BrokerKey(
+        "kompakt.admin.console.history.interval.ms",
+        "long",
+        30_000,
+        "How often the broker samples each partition's size and dirty ratio for the "
+        "console's charts (kept in memory, the last 256 samples per partition).",
+        at_least(100),
+    ),
     # Kafka's authorizer keys (KIP-801 StandardAuthorizer); kompakt.broker.acls
     BrokerKey(
         "authorizer.class.name",

@@ -82,14 +82,30 @@ def cleanable_offsets(
             end,
         )
         first_dirty, reset = start, True
-    bounds = [plog.last_stable_offset, segments[-1].base_offset]
+    bound, _why = uncleanable_bound(plog, segments, first_dirty, now)
+    return first_dirty, max(first_dirty, bound), reset
+
+
+# why the cleanable range ends where it does (Kafka's cleanableOffsets' three bounds)
+BOUND_LSO = "last stable offset (an open transaction)"
+BOUND_ACTIVE = "active segment"
+BOUND_MIN_LAG = "min.compaction.lag.ms"
+
+
+def uncleanable_bound(
+    plog: PartitionLog, segments: list[LogSegment], first_dirty: int, now: int
+) -> tuple[int, str]:
+    """The first offset the cleaner may not touch and why: the lowest of the last stable
+    offset, the active segment's base offset and the first segment with a record younger
+    than ``min.compaction.lag.ms`` (Kafka ``LogCleanerManager.cleanableOffsets``)."""
+    bounds = [(plog.last_stable_offset, BOUND_LSO), (segments[-1].base_offset, BOUND_ACTIVE)]
     lag = max(plog.config.min_compaction_lag_ms, 0)
     if lag > 0:
         for seg in non_active_from(segments, first_dirty):
             if seg.largest_timestamp > now - lag:
-                bounds.append(seg.base_offset)
+                bounds.append((seg.base_offset, BOUND_MIN_LAG))
                 break
-    return first_dirty, max(first_dirty, min(bounds)), reset
+    return min(bounds, key=lambda b: b[0])
 
 
 def max_compaction_delay(plog: PartitionLog, first_dirty: int, now: int) -> int:

@@ -34,7 +34,7 @@ from kompakt.cleaner.segment_io import (
     remove_cleaned_files,
     summarize_producers,
 )
-from kompakt.cleaner.stats import CleanStats
+from kompakt.cleaner.stats import CleanStats, RunningClean
 from kompakt.cleaner.status import CleaningStatus
 from kompakt.errors import (
     CorruptRecordError,
@@ -116,6 +116,10 @@ class Cleaner:
         self._checkpoint_lock = threading.Lock()
         self._corrupt_at: dict[tuple[str, int], tuple[str, int]] = {}
         self.last_stats: dict[tuple[str, int], CleanStats] = {}
+        # cleans under way with their progress, and who hears of each finished clean
+        # (the broker's console history); both for every clean, background or on demand
+        self.running: dict[tuple[str, int], RunningClean] = {}
+        self.listeners: list[Callable[[CleanStats], None]] = []
         self.status = CleaningStatus(logs, lambda: self.last_stats)
         self.compactions_total = 0
         self.cleaned_bytes_total = 0
@@ -406,6 +410,33 @@ class Cleaner:
         self.states.close(why)
 
     def _clean(
+        self, ltc: LogToClean, dry_run: bool, progress: Progress | None, engine: Engine
+    ) -> CleanStats:
+        """:meth:`_run_clean`, shown in :attr:`running` while it runs and told to the
+        :attr:`listeners` when a real (not dry-run) clean has finished."""
+        tp = ltc.topic_partition
+        running = RunningClean(tp[0], tp[1], engine.name, dry_run, self.clock())
+
+        def tick(done: int, total: int) -> None:
+            running.done, running.total = done, total
+            if progress is not None:
+                progress(done, total)
+
+        self.running[tp] = running
+        try:
+            stats = self._run_clean(ltc, dry_run, tick, engine)
+        finally:
+            if self.running.get(tp) is running:
+                del self.running[tp]
+        if not dry_run:
+            for listener in list(self.listeners):
+                try:
+                    listener(stats)
+                except Exception:  # an observer must never fail a clean
+                    log.exception("clean listener failed")
+        return stats
+
+    def _run_clean(
         self, ltc: LogToClean, dry_run: bool, progress: Progress | None, engine: Engine
     ) -> CleanStats:
         """Kafka ``CleanerThread.cleanLog`` around ``Cleaner.clean``: hand the planned

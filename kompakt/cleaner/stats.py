@@ -100,3 +100,21 @@ class DirtyRange:
     records_read: int = 0
     bytes_read: int = 0
     partial: bool = False
+
+
+@dataclass
+class RunningClean:
+    """A clean under way (Kafka's cleaner shows it only as a log line when it ends):
+    what the console's "running" row and progress bar show. ``done``/``total`` are the
+    engine's progress units (segment groups or Spark tasks), 0/0 until it reports."""
+
+    topic: str
+    partition: int
+    engine: str
+    dry_run: bool
+    started_ms: int
+    done: int = 0
+    total: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kompakt.cleaner.cleanable import log_to_clean
+from kompakt.cleaner.cleanable import is_eligible, log_to_clean, uncleanable_bound
 from kompakt.cleaner.stats import CleanStats
 from kompakt.log.partition_log import PartitionLog
 from kompakt.record.scan import scan_records
@@ -45,6 +45,12 @@ class PartitionStatus:
     first_uncleanable_offset: int | None = None
     last_clean: CleanStats | None = None
     tombstones_pending: int | None = None
+    records: int | None = None  # records in the log (with tombstones), when counted
+    # not in /v1/partitions: the console's "why" and queue
+    first_uncleanable_reason: str | None = None
+    due: bool = False  # a background pass would clean it (Kafka's eligibility)
+    need_compaction_now: bool = False  # max.compaction.lag.ms has passed
+    clean_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``/v1/partitions`` fields (compaction fields only for a compacted log)."""
@@ -64,17 +70,22 @@ class PartitionStatus:
 
 
 class TombstoneCounter:
-    """Tombstones still in a log (kept until their delete horizon passes), per segment.
+    """Tombstones (and records) still in a log (kept until their delete horizon passes),
+    per segment.
 
     A sealed segment's bytes never change (a clean writes a new file), so its count is
     cached by (path, inode, size) and a status request scans only new bytes.
     """
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, int, int], int] = {}
+        self._cache: dict[tuple[str, int, int], tuple[int, int]] = {}
 
     def pending(self, plog: PartitionLog) -> int:
-        count = 0
+        return self.counts(plog)[0]
+
+    def counts(self, plog: PartitionLog) -> tuple[int, int]:
+        """(tombstones, records) in the log."""
+        count = records = 0
         live = set()
         for seg in plog.segments_snapshot():
             if not seg.size:
@@ -83,15 +94,17 @@ class TombstoneCounter:
                 key = (str(seg.log_path), os.stat(seg.log_path).st_ino, seg.size)
                 live.add(key)
                 if key not in self._cache:
-                    view = seg.read_all()
-                    self._cache[key] = int(scan_records(view, verify_crc=False).value_null.sum())
-                count += self._cache[key]
+                    scan = scan_records(seg.read_all(), verify_crc=False)
+                    self._cache[key] = (int(scan.value_null.sum()), len(scan.value_null))
+                tombs, recs = self._cache[key]
+                count += tombs
+                records += recs
             except Exception:  # a segment deleted or damaged meanwhile is not counted
                 continue
         prefix = str(plog.dir) + os.sep
         for key in [k for k in self._cache if k[0].startswith(prefix) and k not in live]:
             del self._cache[key]
-        return count
+        return count, records
 
 
 class CleaningStatus:
@@ -137,8 +150,15 @@ class CleaningStatus:
         out.first_dirty_offset = ltc.first_dirty_offset
         out.first_uncleanable_offset = ltc.first_uncleanable_offset
         out.last_clean = last.get(tp)
+        out.clean_bytes = ltc.clean_bytes
+        out.due = is_eligible(ltc)
+        out.need_compaction_now = ltc.need_compaction_now
+        segments = plog.segments_snapshot()
+        out.first_uncleanable_reason = uncleanable_bound(
+            plog, segments, ltc.first_dirty_offset, now
+        )[1]
         if tombstones:
-            out.tombstones_pending = self._tombstones.pending(plog)
+            out.tombstones_pending, out.records = self._tombstones.counts(plog)
         return out
 
     def of_log(self, plog: PartitionLog) -> PartitionStatus:

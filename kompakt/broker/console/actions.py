@@ -1,0 +1,93 @@
+"""The console's and the JSON API's one way to run a compact request: validate it as
+``POST /v1/compact`` always did, then call ``AdminApi.compact`` (the cleaner's
+``compact_now``, shared with ``kompakt compact``) on the threadpool."""
+
+from __future__ import annotations
+
+import json
+import logging
+from http import HTTPStatus
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from kompakt.broker.console import common
+from kompakt.errors import InvalidConfigError, InvalidTopicError, KompaktError, UnknownTopicError
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 64 * 1024
+
+
+async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
+    """The request body, at most ``limit`` bytes (:class:`ValueError` past it)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise ValueError(f"body must be at most {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ValueError(f"body must be at most {limit} bytes")
+    return bytes(body)
+
+
+def check_compact_request(req: Any) -> tuple[str, int | None, bool, str | None]:
+    """(topic, partition, dry_run, engine) of a compact request, or :class:`ValueError`
+    with the message the 400 carries."""
+    from kompakt.engines import check_engine
+
+    if not isinstance(req, dict) or not isinstance(req.get("topic"), str):
+        raise ValueError('expected {"topic": str, "partition": int?, "dry_run": bool?}')
+    part = req.get("partition")
+    dry = req.get("dry_run", False)
+    engine = req.get("engine")
+    if engine is not None:
+        try:
+            check_engine(engine if isinstance(engine, str) else repr(engine))
+        except InvalidConfigError as exc:
+            raise ValueError(str(exc)) from None
+    if (
+        part is not None and (not isinstance(part, int) or isinstance(part, bool) or part < 0)
+    ) or not isinstance(dry, bool):
+        raise ValueError("partition must be a non-negative integer and dry_run a boolean")
+    return req["topic"], part, dry, engine
+
+
+async def run_compact(request: Request, req: Any) -> Response:
+    """Validate and run one compact request through ``AdminApi.compact`` (the
+    cleaner's ``compact_now``, on the threadpool); the JSON API's statuses."""
+    from kompakt.cleaner.manager import CleaningAbortedError
+
+    try:
+        topic, part, dry, engine = check_compact_request(req)
+    except ValueError as exc:
+        return common.json_response(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+    api = common.api_of(request)
+    try:
+        doc = await run_in_threadpool(api.compact, topic, part, dry, engine)
+        return common.json_response(HTTPStatus.OK, doc)
+    except (UnknownTopicError, InvalidTopicError) as exc:
+        return common.json_response(HTTPStatus.NOT_FOUND, {"error": str(exc)})
+    except CleaningAbortedError as exc:
+        return common.json_response(HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)})
+    except KompaktError as exc:
+        return common.json_response(HTTPStatus.CONFLICT, {"error": str(exc)})
+    except Exception as exc:
+        log.exception("admin compact failed")
+        return common.json_response(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
+
+
+async def parse_json_body(request: Request) -> tuple[Any, Response | None]:
+    try:
+        body = await read_body(request)
+    except ValueError as exc:
+        return None, common.json_response(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+    try:
+        return json.loads(body or b"{}"), None
+    except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, deep nesting
+        return None, common.json_response(
+            HTTPStatus.BAD_REQUEST, {"error": f"invalid JSON: {type(exc).__name__}: {exc}"}
+        )
