@@ -18,7 +18,8 @@
   ``kafka-consumer-groups.sh --describe`` computes it.
 - :func:`topic_configs` / :func:`alter_topic_config`: a topic's configs with their
   source (DescribeConfigs' sources folded into default / broker / topic), and an edit
-  that is an IncrementalAlterConfigs request dispatched through the broker's API table,
+  that is an IncrementalAlterConfigs request dispatched through the broker's API table
+  (:meth:`kompakt.broker.app.Broker.dispatch`),
   so it is validated (and authorized) by exactly the code a Kafka client reaches.
 
 Hostile input (a key that is not valid hex, an offset "abc" or -5, an unknown topic, a
@@ -790,23 +791,29 @@ def topic_configs(logs: Any, topic: str) -> list[ConfigRow]:
     return sorted(rows, key=lambda r: r.name)
 
 
+# Kafka's ConfigResource.Type.TOPIC and AlterConfigOp.OpType ids (the handler's own
+# enums live in kompakt.broker.handlers.configs, which this module must not import: the
+# admin listener imports the console, and the handlers import the broker config)
+RESOURCE_TOPIC = 2
+OP_SET = 0
+OP_DELETE = 1
+
+
 async def alter_topic_config_async(
-    state: Any,
+    broker: Any,
     topic: str,
     name: str,
     value: str | None,
     *,
     delete: bool = False,
     principal: str = "User:ANONYMOUS",
-    peer: str = "console",
+    peer: str = "console:0",
     validate_only: bool = False,
 ) -> str | None:
-    """Set (or, with ``delete``, remove) one topic config through the broker's
-    IncrementalAlterConfigs handler as its API table dispatches it (the authorizer's
+    """Set (or, with ``delete``, remove) one topic config as an IncrementalAlterConfigs
+    request through the broker's API table (:meth:`Broker.dispatch`, the authorizer's
     check included): Kafka's validation, Kafka's messages. None on success, else the
     error message to show next to the field."""
-    import inspect
-
     from kio.schema.errors import ErrorCode
     from kio.schema.incremental_alter_configs.v1.request import (
         AlterableConfig,
@@ -815,9 +822,6 @@ async def alter_topic_config_async(
     )
     from kio.static.primitive import i8
 
-    from kompakt.broker.handlers.configs import OpType, ResourceType
-    from kompakt.broker.state import RequestContext
-
     if not name:
         return "choose a config"
     if not delete and value is None:
@@ -825,12 +829,12 @@ async def alter_topic_config_async(
     req = IncrementalAlterConfigsRequest(
         resources=(
             AlterConfigsResource(
-                resource_type=i8(ResourceType.TOPIC),
+                resource_type=i8(RESOURCE_TOPIC),
                 resource_name=topic,
                 configs=(
                     AlterableConfig(
                         name=name,
-                        config_operation=i8(OpType.DELETE if delete else OpType.SET),
+                        config_operation=i8(OP_DELETE if delete else OP_SET),
                         value=None if delete else value,
                     ),
                 ),
@@ -838,20 +842,17 @@ async def alter_topic_config_async(
         ),
         validate_only=validate_only,
     )
-    api = state.registry.get(IncrementalAlterConfigsRequest.__api_key__)
-    ctx = RequestContext(state, api.api_key, 1, 0, "kompakt-console", peer, principal=principal)
-    resp = api.handler(ctx, req)
-    if inspect.isawaitable(resp):
-        resp = await resp
+    resp = await broker.dispatch(
+        IncrementalAlterConfigsRequest.__api_key__, 1, req, principal=principal, peer=peer
+    )
     r = resp["responses"][0]
     if r["error_code"] == ErrorCode.none:
         return None
-    code = ErrorCode(r["error_code"])
-    return r["error_message"] or code.name.upper()
+    return r["error_message"] or ErrorCode(r["error_code"]).name.upper()
 
 
 def alter_topic_config(
-    state: Any,
+    broker: Any,
     topic: str,
     name: str,
     value: str | None,
@@ -860,7 +861,7 @@ def alter_topic_config(
     """:func:`alter_topic_config_async` from a thread without a running event loop."""
     import asyncio
 
-    return asyncio.run(alter_topic_config_async(state, topic, name, value, **kw))
+    return asyncio.run(alter_topic_config_async(broker, topic, name, value, **kw))
 
 
 # -- Prometheus ----------------------------------------------------------------------------------

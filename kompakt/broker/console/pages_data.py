@@ -158,9 +158,7 @@ def messages_page(request: Request) -> Response:
 
 
 def _coordinator(broker: Any) -> Any:
-    from kompakt.broker.coordinator.handlers import coordinator_if_started
-
-    return coordinator_if_started(broker.state)
+    return broker.group_coordinator()
 
 
 def groups_page(request: Request) -> Response:
@@ -262,7 +260,7 @@ async def configs_edit(request: Request) -> Response:
         return common.error_page(request, 404, str(exc))
     user = _basic_user(request)
     error = await browse.alter_topic_config_async(
-        broker.state,
+        broker,
         topic,
         name,
         None if delete else value,

@@ -12,7 +12,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kompakt.broker.app import start_test_broker
 from kompakt.broker.console import browse
-from kompakt.broker.coordinator.handlers import coordinator_if_started
 from tests.shared_kit import wait_for
 
 COMPACTED = {
@@ -252,7 +251,7 @@ def test_group_lag_is_end_offset_minus_committed_as_kafka_consumer_groups(broker
             offsets=[TopicPartition("lagged", 0, 3), TopicPartition("lagged", 1, 4)],
             asynchronous=False,
         )
-        gc = coordinator_if_started(broker.broker.state)
+        gc = broker.broker.group_coordinator()
         view = wait_for(
             lambda: (
                 (v := browse.describe_group(broker.logs, gc, "lag-group"))
@@ -288,7 +287,7 @@ def test_topic_configs_have_sources_and_edits_use_alter_configs_rules(broker):
     rows = {r.name: r for r in browse.topic_configs(broker.logs, "cfg")}
     assert rows["cleanup.policy"].source == "topic" and rows["cleanup.policy"].value == "compact"
     assert rows["segment.ms"].source in ("default", "broker")
-    state = broker.broker.state
+    state = broker.broker
     err = browse.alter_topic_config(state, "cfg", "min.cleanable.dirty.ratio", "2")
     assert err is not None and "min.cleanable.dirty.ratio" in err
     err = browse.alter_topic_config(state, "cfg", "retention.ms", "abc")
