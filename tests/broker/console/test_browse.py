@@ -315,3 +315,46 @@ def test_render_bytes_modes():
     assert browse.render_bytes(b"\x00\xff", "hex") == "00 ff"
     assert browse.render_bytes(b"\xff", "text") == "\ufffd"
     assert browse.render_bytes(b"a" * 500, "text", 10) == "a" * 9 + "…"
+
+
+def test_config_edit_is_refused_while_the_console_is_read_only(broker):
+    """Actions that change data are off by default (kompakt.admin.console.writes)."""
+    import httpx
+
+    create(broker, "ro", config={"cleanup.policy": "compact"})
+    base = f"http://127.0.0.1:{broker.admin_port}"
+    page = httpx.get(f"{base}/configs/ro", headers={"Accept": "text/html"}).text
+    assert "Read-only" in page and 'id="config-form"' not in page
+    r = httpx.post(
+        f"{base}/configs/ro",
+        data={"name": "delete.retention.ms", "value": "1", "action": "set"},
+        headers={"Accept": "text/html"},
+    )
+    assert r.status_code == 403 and "read-only" in r.text
+    rows = {x.name: x for x in browse.topic_configs(broker.logs, "ro")}
+    assert rows["delete.retention.ms"].source != "topic"
+
+
+def test_config_edit_needs_the_admin_endpoints_basic_credentials(tmp_path):
+    """kompakt.admin.auth=basic: every POST needs a SCRAM user's credentials."""
+    import httpx
+
+    b = start_test_broker(
+        tmp_path,
+        **{
+            "kompakt.admin.console.writes": "true",
+            "kompakt.admin.auth": "basic",
+            "kompakt.sasl.bootstrap.users": "alice:alice-scram",
+        },
+    )
+    try:
+        b.logs.create_topic("secured", 1, {"cleanup.policy": "compact"})
+        url = f"http://127.0.0.1:{b.admin_port}/configs/secured"
+        form = {"name": "delete.retention.ms", "value": "777", "action": "set"}
+        assert httpx.post(url, data=form).status_code == 401
+        assert httpx.post(url, data=form, auth=("alice", "wrong")).status_code == 401
+        r = httpx.post(url, data=form, auth=("alice", "alice-scram"))
+        assert r.status_code == 303 and r.headers["location"].endswith("?saved=delete.retention.ms")
+        assert b.logs.topic_meta("secured").overrides["delete.retention.ms"] == "777"
+    finally:
+        b.stop()
