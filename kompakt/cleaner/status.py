@@ -78,7 +78,9 @@ class TombstoneCounter:
     """
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, int, int], tuple[int, int]] = {}
+        # per partition folder: (segment path, inode, size) -> (tombstones, records), so
+        # forgetting replaced segments costs one partition's entries, not the whole cache
+        self._cache: dict[str, dict[tuple[str, int, int], tuple[int, int]]] = {}
 
     def pending(self, plog: PartitionLog) -> int:
         return self.counts(plog)[0]
@@ -86,6 +88,7 @@ class TombstoneCounter:
     def counts(self, plog: PartitionLog) -> tuple[int, int]:
         """(tombstones, records) in the log."""
         count = records = 0
+        cache = self._cache.setdefault(str(plog.dir), {})
         live = set()
         for seg in plog.segments_snapshot():
             if not seg.size:
@@ -93,18 +96,22 @@ class TombstoneCounter:
             try:
                 key = (str(seg.log_path), os.stat(seg.log_path).st_ino, seg.size)
                 live.add(key)
-                if key not in self._cache:
+                if key not in cache:
                     scan = scan_records(seg.read_all(), verify_crc=False)
-                    self._cache[key] = (int(scan.value_null.sum()), len(scan.value_null))
-                tombs, recs = self._cache[key]
+                    cache[key] = (int(scan.value_null.sum()), len(scan.value_null))
+                tombs, recs = cache[key]
                 count += tombs
                 records += recs
             except Exception:  # a segment deleted or damaged meanwhile is not counted
                 continue
-        prefix = str(plog.dir) + os.sep
-        for key in [k for k in self._cache if k[0].startswith(prefix) and k not in live]:
-            del self._cache[key]
+        for key in [k for k in cache if k not in live]:
+            del cache[key]
         return count, records
+
+    def keep_only(self, dirs: set[str]) -> None:
+        """Forget partitions whose folder is not in ``dirs`` (deleted ones)."""
+        for d in [d for d in self._cache if d not in dirs]:
+            del self._cache[d]
 
 
 class CleaningStatus:
@@ -125,11 +132,15 @@ class CleaningStatus:
         checkpoints = self.logs.cleaner_checkpoint().read()
         now = self.logs.clock()
         last = self.last_stats()
+        dirs = set()
         for plog in self.logs.logs():
+            dirs.add(str(plog.dir))
             try:
                 yield plog, self.of(plog, checkpoints, now, last, tombstones)
             except Exception:  # deleted during the walk
                 continue
+        if tombstones:
+            self._tombstones.keep_only(dirs)
 
     def of(
         self,
