@@ -316,7 +316,7 @@ def inspect_key(
     """
     from kompakt.cleaner import cleanable, rule
     from kompakt.cleaner.key_map import feeds_key_map
-    from kompakt.cleaner.segment_io import summarize_producers
+    from kompakt.cleaner.segment_io import segment_buffer, summarize_producers
     from kompakt.cleaner.transactions import TxnTracker, control_type_of
     from kompakt.record.decode import iter_batches
     from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT, read_header
@@ -370,7 +370,12 @@ def inspect_key(
                 f"{seg.base_offset} are not shown and the verdicts may be wrong"
             )
             break
-        buf = np.frombuffer(seg.read_all(), np.uint8)
+        try:
+            buf = segment_buffer(seg.log_path, seg.size)  # memory-mapped, not copied
+        except OSError as exc:  # replaced by a clean or removed by retention meanwhile
+            raise BrowseInputError(
+                f"the log changed while it was read ({exc.strerror or exc}): try again"
+            ) from None
         rep.bytes_scanned += len(buf)
         scan = scan_records(buf, verify_crc=False)
         rows = _matching_rows(scan, key)

@@ -28,6 +28,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from kompakt.broker.console import browse, common
+from kompakt.errors import KompaktError
 
 FORM_LIMIT = 16 * 1024
 
@@ -94,6 +95,8 @@ def keys_page(request: Request) -> Response:
         ctx["report"] = browse.inspect_key(broker.logs, plog, key, _now(broker))
     except browse.BrowseInputError as exc:
         return _page(request, "keys.html", 400, error=str(exc), **ctx)
+    except (KompaktError, OSError) as exc:  # a corrupt batch, a log deleted meanwhile
+        return _page(request, "keys.html", 409, error=f"cannot read the log: {exc}", **ctx)
     return _page(request, "keys.html", **ctx)
 
 
@@ -151,6 +154,8 @@ def messages_page(request: Request) -> Response:
             )
     except browse.BrowseInputError as exc:
         return _page(request, "messages.html", 400, error=str(exc), **ctx)
+    except (KompaktError, OSError) as exc:
+        return _page(request, "messages.html", 409, error=f"cannot read the log: {exc}", **ctx)
     return _page(request, "messages.html", **ctx)
 
 
@@ -247,10 +252,15 @@ async def configs_edit(request: Request) -> Response:
             "(and, with kompakt.admin.auth=basic, a user)",
         )
     declared = request.headers.get("content-length") or "0"
+    too_big = f"a form must be at most {FORM_LIMIT} bytes"
     if not declared.isdigit() or int(declared) > FORM_LIMIT:
-        return common.error_page(request, 400, f"a form must be at most {FORM_LIMIT} bytes")
-    body = (await request.body())[:FORM_LIMIT]
-    form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+        return common.error_page(request, 400, too_big)
+    body = bytearray()
+    async for chunk in request.stream():  # bounded even without a Content-Length
+        body += chunk
+        if len(body) > FORM_LIMIT:
+            return common.error_page(request, 400, too_big)
+    form = {k: v[0] for k, v in parse_qs(bytes(body).decode("utf-8", "replace")).items()}
     name, value = form.get("name", "").strip(), form.get("value", "")
     delete = form.get("action") == "delete"
     try:
