@@ -26,7 +26,10 @@ COMPACTED = {
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     # no background cleaning: the tests decide when a clean runs
-    b = start_test_broker(tmp_path_factory.mktemp("browse"), **{"log.cleaner.enable": "false"})
+    b = start_test_broker(
+        tmp_path_factory.mktemp("browse"),
+        **{"log.cleaner.enable": "false", "log.index.interval.bytes": "4096"},
+    )
     yield b
     b.stop()
 
@@ -286,7 +289,11 @@ def test_topic_configs_have_sources_and_edits_use_alter_configs_rules(broker):
     create(broker, "cfg", config={"cleanup.policy": "compact"})
     rows = {r.name: r for r in browse.topic_configs(broker.logs, "cfg")}
     assert rows["cleanup.policy"].source == "topic" and rows["cleanup.policy"].value == "compact"
-    assert rows["segment.ms"].source in ("default", "broker")
+    assert rows["segment.ms"].source == "default"
+    # server.properties' log.index.interval.bytes is the broker synonym (Kafka's
+    # STATIC_BROKER_CONFIG source)
+    assert rows["index.interval.bytes"].source == "broker"
+    assert rows["index.interval.bytes"].kafka_source == "STATIC_BROKER_CONFIG"
     state = broker.broker
     err = browse.alter_topic_config(state, "cfg", "min.cleanable.dirty.ratio", "2")
     assert err is not None and "min.cleanable.dirty.ratio" in err
