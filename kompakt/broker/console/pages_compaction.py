@@ -266,9 +266,13 @@ def partition_page(request: Request) -> Response:
     )
     running = next((r for r in cleaner["running"] if (r["topic"], r["partition"]) == tp), None)
     cfg = plog.config
+    horizons = None
+    if st.compacted:
+        horizons = request.app.state.horizons.of(plog, broker.logs.clock())
     return common.render(
         request,
         "partition.html",
+        horizons=horizons,
         title=f"kompakt · {plog.name}",
         plog=plog,
         st=st,

@@ -73,6 +73,7 @@ def test_dry_run_then_compact_now_shows_the_clean(page, console_url):
     assert page.locator("#no-cleans").count() == 1
     tombstones = int(page.locator("#tombstones").inner_text())
     assert tombstones > 0
+    assert int(page.locator("#tomb-no-horizon").inner_text()) == tombstones
 
     page.click("#dry-run")
     result = page.locator("#compact-result")
@@ -96,7 +97,13 @@ def test_dry_run_then_compact_now_shows_the_clean(page, console_url):
     page.reload()  # what a fresh visit shows: the clean in the history and the chart
     assert page.locator("tr.clean-row").count() == 1
     assert page.locator("svg.chart line.clean-mark").count() >= 1
-    assert int(page.locator("#tombstones").inner_text()) <= tombstones
+    # KIP-534: the first clean keeps each key's latest tombstone (older ones are
+    # superseded) and gives it a delete horizon, clean time + delete.retention.ms
+    kept = int(page.locator("#tombstones").inner_text())
+    assert 0 < kept < tombstones
+    assert int(page.locator("#tomb-no-horizon").inner_text()) == 0
+    assert int(page.locator("#tomb-waiting").inner_text()) == kept
+    assert "the first passes at" in page.locator("#horizons").inner_text()
 
 
 def test_hostile_input_shows_a_message_in_the_page(page, console_url):
