@@ -151,6 +151,11 @@ def test_groups_pages_show_lag_per_partition_and_total(broker, page):
     assert "orders-0, orders-1" in page.inner_text("#members")
     assert "billing-1" in page.inner_text("#members")
     shot(page, "group")
+    # from the lag row to the records the group has not consumed yet
+    page.locator('#lag tr[data-tp="orders-0"] a').click()
+    page.wait_for_selector("#messages")
+    assert page.locator("#messages tbody tr").nth(0).get_attribute("data-offset") == "4"
+    assert page.locator("#messages tbody tr").count() == 8
 
 
 def test_config_edit_shows_alter_configs_error_inline_then_saves(broker, page):
