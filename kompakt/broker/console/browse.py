@@ -303,6 +303,7 @@ def inspect_key(
     now: int,
     *,
     max_scan_bytes: int = KEY_SCAN_BYTES,
+    map_entries: int | None = None,
 ) -> KeyReport:
     """Every record of ``key`` in ``plog`` and what the next clean does with each.
 
@@ -312,7 +313,8 @@ def inspect_key(
     start to where the map ends, deciding each record by Kafka's
     ``shouldRetainRecord`` (:func:`kompakt.cleaner.rule.retain_records`). A tombstone
     kept by a clean gets its delete horizon (KIP-534: the clean's time plus
-    ``delete.retention.ms``) and goes at the first clean after that.
+    ``delete.retention.ms``) and goes at the first clean after that. ``map_entries``
+    (:func:`key_map_entries`) bounds the key map, to say when a clean would be partial.
     """
     from kompakt.cleaner import cleanable, rule
     from kompakt.cleaner.key_map import feeds_key_map
@@ -334,9 +336,9 @@ def inspect_key(
         dirty_bases = {s.base_offset for s in dirty}
         if not cleanable.is_eligible(ltc, force=True):
             rep.notes.append(
-                "nothing is cleanable now (the dirty range is empty: active segment, "
-                "min.compaction.lag.ms or an open transaction); the next clean removes "
-                "nothing until it grows"
+                "nothing is cleanable now (no dirty records outside the active segment, "
+                "min.compaction.lag.ms and open transactions); the next clean removes "
+                "nothing until there are"
             )
             dirty_bases = set()
         elif not cleanable.is_eligible(ltc):
@@ -346,6 +348,8 @@ def inspect_key(
                 "cleaner waits; 'compact now' would clean as shown"
             )
         producers = summarize_producers(segments, now) if dirty_bases else None
+        if producers is not None:
+            _note_partial_map(rep, map_entries, producers, dirty)
     else:
         rep.notes.append(
             f"cleanup.policy={','.join(cfg.cleanup_policy)}: the cleaner never compacts this "
@@ -442,6 +446,30 @@ def inspect_key(
             rep.records.append(kr)
     rep.records.sort(key=lambda r: r.offset)
     return rep
+
+
+def key_map_entries(settings: Any) -> int | None:
+    """How many keys one clean's key map holds: the local engine's bounded offset map
+    (Kafka's ``SkimpyOffsetMap``: ``log.cleaner.dedupe.buffer.size`` / 24 bytes x
+    ``log.cleaner.io.buffer.load.factor``); None for the Spark engine (no bound)."""
+    from kompakt.cleaner.config import ENGINE_DEFAULT, ENGINE_KEY, dedupe_buffer_size, load_factor
+    from kompakt.cleaner.offset_map import BYTES_PER_ENTRY
+
+    if settings.get(ENGINE_KEY, ENGINE_DEFAULT) != "local":
+        return None
+    return int(dedupe_buffer_size(settings) // BYTES_PER_ENTRY * load_factor(settings))
+
+
+def _note_partial_map(rep: KeyReport, fits: int | None, producers: Any, dirty: list) -> None:
+    """Kafka's bounded offset map: a dirty range with more records than it holds is
+    cleaned in several passes, and the first one stops early."""
+    records = sum(producers.segment_records.get(s.base_offset, 0) for s in dirty)
+    if fits is not None and records > fits:
+        rep.notes.append(
+            f"the dirty range has {records} records, more than the local engine's key map "
+            f"holds ({fits}, log.cleaner.dedupe.buffer.size): the next clean is partial and "
+            "may stop before some records shown as removed"
+        )
 
 
 def _decide(

@@ -92,7 +92,18 @@ def keys_page(request: Request) -> Response:
             return _page(request, "keys.html", **ctx)
         plog = browse.partition_log(broker.logs, topic, partition)
         key = browse.parse_key(key_text, encoding)
-        ctx["report"] = browse.inspect_key(broker.logs, plog, key, _now(broker))
+        keys = ("kompakt.cleaner.engine", "log.cleaner.dedupe.buffer.size")
+        settings = {k: str(broker.config.get(k)) for k in keys}
+        settings["log.cleaner.io.buffer.load.factor"] = str(
+            broker.config.get("log.cleaner.io.buffer.load.factor")
+        )
+        ctx["report"] = browse.inspect_key(
+            broker.logs,
+            plog,
+            key,
+            _now(broker),
+            map_entries=browse.key_map_entries(settings),
+        )
     except browse.BrowseInputError as exc:
         return _page(request, "keys.html", 400, error=str(exc), **ctx)
     except (KompaktError, OSError) as exc:  # a corrupt batch, a log deleted meanwhile

@@ -135,6 +135,24 @@ def test_aborted_transaction_records_of_a_key_are_removed_by_the_next_clean(brok
     assert [v for _o, v in keys_of(plog, b"acct")] == [b"committed"]
 
 
+def test_a_dirty_range_larger_than_the_local_key_map_is_said_to_clean_partially(broker):
+    """Kafka's SkimpyOffsetMap: dedupe.buffer.size / 24 bytes x load factor keys per pass."""
+    create(broker, "partial", config=COMPACTED)
+    produce(broker, "partial", fillers(30, "p"))
+    plog = broker.logs.get_log("partial", 0)
+    settings = {
+        "kompakt.cleaner.engine": "local",
+        "log.cleaner.dedupe.buffer.size": str(24 * 10),
+        "log.cleaner.io.buffer.load.factor": "0.9",
+    }
+    assert browse.key_map_entries(settings) == 9
+    assert browse.key_map_entries({"kompakt.cleaner.engine": "spark"}) is None
+    rep = browse.inspect_key(broker.logs, plog, b"p1", now_ms(), map_entries=9)
+    assert any("the next clean is partial" in n for n in rep.notes)
+    rep = browse.inspect_key(broker.logs, plog, b"p1", now_ms(), map_entries=None)
+    assert not any("partial" in n for n in rep.notes)
+
+
 def test_key_in_active_segment_is_kept_and_non_compacted_topic_says_so(broker):
     """Kafka never cleans the active segment; a delete-policy topic is never compacted."""
     create(broker, "act", config=COMPACTED)
