@@ -13,6 +13,7 @@ thread, for tests and embedding.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import signal
 import socket
@@ -45,7 +46,7 @@ from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.security.listeners import admin_security, listener_specs
 from kompakt.broker.server import KafkaServer
-from kompakt.broker.state import AppendNotifier, BrokerState
+from kompakt.broker.state import AppendNotifier, BrokerState, RequestContext
 from kompakt.errors import KompaktError
 from kompakt.log.config import to_string
 from kompakt.log.manager import LogManager
@@ -407,6 +408,38 @@ class Broker:
         if compact_now is None:
             raise CleanerUnavailableError("cleaner not available")
         return compact_now(topic, partition, dry_run=dry_run, engine=engine).to_json()
+
+    # -- for the console's data pages (kompakt.broker.console.browse) ---------------------
+    def group_coordinator(self) -> Any:
+        """The group coordinator, if a group request or the start-up load made it."""
+        return coordinator_if_started(self.state) if self.state is not None else None
+
+    async def dispatch(
+        self,
+        api_key: int,
+        api_version: int,
+        request: Any,
+        *,
+        principal: str = "User:ANONYMOUS",
+        peer: str = "admin:0",
+        client_id: str = "kompakt-console",
+    ) -> Any:
+        """One decoded Kafka API request through the broker's API table, as a client's
+        goes (the authorizer's guard included), without the wire: the console's config
+        edit is an IncrementalAlterConfigs request sent here, so it is validated and
+        answered by the very handler a Kafka client reaches. A coroutine handler is
+        awaited; a plain one runs in the caller's thread (call it from a worker)."""
+        assert self.state is not None
+        api = self.registry.get(api_key)
+        if api is None or not api.supports(api_version):
+            raise ValueError(f"API {api_key} v{api_version} is not served")
+        ctx = RequestContext(
+            self.state, api_key, api_version, 0, client_id, peer, principal=principal
+        )
+        response = api.handler(ctx, request)
+        if inspect.isawaitable(response):
+            response = await response
+        return response
 
 
 def run(config: BrokerConfig, cleaner_factory: Callable[[], Any] | None = None) -> int:

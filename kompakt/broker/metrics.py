@@ -136,6 +136,29 @@ class _GroupCollector:
         yield from (groups, expired)
 
 
+class _GroupLagCollector:
+    """``kompakt_consumer_group_lag{group,topic,partition}``, computed at scrape: the
+    high watermark minus the group's committed offset, as ``kafka-consumer-groups.sh
+    --describe`` reports LAG (and as the console's groups page shows it); one sample per
+    committed offset of every live group."""
+
+    def __init__(self, logs: Callable[[], LogManager | None], coordinator: Callable[[], Any]):
+        self._logs = logs
+        self.coordinator = coordinator
+
+    def collect(self) -> Iterable[Any]:
+        from kompakt.broker.console.browse import lag_samples
+
+        lag = GaugeMetricFamily(
+            "kompakt_consumer_group_lag",
+            "Log end offset minus the committed offset of a consumer group's partition",
+            labels=["group", "topic", "partition"],
+        )
+        for group, topic, partition, n in lag_samples(self._logs(), self.coordinator()):
+            lag.add_metric([group, topic, str(partition)], n)
+        yield lag
+
+
 class _TransactionCollector:
     """Open transactions and the oldest one's age, from the transaction coordinator.
 
@@ -217,6 +240,7 @@ class BrokerMetrics:
         self.registry.register(_PartitionCollector(logs))
         self.registry.register(_CleanerCollector(cleaner, cleaning_status))
         self.registry.register(_GroupCollector(coordinator))
+        self.registry.register(_GroupLagCollector(logs, coordinator))
         self.registry.register(_TransactionCollector(transactions))
 
     def observe(self, api: str, seconds: float, error: bool) -> None:

@@ -24,6 +24,12 @@ ENDPOINTS = [
     ("GET", "/topics/{topic}/{partition}", "web console: partition page (HTML)"),
     ("GET", "/console/progress", "web console: running cleans and queue (JSON)"),
     ("POST", "/console/compact", "web console: compact now or dry run (JSON)"),
+    ("GET", "/keys", "web console: key inspector (HTML)"),
+    ("GET", "/messages", "web console: message browser (HTML)"),
+    ("GET", "/groups", "web console: consumer groups with lag (HTML)"),
+    ("GET", "/groups/{group}", "web console: one group's members, offsets and lag (HTML)"),
+    ("GET", "/configs/{topic}", "web console: a topic's configs and their source (HTML)"),
+    ("POST", "/configs/{topic}", "web console: set or reset one topic config (form)"),
 ]
 
 API_PREFIXES = ("/v1", "/metrics")
