@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from typer.core import TyperGroup
@@ -66,6 +68,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+@app.callback()
+def _root(
+    command_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--command-config",
+            metavar="FILE",
+            help="Client settings for the broker verbs, as Kafka's tools take them: a "
+            "properties file of librdkafka keys (security.protocol, ssl.ca.location, "
+            "sasl.mechanism, sasl.username, sasl.password ...); or KOMPAKT_COMMAND_CONFIG.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """kompakt: a Kafka-compatible, compaction-first log store."""
+    from .client_config import set_path
+
+    set_path(command_config)
 
 
 # -- Commands ------------------------------------------------------------------------------

@@ -74,7 +74,9 @@ def _store(data_dir: Path, create: bool = False) -> Iterator[Any]:
 def _admin(bootstrap: str | None, client: list[str] | None):
     from confluent_kafka.admin import AdminClient
 
-    conf = {"bootstrap.servers": bootstrap or "127.0.0.1:9092"}
+    from .client_config import settings
+
+    conf = {**settings(), "bootstrap.servers": bootstrap or "127.0.0.1:9092"}
     for item in client or []:
         k, sep, v = item.partition("=")
         if not sep:

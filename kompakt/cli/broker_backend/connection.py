@@ -93,8 +93,11 @@ class BrokerConnection:
         self._admin = None
 
     def _conf(self, **extra: Any) -> dict[str, Any]:
+        from ..client_config import settings
+
         ms = int(self.timeout * 1000)
         return {
+            **settings(),  # --command-config: security.protocol, sasl.*, ssl.* ...
             "bootstrap.servers": self.bootstrap,
             "client.id": "kompakt-cli",
             "socket.timeout.ms": ms,
