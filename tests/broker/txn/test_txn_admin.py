@@ -23,6 +23,7 @@ from kompakt.broker.handlers import register_all
 from kompakt.broker.handlers.find_coordinator import handle_find_coordinator
 from kompakt.broker.handlers.txn import TRANSACTION_STATE_TOPIC
 from kompakt.broker.registry import ApiRegistry
+from kompakt.cli import raw_request
 from kompakt.cli import txn as txn_cli
 
 TIMEOUT = 30
@@ -83,7 +84,7 @@ def test_describe_transactions_reports_the_open_transaction(
     timeout, start time and partitions; an unknown id is TRANSACTIONAL_ID_NOT_FOUND."""
     topic, tid, _ = open_txn
     bootstrap = f"127.0.0.1:{broker.port}"
-    frame = txn_cli.call(
+    frame = raw_request.send(
         bootstrap, API.describe_transactions, 0, {"transactional_ids": [tid, "nope"]}
     )
     # kio cannot read the -1 start time of an id with no transaction: the CLI's reader
@@ -160,7 +161,7 @@ def test_gauges_count_open_transactions_and_the_oldest_age(
     the start time DescribeTransactions reports."""
     _, tid, _ = open_txn
     assert metric(broker, "kompakt_transaction_coordinator_open_transactions") == 1
-    frame = txn_cli.call(
+    frame = raw_request.send(
         f"127.0.0.1:{broker.port}", API.describe_transactions, 0, {"transactional_ids": [tid]}
     )
     (d,) = txn_cli.decode_describe_transactions(frame)
@@ -204,7 +205,7 @@ def test_admin_reads_never_create_the_transaction_state_topic(tmp_path: Path) ->
         r = call(b.port, API.list_transactions, 0, {"state_filters": ["Ongoing", "Bogus"]})
         assert r.error_code == ErrorCode.none
         assert list(r.transaction_states) == [] and list(r.unknown_state_filters) == ["Bogus"]
-        frame = txn_cli.call(
+        frame = raw_request.send(
             f"127.0.0.1:{b.port}", API.describe_transactions, 0, {"transactional_ids": ["x"]}
         )
         (d,) = txn_cli.decode_describe_transactions(frame)
