@@ -37,6 +37,7 @@ from kompakt.log.checkpoint import CheckpointError, OffsetCheckpointFile, fsync_
 from kompakt.log.clock import Clock, system_clock
 from kompakt.log.config import BrokerDefaults, TopicConfig
 from kompakt.log.durable import write_json_atomically
+from kompakt.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS, OpenSegments
 from kompakt.log.names import invalid_topic_reason, validate_no_collision, validate_topic_name
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import log_file_offset
@@ -202,8 +203,11 @@ class LogManager:
         data_dir: str | os.PathLike,
         broker_config: Mapping[str, str] | None = None,
         clock: Clock | None = None,
+        max_open_segments: int | None = DEFAULT_MAX_OPEN_SEGMENTS,
     ):
         self.dir = Path(data_dir)
+        self.open_segments = OpenSegments(max_open_segments)
+        """The cap on segments with open files, shared by every partition of the dir."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.broker_config = BrokerDefaults.of(broker_config)
         self.clock = clock or system_clock
@@ -301,6 +305,7 @@ class LogManager:
                     log_start_offset=starts.get(tp, 0),
                     schedule_delete=self.deleter.schedule,
                     cleaned_offset=cleaned.get(tp, 0),
+                    handles=self.open_segments,
                 )
         if self._logs:
             log.info(
@@ -376,7 +381,13 @@ class LogManager:
         path.mkdir(exist_ok=True)
         (path / "partition.metadata").write_text(f"version: 0\ntopic_id: {meta.topic_id}\n")
         self._logs[(meta.name, part)] = PartitionLog(
-            path, meta.name, part, config, clock=self.clock, schedule_delete=self.deleter.schedule
+            path,
+            meta.name,
+            part,
+            config,
+            clock=self.clock,
+            schedule_delete=self.deleter.schedule,
+            handles=self.open_segments,
         )
 
     def delete_topic(self, name: str) -> None:

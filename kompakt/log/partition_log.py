@@ -29,6 +29,7 @@ from kompakt.log.checkpoint import fsync_dir
 from kompakt.log.clock import Clock
 from kompakt.log.config import TopicConfig
 from kompakt.log.loader import LogLoader
+from kompakt.log.open_segments import OpenSegments
 from kompakt.log.segment import (
     DELETED_SUFFIX,
     SWAP_SUFFIX,
@@ -69,6 +70,7 @@ class PartitionLog:
         log_start_offset: int = 0,
         schedule_delete: Callable[..., None] | None = None,
         cleaned_offset: int = 0,
+        handles: OpenSegments | None = None,
     ):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +82,8 @@ class PartitionLog:
         self.append_listeners: list[Callable[[PartitionLog], None]] = []
         self.transactions = TransactionTracker()
         self._schedule_delete = schedule_delete
+        self.handles = handles
+        """The open-segment cap this log's segments count against (None: no cap)."""
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._load(needs_recovery, recovery_point, cleaned_offset)
@@ -100,7 +104,7 @@ class PartitionLog:
         }
 
     def _load(self, needs_recovery: bool, recovery_point: int | None, cleaned: int) -> None:
-        loader = LogLoader(self.dir, self.segment_kwargs(), self.clock)
+        loader = LogLoader(self.dir, self.segment_kwargs(), self.clock, self.handles)
         for seg in loader.load(needs_recovery, recovery_point):
             self._add(seg)
         self._load_transactions(cleaned)
@@ -294,6 +298,7 @@ class PartitionLog:
                 self.dir,
                 base,
                 created_ms=self.clock() if now is None else now,
+                handles=self.handles,
                 **self.segment_kwargs(),
             )
             self._add(seg)
@@ -304,9 +309,11 @@ class PartitionLog:
         """fsync every segment with data past the recovery point, which then moves to
         the log end offset (Kafka's ``UnifiedLog.flush``)."""
         with self.lock:
-            for seg in self.segments:
-                if seg.next_offset > self.recovery_point or seg is self.active_segment:
-                    seg.flush()
+            # segments before the one holding the recovery point end below it; a
+            # segment nobody wrote to is not even opened (LogSegment.flush)
+            first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+            for seg in self.segments[first:]:
+                seg.flush()
             self.recovery_point = self.log_end_offset
             self.last_flush_ms = self.clock() if now_ms is None else now_ms
 
@@ -518,6 +525,7 @@ class PartitionLog:
             for seg in old:
                 seg.change_suffix(DELETED_SUFFIX)
                 deleted += seg.files()
+            new.handles = self.handles  # made by an engine: counts against the cap now
             new.change_suffix("")
             fsync_dir(self.dir)
 
