@@ -101,13 +101,13 @@ class AbstractIndex:
             if self._on_open is not None:
                 self._on_open(self)
             return
-        exists = self.path.exists() and self.path.stat().st_size > 0
-        self._file = open(self.path, "r+b" if self.path.exists() else "w+b")  # noqa: SIM115
+        found = self.path.exists()
+        self._file = open(self.path, "r+b" if found else "w+b")  # noqa: SIM115
         length = os.fstat(self._file.fileno()).st_size
+        exists = length > 0
         entries = length // self.ENTRY_SIZE if exists else 0
-        if self.writable:
-            length = self.max_index_size if not exists else max(length, self.max_index_size)
-            length -= length % self.ENTRY_SIZE
+        if self.writable and not found:
+            length = self.max_index_size
             self._file.truncate(length)
         elif length % self.ENTRY_SIZE:
             length -= length % self.ENTRY_SIZE
@@ -207,6 +207,11 @@ class AbstractIndex:
     # -- common mechanics ----------------------------------------------------------------
     @property
     def max_entries(self) -> int:
+        """Entries the index may hold: a writable (active) index grows to
+        ``max_index_size`` on its next write (:meth:`_write`), as Kafka resizes the active
+        segment's indexes at load; only then is the file extended."""
+        if self.writable:
+            return max(self.length, self.max_index_size) // self.ENTRY_SIZE
         return self.length // self.ENTRY_SIZE
 
     def is_full(self) -> bool:
@@ -225,6 +230,8 @@ class AbstractIndex:
         fd = self._fd()
         if self.is_full():
             raise IndexCorruptError(f"index {self.path.name} is full")
+        if (self.entries + 1) * self.ENTRY_SIZE > self.length:
+            self.resize(self.max_index_size)  # an active index found trimmed at load
         # pwrite, not a store into the mmap: on a full disk a store into a sparse page
         # raises SIGBUS and kills the broker, while pwrite fails with ENOSPC.
         os.pwrite(fd, self._ENTRY.pack(*values), self.entries * self.ENTRY_SIZE)
@@ -266,10 +273,7 @@ class AbstractIndex:
                 return
             if self._file is None:
                 self._open()
-            if isinstance(self._mmap, mmap.mmap):
-                self._mmap.flush()
-            else:
-                os.fsync(self._fd())
+            os.fsync(self._fd())
             self.dirty = False
 
     def trim_to_valid_size(self) -> None:
@@ -283,24 +287,25 @@ class AbstractIndex:
 
     @_opened
     def resize(self, new_size: int) -> None:
+        """Set the file's length and remap (no msync: entries are written with
+        ``pwrite``, so the mapping holds no dirty pages of its own; :meth:`flush`
+        fsyncs them)."""
         self._fd()
         assert self._file is not None
         new_size -= new_size % self.ENTRY_SIZE
         if isinstance(self._mmap, mmap.mmap):
-            self._mmap.flush()
             self._mmap.close()
             self._mmap = None
         self._file.truncate(new_size)
         self._length = new_size
-        self.dirty = True
         if new_size:
             self._mmap = mmap.mmap(self._file.fileno(), new_size)
 
     def close(self) -> None:
         """Flush and close for good (the segment is closed or deleted)."""
         with self._lock:
-            if self.dirty and self.is_open and isinstance(self._mmap, mmap.mmap):
-                self._mmap.flush()
+            if self.dirty and self.is_open:
+                os.fsync(self._fd())
                 self.dirty = False
             self.close_files()
             self._closed = True

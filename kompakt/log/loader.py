@@ -87,7 +87,7 @@ class LogLoader:
                 **self.segment_kwargs,
             )
             if prefix + TXNINDEX_SUFFIX not in names:
-                seg.txn_index.mark_absent()
+                seg.mark_txn_index_absent()
             segments.append(seg)
             if prefix + INDEX_SUFFIX not in names or prefix + TIMEINDEX_SUFFIX not in names:
                 log.info("%s: rebuilding missing index files", seg.log_path)

@@ -126,7 +126,7 @@ class PartitionLog:
         log is read back from its dirty part only."""
         for seg in self.segments:
             try:
-                seg.txn_index.sanity_check()
+                seg.check_txn_index()
             except TxnIndexCorruptError as exc:
                 log.warning("%s: %s; rebuilding it", self.name, exc)
                 seg.txn_index_stale = True
@@ -136,6 +136,8 @@ class PartitionLog:
         expected = replay_segments(walked, self.transactions, cleaned)
         for seg in walked:
             want = expected[seg.base_offset]
+            if not want and not seg.txn_index_stale and seg.txn_index_absent:
+                continue  # no file, none wanted: nothing to read or write
             idx = seg.txn_index
             if seg.txn_index_stale:
                 seg.txn_index_stale = False
@@ -554,8 +556,7 @@ class PartitionLog:
             for seg in self.segments:
                 try:
                     seg.flush()
-                    seg.offset_index.trim_to_valid_size()
-                    seg.time_index.trim_to_valid_size()
+                    seg.trim_indexes()
                 except OSError as exc:
                     if exc.errno != errno.EBADF:
                         raise

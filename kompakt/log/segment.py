@@ -65,7 +65,8 @@ def segment_file(
     ``INDEX_SUFFIX``, ... and ``suffix`` a swap-protocol state (``CLEANED_SUFFIX``,
     ``SWAP_SUFFIX``, ``DELETED_SUFFIX``) or "" (Kafka's ``LogFileUtils.logFile`` /
     ``offsetIndexFile`` / ``timeIndexFile``). Every segment file name is built here."""
-    return Path(directory) / f"{filename_prefix(offset)}{kind}{suffix}"
+    base = directory if isinstance(directory, Path) else Path(directory)
+    return base / f"{filename_prefix(offset)}{kind}{suffix}"
 
 
 def segment_files(directory: Path | str, offset: int, suffix: str = "") -> list[Path]:
@@ -106,7 +107,7 @@ class LogSegment:
         handles: OpenSegments | None = None,
         lazy: bool = False,
     ):
-        self.dir = Path(directory)
+        self.dir = directory if isinstance(directory, Path) else Path(directory)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.suffix = suffix
@@ -128,24 +129,16 @@ class LogSegment:
                 mtime_ms = int(os.fstat(fd).st_mtime * 1000)
         self._unchecked = lazy
         """Indexes not yet sanity-checked (a lazy load checks them when first mapped)."""
-        index_kwargs = {"lazy": lazy, "lock": self.lock, "on_open": self._index_opened}
-        self.offset_index = OffsetIndex(
-            segment_file(self.dir, base_offset, INDEX_SUFFIX, suffix),
-            base_offset,
-            max_index_size,
-            writable,
-            **index_kwargs,
-        )
-        self.time_index = TimeIndex(
-            segment_file(self.dir, base_offset, TIMEINDEX_SUFFIX, suffix),
-            base_offset,
-            max_index_size,
-            writable,
-            **index_kwargs,
-        )
-        self.txn_index = TransactionIndex(
-            segment_file(self.dir, base_offset, TXNINDEX_SUFFIX, suffix), base_offset
-        )
+        self._max_index_size = max_index_size
+        self._lazy = lazy
+        # the index objects themselves are made on first use too: a segment nobody reads
+        # since start-up costs one stat and no path but its .log's
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._txn_index: TransactionIndex | None = None
+        self._txn_absent = False
+        if not lazy:
+            _ = self.offset_index, self.time_index
         self.txn_index_stale = False
         """Set by the loader when the ``.txnindex`` must be rebuilt from the batches."""
         self._bytes_since_index = 0
@@ -160,6 +153,85 @@ class LogSegment:
             self._load_tail_state()
 
     # -- files ---------------------------------------------------------------------------
+    def _index_path(self, kind: str) -> Path:
+        return self.log_path.with_name(filename_prefix(self.base_offset) + kind + self.suffix)
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        idx = self._offset_index
+        if idx is None:
+            with self.lock:
+                if self._offset_index is None:
+                    self._offset_index = OffsetIndex(
+                        self._index_path(INDEX_SUFFIX),
+                        self.base_offset,
+                        self._max_index_size,
+                        self.writable,
+                        lazy=self._lazy,
+                        lock=self.lock,
+                        on_open=self._index_opened,
+                    )
+                    self._offset_index._closed = self._closed
+                idx = self._offset_index
+        return idx
+
+    @property
+    def time_index(self) -> TimeIndex:
+        idx = self._time_index
+        if idx is None:
+            with self.lock:
+                if self._time_index is None:
+                    self._time_index = TimeIndex(
+                        self._index_path(TIMEINDEX_SUFFIX),
+                        self.base_offset,
+                        self._max_index_size,
+                        self.writable,
+                        lazy=self._lazy,
+                        lock=self.lock,
+                        on_open=self._index_opened,
+                    )
+                    self._time_index._closed = self._closed
+                idx = self._time_index
+        return idx
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        idx = self._txn_index
+        if idx is None:
+            with self.lock:
+                if self._txn_index is None:
+                    self._txn_index = TransactionIndex(
+                        self._index_path(TXNINDEX_SUFFIX), self.base_offset
+                    )
+                    if self._txn_absent:
+                        self._txn_index.mark_absent()
+                idx = self._txn_index
+        return idx
+
+    def mark_txn_index_absent(self) -> None:
+        """The loader's listing has no ``.txnindex`` for this segment."""
+        self._txn_absent = True
+        if self._txn_index is not None:
+            self._txn_index.mark_absent()
+
+    def check_txn_index(self) -> None:
+        """The ``.txnindex`` sanity check (Kafka's ``LogSegment.sanityCheck`` keeps only
+        this one at load); nothing to read when the loader saw no file."""
+        if self._txn_absent and self._txn_index is None:
+            return
+        self.txn_index.sanity_check()
+
+    @property
+    def txn_index_absent(self) -> bool:
+        """No ``.txnindex`` file, as far as this process knows without looking."""
+        if self._txn_index is None:
+            return self._txn_absent
+        return self._txn_index._absent
+
+    def _indexes(self) -> list[OffsetIndex | TimeIndex]:
+        """The index objects made so far."""
+        return [i for i in (self._offset_index, self._time_index) if i is not None]
+
     def _open_log(self, flags: int = 0) -> int:
         """The ``.log`` descriptor, opened if closed (call with :attr:`lock` held)."""
         fd = self._fd
@@ -206,8 +278,8 @@ class LogSegment:
         return True
 
     def _close_files(self) -> None:
-        self.offset_index.close_files()
-        self.time_index.close_files()
+        for idx in self._indexes():
+            idx.close_files()
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
@@ -217,7 +289,7 @@ class LogSegment:
 
     @property
     def files_open(self) -> bool:
-        return self._fd is not None or self.offset_index.is_open or self.time_index.is_open
+        return self._fd is not None or any(i.is_open for i in self._indexes())
 
     # -- state ---------------------------------------------------------------------------
     def _tail(self) -> None:
@@ -380,9 +452,10 @@ class LogSegment:
             if self._unflushed:
                 os.fsync(self._log_fd())
                 self._unflushed = False
-            self.offset_index.flush()
-            self.time_index.flush()
-        self.txn_index.flush()
+            for idx in self._indexes():
+                idx.flush()
+        if self._txn_index is not None:
+            self._txn_index.flush()
 
     def on_become_inactive(self) -> None:
         """On roll: final time-index entry, indexes trimmed to their used size (Kafka)."""
@@ -393,7 +466,14 @@ class LogSegment:
                 )
             self.offset_index.trim_to_valid_size()
             self.time_index.trim_to_valid_size()
-            self.writable = False
+            self.writable = self.offset_index.writable = self.time_index.writable = False
+
+    def trim_indexes(self) -> None:
+        """Trim the indexes made so far to their used size (an index nobody opened since
+        load is as the last close left it)."""
+        with self.lock:
+            for idx in self._indexes():
+                idx.trim_to_valid_size()
 
     def truncate_to_position(self, position: int) -> None:
         with self.lock:
@@ -561,8 +641,8 @@ class LogSegment:
         with self.lock:
             if self.handles is not None:
                 self.handles.forget(self)
-            self.offset_index.close()
-            self.time_index.close()
+            for idx in self._indexes():
+                idx.close()
             fd, self._fd = self._fd, None
             self._closed = True
             if fd is not None:
