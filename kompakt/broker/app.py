@@ -96,7 +96,13 @@ class Broker:
         self._stopped = asyncio.Event()
         cfg = self.config
         await asyncio.to_thread(cfg.load_dynamic)  # dynamic broker configs, before the logs
-        self.logs = await asyncio.to_thread(LogManager, cfg.data_dir, cfg.log_config, self.clock)
+        self.logs = await asyncio.to_thread(
+            LogManager,
+            cfg.data_dir,
+            cfg.log_config,
+            self.clock,
+            cfg.get("kompakt.log.max.open.segments"),
+        )
         self._status = None
         try:
             self.state = BrokerState(cfg, self.logs, self.registry)
