@@ -40,6 +40,7 @@ or ``... --partitions 10000``.
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import json
 import random
@@ -840,6 +841,7 @@ def bench_partitions(args: argparse.Namespace) -> None:
         # clean a few partitions on demand
         t = time.perf_counter()
         written = read = 0
+        statuses: collections.Counter[str] = collections.Counter()
         cleaned = list(range(0, n, max(1, n // 10)))
         for q in cleaned:
             req = urllib.request.Request(
@@ -851,6 +853,7 @@ def bench_partitions(args: argparse.Namespace) -> None:
             with urllib.request.urlopen(req, timeout=600) as resp:
                 body = json.loads(resp.read())
             for r in body.get("results") or []:
+                statuses[r["status"] + (f" ({r['reason']})" if r.get("reason") else "")] += 1
                 st = {**r, **(r.get("stats") or {})}
                 read += st.get("records_read", 0)
                 written += st.get("records_written", 0)
@@ -858,7 +861,7 @@ def bench_partitions(args: argparse.Namespace) -> None:
             (
                 "compact",
                 f"{len(cleaned)} partitions in {time.perf_counter() - t:.2f} s "
-                f"({read} records read, {written} written)",
+                f"({read} records read, {written} written; {dict(statuses)})",
             )
         )
         t = time.perf_counter()
