@@ -154,7 +154,7 @@ class LogSegment:
 
     # -- files ---------------------------------------------------------------------------
     def _index_path(self, kind: str) -> Path:
-        return self.log_path.with_name(filename_prefix(self.base_offset) + kind + self.suffix)
+        return segment_file(self.dir, self.base_offset, kind, self.suffix)
 
     @property
     def offset_index(self) -> OffsetIndex:
