@@ -94,8 +94,7 @@ class LogLoader:
                 seg.recover()
                 seg.txn_index_stale = True
                 if not last:
-                    seg.offset_index.trim_to_valid_size()
-                    seg.time_index.trim_to_valid_size()
+                    seg.trim_indexes()
         if not segments:
             return [
                 LogSegment(
@@ -142,8 +141,7 @@ class LogLoader:
                 segments = segments[: i + 1]
                 break
         for seg in segments[:-1]:
-            seg.offset_index.trim_to_valid_size()
-            seg.time_index.trim_to_valid_size()
+            seg.trim_indexes()
         return segments
 
     def complete_swaps(self) -> None:

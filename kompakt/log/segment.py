@@ -118,6 +118,14 @@ class LogSegment:
         self._fd: int | None = None
         self._closed = False
         self._unflushed = False
+        self._max_index_size = max_index_size
+        self._lazy = lazy
+        # the index objects themselves are made on first use too: a segment nobody reads
+        # since start-up costs one stat and no path but its .log's
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._txn_index: TransactionIndex | None = None
+        self._txn_absent = False
         if lazy:
             st = os.stat(self.log_path)
             self.size = st.st_size
@@ -129,14 +137,6 @@ class LogSegment:
                 mtime_ms = int(os.fstat(fd).st_mtime * 1000)
         self._unchecked = lazy
         """Indexes not yet sanity-checked (a lazy load checks them when first mapped)."""
-        self._max_index_size = max_index_size
-        self._lazy = lazy
-        # the index objects themselves are made on first use too: a segment nobody reads
-        # since start-up costs one stat and no path but its .log's
-        self._offset_index: OffsetIndex | None = None
-        self._time_index: TimeIndex | None = None
-        self._txn_index: TransactionIndex | None = None
-        self._txn_absent = False
         if not lazy:
             _ = self.offset_index, self.time_index
         self.txn_index_stale = False
