@@ -31,7 +31,6 @@ from kompakt.log.segment import (
     LogSegment,
     filename_prefix,
     offset_from_name,
-    segment_file,
 )
 
 log = logging.getLogger(__name__)
@@ -98,7 +97,11 @@ class LogLoader:
         if not segments:
             return [
                 LogSegment(
-                    self.dir, 0, created_ms=self.clock(), handles=self.handles, **self.segment_kwargs
+                    self.dir,
+                    0,
+                    created_ms=self.clock(),
+                    handles=self.handles,
+                    **self.segment_kwargs,
                 )
             ]
         if needs_recovery:

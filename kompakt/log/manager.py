@@ -37,8 +37,8 @@ from kompakt.log.checkpoint import CheckpointError, OffsetCheckpointFile, fsync_
 from kompakt.log.clock import Clock, system_clock
 from kompakt.log.config import BrokerDefaults, TopicConfig
 from kompakt.log.durable import write_json_atomically
-from kompakt.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS, OpenSegments
 from kompakt.log.names import invalid_topic_reason, validate_no_collision, validate_topic_name
+from kompakt.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS, OpenSegments
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import log_file_offset
 

@@ -580,9 +580,7 @@ class LogSegment:
                     )
                 if since_index > self.index_interval_bytes:
                     self.offset_index.append(h.last_offset, b.position)
-                    self.time_index.maybe_append(
-                        self._max_timestamp, self._offset_of_max_timestamp
-                    )
+                    self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
                     since_index = 0
                 since_index += h.size
                 valid = b.position + h.size

@@ -109,9 +109,7 @@ def test_fds_stay_bounded_by_the_open_segment_cap_with_300_partitions_and_restar
         )
         fds_within_cap(broker)
         model = produce_all(broker.bootstrap)
-        segments = sum(
-            1 for d in (tmp_path / "data").glob(f"{TOPIC}-*") for _ in d.glob("*.log")
-        )
+        segments = sum(1 for d in (tmp_path / "data").glob(f"{TOPIC}-*") for _ in d.glob("*.log"))
         assert segments > PARTITIONS > 5 * CAP
         fds_within_cap(broker)
         assert fetch_all(broker.bootstrap, len(model)) == model
