@@ -503,9 +503,11 @@ class LogManager:
 
     def get_log(self, topic: str, partition: int) -> PartitionLog:
         try:
-            return self._logs[(topic, partition)]
+            plog = self._logs[(topic, partition)]
         except KeyError:
             raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
+        _ = plog.transactions  # rebuilt (and .txnindex files repaired) on first use
+        return plog
 
     def logs(self) -> Iterator[PartitionLog]:
         with self.lock:

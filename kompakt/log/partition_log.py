@@ -80,7 +80,9 @@ class PartitionLog:
         self.clock = clock
         self.lock = threading.RLock()
         self.append_listeners: list[Callable[[PartitionLog], None]] = []
-        self.transactions = TransactionTracker()
+        self._transactions = TransactionTracker()
+        self._transactions_loaded = False
+        self._cleaned_at_open = cleaned_offset
         self._schedule_delete = schedule_delete
         self.handles = handles
         """The open-segment cap this log's segments count against (None: no cap)."""
@@ -107,7 +109,19 @@ class PartitionLog:
         loader = LogLoader(self.dir, self.segment_kwargs(), self.clock, self.handles)
         for seg in loader.load(needs_recovery, recovery_point):
             self._add(seg)
-        self._load_transactions(cleaned)
+
+    @property
+    def transactions(self) -> TransactionTracker:
+        """The open transactions, rebuilt on first use (:meth:`_load_transactions`): a
+        start-up of 10,000 partitions does not walk every log's batch headers before the
+        broker listens; the first append, last-stable-offset question (a fetch, the
+        cleaner), aborted-transaction lookup or segment removal does it for its log."""
+        if not self._transactions_loaded:
+            with self.lock:
+                if not self._transactions_loaded:
+                    self._load_transactions(self._cleaned_at_open)
+                    self._transactions_loaded = True
+        return self._transactions
 
     def _load_transactions(self, cleaned: int = 0) -> None:
         """Rebuild the open transactions from the batch headers (Kafka's ``LogLoader``
@@ -133,7 +147,7 @@ class PartitionLog:
         first = max(0, bisect.bisect_right(self._bases, cleaned) - 1)
         stale = [i for i, seg in enumerate(self.segments) if seg.txn_index_stale]
         walked = self.segments[min([first, *stale]) :]
-        expected = replay_segments(walked, self.transactions, cleaned)
+        expected = replay_segments(walked, self._transactions, cleaned)
         for seg in walked:
             want = expected[seg.base_offset]
             if not want and not seg.txn_index_stale and seg.txn_index_absent:
@@ -202,6 +216,7 @@ class PartitionLog:
         an entry's last stable offset reaches ``upper_bound`` (Kafka's
         ``LocalLog.collectAbortedTransactions``)."""
         with self.lock:
+            _ = self.transactions  # each .txnindex repaired first
             segments = self.segments[max(0, bisect.bisect_right(self._bases, start_offset) - 1) :]
         out: list[AbortedTxn] = []
         for seg in segments:
@@ -234,6 +249,7 @@ class PartitionLog:
         buf, batches = validator.to_topic_codec(buf, batches, self.config)
         log_append = self.config.message_timestamp_type == "LogAppendTime"
         with self.lock:
+            _ = self.transactions  # rebuilt from the log as it was before this append
             first = self.log_end_offset
             stamped = validator.assign_offsets_and_timestamps(
                 buf, batches, maxes, first, now, log_append
@@ -477,6 +493,7 @@ class PartitionLog:
         the log end offset, which becomes the log start offset."""
         if not doomed:
             return
+        _ = self.transactions  # rebuilt while the removed batches still exist
         if len(doomed) == len(self.segments):
             new = self.roll(now=now)
             if doomed[-1] is new:  # an empty active segment stays as the new one
@@ -512,6 +529,7 @@ class PartitionLog:
         The partition lock is held only for the renames.
         """
         with self.lock:
+            _ = self.transactions  # rebuilt before the markers the clean removed go
             live = {id(s) for s in self.segments}
             if not old or any(id(s) not in live for s in old):
                 raise SegmentsChangedError(
