@@ -101,8 +101,12 @@ class AbstractIndex:
             if self._on_open is not None:
                 self._on_open(self)
             return
-        found = self.path.exists()
-        self._file = open(self.path, "r+b" if found else "w+b")  # noqa: SIM115
+        found = True
+        try:
+            self._file = open(self.path, "r+b")  # noqa: SIM115
+        except FileNotFoundError:
+            found = False
+            self._file = open(self.path, "w+b")  # noqa: SIM115
         length = os.fstat(self._file.fileno()).st_size
         exists = length > 0
         entries = length // self.ENTRY_SIZE if exists else 0

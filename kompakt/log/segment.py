@@ -148,7 +148,7 @@ class LogSegment:
         self.created_ms = created_ms if created_ms is not None else mtime_ms
         self._last_offset: int | None = None  # last offset of the last batch, once known
         self._whole_batches_end = 0  # where the walk at load found the last whole batch end
-        self._tail_known = not self.size
+        self._tail_known = self._times_known = not self.size
         if not lazy and self.size:
             self._load_tail_state()
 
@@ -293,10 +293,21 @@ class LogSegment:
 
     # -- state ---------------------------------------------------------------------------
     def _tail(self) -> None:
+        """The last offset and the end of the whole batches, from a walk of the batches
+        after the last offset-index entry (all a start-up needs of the active segment)."""
         if not self._tail_known:
             with self.lock:
                 if not self._tail_known:
                     self._load_tail_state()
+
+    def _times(self) -> None:
+        """The max timestamp and the first batch's: the walk's, merged with the time
+        index's last entry and the first header (read when first asked for)."""
+        if not self._times_known:
+            self._tail()
+            with self.lock:
+                if not self._times_known:
+                    self._load_times()
 
     @property
     def last_offset(self) -> int | None:
@@ -305,17 +316,17 @@ class LogSegment:
 
     @property
     def max_timestamp(self) -> int:
-        self._tail()
+        self._times()
         return self._max_timestamp
 
     @property
     def offset_of_max_timestamp(self) -> int:
-        self._tail()
+        self._times()
         return self._offset_of_max_timestamp
 
     @property
     def rolling_timestamp(self) -> int | None:
-        self._tail()
+        self._times()
         return self._rolling_timestamp
 
     @property
@@ -325,12 +336,6 @@ class LogSegment:
 
     def _load_tail_state(self) -> None:
         self._tail_known = True
-        ts, off = self.time_index.last_entry
-        if ts >= 0:
-            self._max_timestamp, self._offset_of_max_timestamp = ts, off
-        first = self.read_header_at(0)
-        if first is not None:
-            self._rolling_timestamp = first.max_timestamp if first.max_timestamp >= 0 else None
         # walk from the last indexed position to learn the last offset and max timestamp
         _off, pos = self.offset_index.last_entry
         if not 0 <= pos <= self.size:  # a damaged index: its sanity check rebuilds it next
@@ -345,6 +350,18 @@ class LogSegment:
                     h.max_timestamp,
                     h.last_offset,
                 )
+
+    def _load_times(self) -> None:
+        self._times_known = True
+        ts, off = self.time_index.last_entry
+        if ts >= 0 and (
+            ts > self._max_timestamp
+            or (ts == self._max_timestamp and off < self._offset_of_max_timestamp)
+        ):
+            self._max_timestamp, self._offset_of_max_timestamp = ts, off
+        first = self.read_header_at(0)
+        if first is not None:
+            self._rolling_timestamp = first.max_timestamp if first.max_timestamp >= 0 else None
 
     @property
     def next_offset(self) -> int:
@@ -389,7 +406,7 @@ class LogSegment:
         back to where they were and the in-memory state is unchanged.
         """
         with self.lock:
-            self._tail()
+            self._times()
             start = self.size
             saved = (
                 self._rolling_timestamp,
@@ -547,7 +564,7 @@ class LogSegment:
         """
         with self.lock:
             self._unchecked = False  # being rebuilt: no check when first mapped
-            self._tail_known = True
+            self._tail_known = self._times_known = True
             self.offset_index.reset()
             self.time_index.reset()
             self.offset_index.resize(self.offset_index.max_index_size)
