@@ -269,6 +269,9 @@ class LogSegment:
     def release_files(self) -> bool:
         """Close the open files unless the segment is in use (the cap's eviction);
         everything known stays, and the next use reopens. False when busy."""
+        owned = getattr(self.lock, "_is_owned", None)
+        if owned is not None and owned():  # this thread is inside one of its operations
+            return False
         if not self.lock.acquire(blocking=False):
             return False
         try:

@@ -10,6 +10,7 @@ the real descriptors of this process (``/proc/self/fd``) that point into the dat
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,41 @@ def test_segments_renamed_for_deletion_keep_their_files_for_readers(tmp_path: Pa
     assert old.files_open and another.files_open and not other.files_open
     assert len(cap) == 1
     for seg in (old, other, another):
+        seg.close()
+
+
+def test_a_segment_in_use_is_not_closed_under_its_reader(tmp_path: Path):
+    """The cap only closes a segment whose lock it gets at once: one held by a reader
+    (another thread here, or the evicting thread itself) keeps its files and stays in
+    the LRU, to be closed by a later eviction once it is free."""
+    from kompakt.log.segment import LogSegment
+
+    cap = OpenSegments(1)
+    busy = LogSegment(tmp_path, 0, handles=cap)
+    holding, release = threading.Event(), threading.Event()
+
+    def reader() -> None:
+        with busy.lock:
+            holding.set()
+            release.wait(30)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        assert holding.wait(30)
+        other = LogSegment(tmp_path, 100, handles=cap)
+        assert busy.files_open and other.files_open
+        assert len(cap) == 2
+    finally:
+        release.set()
+        t.join(30)
+    with other.lock:  # the evicting thread's own segment in use: left open too
+        third = LogSegment(tmp_path, 200, handles=cap)
+        assert other.files_open and third.files_open and not busy.files_open
+    fourth = LogSegment(tmp_path, 300, handles=cap)
+    assert not other.files_open and not third.files_open and fourth.files_open
+    assert cap.evictions == 3
+    for seg in (busy, other, third, fourth):
         seg.close()
 
 
