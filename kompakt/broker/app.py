@@ -106,7 +106,13 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
         await asyncio.to_thread(cfg.load_dynamic)  # dynamic broker configs, before the logs
-        self.logs = await asyncio.to_thread(LogManager, cfg.data_dirs, cfg.log_config, self.clock)
+        self.logs = await asyncio.to_thread(
+            LogManager,
+            cfg.data_dirs,
+            cfg.log_config,
+            self.clock,
+            cfg.get("kompakt.log.max.open.segments"),
+        )
         self._status = None
         self.logs.failures.listeners.append(self._on_log_dir_failure)
         try:

@@ -48,6 +48,7 @@ from kompakt.log.config import (
     to_string,
 )
 from kompakt.log.durable import write_json_atomically
+from kompakt.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS
 
 from kompakt.broker.security.keys import (  # isort: skip
     PASSWORD,
@@ -298,6 +299,18 @@ _KEYS: list[BrokerKey] = [
     ),
     BrokerKey(
         "kompakt.cleaner.engine", "string", "spark", "spark | local", _choice("spark", "local")
+    ),
+    BrokerKey(
+        "kompakt.log.max.open.segments",
+        "int",
+        DEFAULT_MAX_OPEN_SEGMENTS,
+        "Most segments with open files (kompakt's extension; Kafka keeps every segment's "
+        "files open). Segment files open on first use (Kafka's LazyIndex, and the .log "
+        "too) and the least recently used segment is closed beyond this many, so a "
+        "broker holds at most about 5 descriptors per open segment (the .log, and the "
+        ".index and .timeindex each a file plus its memory map) whatever its partition "
+        "count; a closed segment reopens on its next read or append.",
+        at_least(1),
     ),
     BrokerKey("kompakt.spark.master", "string", "local[*]", "Spark master URL."),
     BrokerKey(

@@ -6,14 +6,25 @@ trimmed to the used size when it rolls or the log closes. They are derived data:
 checksum; a missing or inconsistent index is rebuilt from the ``.log`` (see
 ``LogSegment.recover``). One base class holds the file mechanics; subclasses only say
 what an entry holds.
+
+Opened on first use, as Kafka's ``LazyIndex``: a segment loaded at start-up maps no index
+until a read, an append or a check needs it, and :meth:`AbstractIndex.close_files` (the
+open-segment cap, :mod:`kompakt.log.open_segments`) unmaps it again while the object
+keeps its entry count and length, so the next use reopens it as it was. Every method
+that touches the file holds the owner's lock (the segment's), which is what the cap
+tries before it closes anything.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import io
 import mmap
 import os
 import struct
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
@@ -27,32 +38,125 @@ class IndexCorruptError(CorruptRecordError):
     """An index file fails its sanity check; the caller rebuilds it."""
 
 
+def _opened(method):
+    """Run ``method`` under the owner's lock with the file open (reopened if closed)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            if self._file is None and not self._read_only:
+                self._open()
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class AbstractIndex:
     ENTRY_SIZE = 0
     _ENTRY: struct.Struct
     _file: io.BufferedRandom | None
     _mmap: mmap.mmap | bytes | None
 
-    def __init__(self, path: Path, base_offset: int, max_index_size: int, writable: bool = True):
+    def __init__(
+        self,
+        path: Path,
+        base_offset: int,
+        max_index_size: int,
+        writable: bool = True,
+        *,
+        lazy: bool = False,
+        lock: threading.RLock | None = None,
+        on_open: Callable[[AbstractIndex], None] | None = None,
+    ):
         self.path = Path(path)
         self.base_offset = base_offset
         self.max_index_size = max(
             self.ENTRY_SIZE, max_index_size - max_index_size % self.ENTRY_SIZE
         )
-        exists = self.path.exists() and self.path.stat().st_size > 0
-        self._file = open(self.path, "r+b" if self.path.exists() else "w+b")  # noqa: SIM115
+        self.writable = writable
+        self._lock = lock if lock is not None else threading.RLock()
+        self._on_open = on_open
+        self._read_only = False
+        self._file = None
+        self._mmap = None
+        self._entries: int | None = None  # known from the first open on
+        self._length: int | None = None  # the file's length, likewise
+        self.dirty = False
+        """Written since the last :meth:`flush`."""
+        self._closed = False
+        if not lazy:
+            with self._lock:
+                self._open()
+
+    def _open(self) -> None:
+        """Open and map the file: the first time as Kafka's ``AbstractIndex`` constructor
+        (a new or writable index is preallocated to ``max_index_size``, the entries of an
+        existing one counted), afterwards as it was left. A closed index stays closed."""
+        if self._closed:
+            raise OSError(errno.EBADF, f"index {self.path.name} is closed")
+        if self._length is not None:  # reopened after close_files: nothing to learn
+            self._file = open(self.path, "r+b")  # noqa: SIM115
+            if self._length:
+                self._mmap = mmap.mmap(self._file.fileno(), self._length)
+            if self._on_open is not None:
+                self._on_open(self)
+            return
+        found = True
+        try:
+            self._file = open(self.path, "r+b")  # noqa: SIM115
+        except FileNotFoundError:
+            found = False
+            self._file = open(self.path, "w+b")  # noqa: SIM115
         length = os.fstat(self._file.fileno()).st_size
-        self.entries = length // self.ENTRY_SIZE if exists else 0
-        if writable:
-            length = self.max_index_size if not exists else max(length, self.max_index_size)
-            length -= length % self.ENTRY_SIZE
+        exists = length > 0
+        entries = length // self.ENTRY_SIZE if exists else 0
+        if self.writable and not found:
+            length = self.max_index_size
             self._file.truncate(length)
         elif length % self.ENTRY_SIZE:
             length -= length % self.ENTRY_SIZE
         self._length = length
         self._mmap = mmap.mmap(self._file.fileno(), length) if length else None
-        if exists:
-            self.entries = self._trailing_entries(self.entries)
+        self._entries = self._trailing_entries(entries) if exists else 0
+        if self._on_open is not None:
+            self._on_open(self)
+
+    @property
+    def is_open(self) -> bool:
+        return self._file is not None
+
+    @property
+    def entries(self) -> int:
+        if self._entries is None:
+            with self._lock:
+                if self._entries is None:
+                    self._open()
+        assert self._entries is not None
+        return self._entries
+
+    @entries.setter
+    def entries(self, n: int) -> None:
+        self._entries = n
+
+    @property
+    def length(self) -> int:
+        """The file's length in bytes (mapped or preallocated), known once opened."""
+        if self._length is None:
+            _ = self.entries
+        assert self._length is not None
+        return self._length
+
+    def close_files(self) -> None:
+        """Unmap and close, keeping what is known; the next use reopens (the cap's
+        eviction: no flush, the written entries are in the page cache and
+        :meth:`flush` fsyncs them later)."""
+        with self._lock:
+            if isinstance(self._mmap, mmap.mmap):
+                self._mmap.close()
+            self._mmap = None
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
     @classmethod
     def read_only(cls, path: Path, base_offset: int) -> Self:
@@ -70,8 +174,14 @@ class AbstractIndex:
         length = len(data) - len(data) % cls.ENTRY_SIZE
         index.max_index_size = index._length = length
         index._file = None
+        index._read_only = True
+        index._lock = threading.RLock()
+        index._on_open = None
+        index.writable = False
+        index.dirty = False
+        index._closed = False
         index._mmap = data[:length] if length else None
-        index.entries = index._trailing_entries(length // cls.ENTRY_SIZE)
+        index._entries = index._trailing_entries(length // cls.ENTRY_SIZE)
         return index
 
     # -- subclass hooks ------------------------------------------------------------------
@@ -101,7 +211,12 @@ class AbstractIndex:
     # -- common mechanics ----------------------------------------------------------------
     @property
     def max_entries(self) -> int:
-        return self._length // self.ENTRY_SIZE
+        """Entries the index may hold: a writable (active) index grows to
+        ``max_index_size`` on its next write (:meth:`_write`), as Kafka resizes the active
+        segment's indexes at load; only then is the file extended."""
+        if self.writable:
+            return max(self.length, self.max_index_size) // self.ENTRY_SIZE
+        return self.length // self.ENTRY_SIZE
 
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
@@ -114,13 +229,17 @@ class AbstractIndex:
             raise io.UnsupportedOperation(f"index {self.path.name} was opened read-only")
         return self._file.fileno()
 
+    @_opened
     def _write(self, values: tuple[int, int]) -> None:
         fd = self._fd()
         if self.is_full():
             raise IndexCorruptError(f"index {self.path.name} is full")
+        if (self.entries + 1) * self.ENTRY_SIZE > self.length:
+            self.resize(self.max_index_size)  # an active index found trimmed at load
         # pwrite, not a store into the mmap: on a full disk a store into a sparse page
         # raises SIGBUS and kills the broker, while pwrite fails with ENOSPC.
         os.pwrite(fd, self._ENTRY.pack(*values), self.entries * self.ENTRY_SIZE)
+        self.dirty = True
         self.entries += 1
 
     def _search(self, target: int, key_of: int) -> int:
@@ -136,6 +255,7 @@ class AbstractIndex:
                 hi = mid - 1
         return lo
 
+    @_opened
     def truncate_entries(self, n: int) -> None:
         fd = self._fd()
         n = max(0, min(n, self.entries))
@@ -143,25 +263,41 @@ class AbstractIndex:
         end = self.entries * self.ENTRY_SIZE
         if end > start:
             os.pwrite(fd, bytes(end - start), start)
+            self.dirty = True
         self.entries = n
 
     def reset(self) -> None:
         self.truncate_entries(0)
 
     def flush(self) -> None:
-        if isinstance(self._mmap, mmap.mmap):
-            self._mmap.flush()
+        """fsync what was written since the last flush (nothing to do when clean: an
+        index closed by the cap is not reopened for it)."""
+        with self._lock:
+            if not self.dirty or self._read_only:
+                return
+            if self._file is None:
+                self._open()
+            os.fsync(self._fd())
+            self.dirty = False
 
     def trim_to_valid_size(self) -> None:
-        """Shrink the file to the used entries (on roll and close, like Kafka)."""
-        self.resize(self.entries * self.ENTRY_SIZE)
+        """Shrink the file to the used entries (on roll and close, like Kafka); an index
+        already that size is not opened for it."""
+        with self._lock:
+            if self._length is None and not self.is_open:
+                return  # never opened since load: as it was found (trimmed at close)
+            if self.length != self.entries * self.ENTRY_SIZE:
+                self.resize(self.entries * self.ENTRY_SIZE)
 
+    @_opened
     def resize(self, new_size: int) -> None:
+        """Set the file's length and remap (no msync: entries are written with
+        ``pwrite``, so the mapping holds no dirty pages of its own; :meth:`flush`
+        fsyncs them)."""
         self._fd()
         assert self._file is not None
         new_size -= new_size % self.ENTRY_SIZE
         if isinstance(self._mmap, mmap.mmap):
-            self._mmap.flush()
             self._mmap.close()
             self._mmap = None
         self._file.truncate(new_size)
@@ -170,16 +306,18 @@ class AbstractIndex:
             self._mmap = mmap.mmap(self._file.fileno(), new_size)
 
     def close(self) -> None:
-        if isinstance(self._mmap, mmap.mmap):
-            self._mmap.flush()
-            self._mmap.close()
-        self._mmap = None
-        if self._file is not None:
-            self._file.close()
+        """Flush and close for good (the segment is closed or deleted)."""
+        with self._lock:
+            if self.dirty and self.is_open:
+                os.fsync(self._fd())
+                self.dirty = False
+            self.close_files()
+            self._closed = True
 
     def rename(self, new_path: Path) -> None:
-        os.replace(self.path, new_path)
-        self.path = Path(new_path)
+        with self._lock:
+            os.replace(self.path, new_path)
+            self.path = Path(new_path)
 
 
 class OffsetIndex(AbstractIndex):
@@ -192,6 +330,7 @@ class OffsetIndex(AbstractIndex):
     _ENTRY = struct.Struct(">ii")
     ENTRY_SIZE = _ENTRY.size
 
+    @_opened
     def append(self, offset: int, position: int) -> None:
         rel = offset - self.base_offset
         if self.entries and rel <= self._raw(self.entries - 1)[0]:
@@ -200,6 +339,7 @@ class OffsetIndex(AbstractIndex):
             )
         self._write((rel, position))
 
+    @_opened
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the largest entry <= offset; (base, 0) when none."""
         i = self._search(offset - self.base_offset, 0)
@@ -208,20 +348,24 @@ class OffsetIndex(AbstractIndex):
         rel, pos = self._raw(i)
         return self.base_offset + rel, pos
 
+    @_opened
     def entry(self, i: int) -> tuple[int, int]:
         rel, pos = self._raw(i)
         return self.base_offset + rel, pos
 
     @property
+    @_opened
     def last_entry(self) -> tuple[int, int]:
         """(offset, position) of the last entry; (base, 0) when empty, as ``lookup`` of
         any offset past it: where a walk to the end of the segment starts."""
         return self.entry(self.entries - 1) if self.entries else (self.base_offset, 0)
 
     @property
+    @_opened
     def last_offset(self) -> int:
         return self.entry(self.entries - 1)[0] if self.entries else self.base_offset
 
+    @_opened
     def truncate_to(self, offset: int) -> None:
         """Drop entries for offsets >= offset."""
         i = self._search(offset - self.base_offset, 0)
@@ -230,6 +374,7 @@ class OffsetIndex(AbstractIndex):
             n -= 1
         self.truncate_entries(n)
 
+    @_opened
     def sanity_check(self, log_size: int) -> None:
         """Kafka's ``OffsetIndex.sanityCheck`` plus monotonic entries within the log."""
         last_rel, last_pos = -1, -1
@@ -255,6 +400,7 @@ class TimeIndex(AbstractIndex):
         return self.entries >= self.max_entries - 1
 
     @property
+    @_opened
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, offset) of the last entry; (-1, base) when empty."""
         if not self.entries:
@@ -262,6 +408,7 @@ class TimeIndex(AbstractIndex):
         ts, rel = self._raw(self.entries - 1)
         return ts, self.base_offset + rel
 
+    @_opened
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         if not skip_full_check and self.is_full():
             raise IndexCorruptError(f"time index {self.path.name} is full")
@@ -273,6 +420,7 @@ class TimeIndex(AbstractIndex):
                 return
             self._write((timestamp, offset - self.base_offset))
 
+    @_opened
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) of the last entry with timestamp <= target, or (-1, base)."""
         i = self._search(timestamp, 0)
@@ -281,12 +429,14 @@ class TimeIndex(AbstractIndex):
         ts, rel = self._raw(i)
         return ts, self.base_offset + rel
 
+    @_opened
     def truncate_to(self, offset: int) -> None:
         n = self.entries
         while n > 0 and self.base_offset + self._raw(n - 1)[1] >= offset:
             n -= 1
         self.truncate_entries(n)
 
+    @_opened
     def sanity_check(self, log_size: int) -> None:
         last_ts, last_rel = -1, -1
         for i in range(self.entries):

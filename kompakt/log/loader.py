@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from kompakt.log.clock import Clock
-from kompakt.log.index import IndexCorruptError
+from kompakt.log.open_segments import OpenSegments
 from kompakt.log.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -28,8 +29,8 @@ from kompakt.log.segment import (
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
     LogSegment,
+    filename_prefix,
     offset_from_name,
-    segment_file,
 )
 
 log = logging.getLogger(__name__)
@@ -42,43 +43,69 @@ class LogLoader:
     the first segment of an empty directory.
     """
 
-    def __init__(self, directory: Path, segment_kwargs: dict[str, Any], clock: Clock):
+    def __init__(
+        self,
+        directory: Path,
+        segment_kwargs: dict[str, Any],
+        clock: Clock,
+        handles: OpenSegments | None = None,
+    ):
         self.dir = directory
         self.segment_kwargs = segment_kwargs
         self.clock = clock
+        self.handles = handles
 
     def load(self, needs_recovery: bool, recovery_point: int | None) -> list[LogSegment]:
-        """The partition's segments in offset order, the last one writable; never empty."""
-        self.complete_swaps()
-        bases = sorted(
-            offset_from_name(p.name) for p in self.dir.iterdir() if p.name.endswith(LOG_SUFFIX)
-        )
-        for p in self.dir.iterdir():  # orphan index files, like Kafka's LogLoader
-            if p.name.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)):
-                if offset_from_name(p.name) not in bases:
-                    p.unlink()
+        """The partition's segments in offset order, the last one writable; never empty.
+
+        Segments are loaded lazily (:class:`LogSegment` ``lazy``): after a clean shutdown
+        nothing but the active segment's tail is read, and each index is checked when it
+        is first mapped (Kafka trusts the indexes below the recovery point and skips their
+        sanity check at load, KAFKA-7283); one directory listing serves every decision.
+        """
+        names = set(os.listdir(self.dir))
+        if any(n.endswith((DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
+            self.complete_swaps()
+            names = set(os.listdir(self.dir))
+        bases = sorted(offset_from_name(n) for n in names if n.endswith(LOG_SUFFIX))
+        known = set(bases)
+        for n in names:  # orphan index files, like Kafka's LogLoader
+            if n.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)):
+                if offset_from_name(n) not in known:
+                    (self.dir / n).unlink()
         segments: list[LogSegment] = []
         for i, base in enumerate(bases):
-            missing_index = not all(
-                segment_file(self.dir, base, s).exists() for s in (INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+            prefix = filename_prefix(base)
+            last = i == len(bases) - 1
+            seg = LogSegment(
+                self.dir,
+                base,
+                writable=last,
+                handles=self.handles,
+                lazy=True,
+                **self.segment_kwargs,
             )
-            seg = LogSegment(self.dir, base, writable=i == len(bases) - 1, **self.segment_kwargs)
+            if prefix + TXNINDEX_SUFFIX not in names:
+                seg.mark_txn_index_absent()
             segments.append(seg)
-            if missing_index:
+            if prefix + INDEX_SUFFIX not in names or prefix + TIMEINDEX_SUFFIX not in names:
                 log.info("%s: rebuilding missing index files", seg.log_path)
                 seg.recover()
                 seg.txn_index_stale = True
+                if not last:
+                    seg.trim_indexes()
         if not segments:
-            return [LogSegment(self.dir, 0, created_ms=self.clock(), **self.segment_kwargs)]
+            return [
+                LogSegment(
+                    self.dir,
+                    0,
+                    created_ms=self.clock(),
+                    handles=self.handles,
+                    **self.segment_kwargs,
+                )
+            ]
         if needs_recovery:
             return self.recover(segments, recovery_point)
-        for seg in segments:
-            try:
-                seg.sanity_check()
-            except IndexCorruptError as exc:
-                log.warning("%s: %s; rebuilding indexes", seg.log_path, exc)
-                seg.recover()
-                seg.txn_index_stale = True
         active = segments[-1]
         if active.whole_batches_end != active.size:
             # Beyond Kafka, which trusts the clean-shutdown marker: a file restored or
@@ -117,8 +144,7 @@ class LogLoader:
                 segments = segments[: i + 1]
                 break
         for seg in segments[:-1]:
-            seg.offset_index.trim_to_valid_size()
-            seg.time_index.trim_to_valid_size()
+            seg.trim_indexes()
         return segments
 
     def complete_swaps(self) -> None:

@@ -57,6 +57,7 @@ from kompakt.log.config import BrokerDefaults, TopicConfig
 from kompakt.log.dir_failure import SPACE_ERRNOS, LogDirFailureChannel, find_disk_error
 from kompakt.log.durable import write_json_atomically
 from kompakt.log.names import invalid_topic_reason, validate_no_collision, validate_topic_name
+from kompakt.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS, OpenSegments
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import log_file_offset
 
@@ -231,6 +232,7 @@ class LogManager:
         data_dir: str | os.PathLike | Sequence[str | os.PathLike],
         broker_config: Mapping[str, str] | None = None,
         clock: Clock | None = None,
+        max_open_segments: int | None = DEFAULT_MAX_OPEN_SEGMENTS,
     ):
         paths = [data_dir] if isinstance(data_dir, (str, os.PathLike)) else list(data_dir)
         if not paths:
@@ -242,6 +244,8 @@ class LogManager:
                 f"Invalid value {paths} for configuration log.dirs: a directory is listed twice"
             )
         self.dir = self.dirs[0].path  # the broker's own files live in the first dir
+        self.open_segments = OpenSegments(max_open_segments)
+        """The cap on segments with open files, shared by every partition of every dir."""
         self.broker_config = BrokerDefaults.of(broker_config)
         self.clock = clock or system_clock
         self.failures = LogDirFailureChannel()
@@ -350,7 +354,8 @@ class LogManager:
                 if p.is_dir() and is_delete_dir(p.name):
                     shutil.rmtree(p, ignore_errors=True)
             dir_tps = set()
-            for p in sorted(d.path.iterdir()):
+            # one scandir per dir (its d_type says which entries are folders)
+            for p in sorted(os.scandir(d.path), key=lambda e: e.name):
                 parsed = parse_partition_dir(p.name) if p.is_dir() else None
                 if parsed is None:
                     continue
@@ -359,7 +364,7 @@ class LogManager:
                 if reason is not None:
                     # Kafka stops on a folder it cannot parse (e.g. lost+found); kompakt
                     # leaves it alone and says so.
-                    log.warning("ignoring folder %s in the data dir: %s", p, reason)
+                    log.warning("ignoring folder %s in the data dir: %s", p.path, reason)
                     continue
                 if parsed in located:
                     raise KafkaStorageError(
@@ -399,6 +404,7 @@ class LogManager:
                     log_start_offset=starts.get(tp, 0),
                     schedule_delete=self.deleter.schedule,
                     cleaned_offset=cleaned.get(tp, 0),
+                    handles=self.open_segments,
                 )
                 self._adopt(tp, plog, d)
         if self._logs:
@@ -551,7 +557,13 @@ class LogManager:
         path.mkdir(exist_ok=True)
         (path / "partition.metadata").write_text(f"version: 0\ntopic_id: {meta.topic_id}\n")
         plog = PartitionLog(
-            path, meta.name, part, config, clock=self.clock, schedule_delete=self.deleter.schedule
+            path,
+            meta.name,
+            part,
+            config,
+            clock=self.clock,
+            schedule_delete=self.deleter.schedule,
+            handles=self.open_segments,
         )
         self._adopt((meta.name, part), plog, d)
 
@@ -682,6 +694,7 @@ class LogManager:
         except KeyError:
             raise UnknownTopicError(f"unknown topic partition {topic}-{partition}") from None
         plog.check_online()
+        _ = plog.transactions  # rebuilt (and .txnindex files repaired) on first use
         return plog
 
     def logs(self) -> Iterator[PartitionLog]:

@@ -29,6 +29,7 @@ from kompakt.log.checkpoint import fsync_dir
 from kompakt.log.clock import Clock
 from kompakt.log.config import TopicConfig
 from kompakt.log.loader import LogLoader
+from kompakt.log.open_segments import OpenSegments
 from kompakt.log.segment import (
     DELETED_SUFFIX,
     SWAP_SUFFIX,
@@ -69,6 +70,7 @@ class PartitionLog:
         log_start_offset: int = 0,
         schedule_delete: Callable[..., None] | None = None,
         cleaned_offset: int = 0,
+        handles: OpenSegments | None = None,
     ):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -78,8 +80,12 @@ class PartitionLog:
         self.clock = clock
         self.lock = threading.RLock()
         self.append_listeners: list[Callable[[PartitionLog], None]] = []
-        self.transactions = TransactionTracker()
+        self._transactions = TransactionTracker()
+        self._transactions_loaded = False
+        self._cleaned_at_open = cleaned_offset
         self._schedule_delete = schedule_delete
+        self.handles = handles
+        """The open-segment cap this log's segments count against (None: no cap)."""
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
         self._load(needs_recovery, recovery_point, cleaned_offset)
@@ -116,10 +122,22 @@ class PartitionLog:
         }
 
     def _load(self, needs_recovery: bool, recovery_point: int | None, cleaned: int) -> None:
-        loader = LogLoader(self.dir, self.segment_kwargs(), self.clock)
+        loader = LogLoader(self.dir, self.segment_kwargs(), self.clock, self.handles)
         for seg in loader.load(needs_recovery, recovery_point):
             self._add(seg)
-        self._load_transactions(cleaned)
+
+    @property
+    def transactions(self) -> TransactionTracker:
+        """The open transactions, rebuilt on first use (:meth:`_load_transactions`): a
+        start-up of 10,000 partitions does not walk every log's batch headers before the
+        broker listens; the first append, last-stable-offset question (a fetch, the
+        cleaner), aborted-transaction lookup or segment removal does it for its log."""
+        if not self._transactions_loaded:
+            with self.lock:
+                if not self._transactions_loaded:
+                    self._load_transactions(self._cleaned_at_open)
+                    self._transactions_loaded = True
+        return self._transactions
 
     def _load_transactions(self, cleaned: int = 0) -> None:
         """Rebuild the open transactions from the batch headers (Kafka's ``LogLoader``
@@ -138,16 +156,18 @@ class PartitionLog:
         log is read back from its dirty part only."""
         for seg in self.segments:
             try:
-                seg.txn_index.sanity_check()
+                seg.check_txn_index()
             except TxnIndexCorruptError as exc:
                 log.warning("%s: %s; rebuilding it", self.name, exc)
                 seg.txn_index_stale = True
         first = max(0, bisect.bisect_right(self._bases, cleaned) - 1)
         stale = [i for i, seg in enumerate(self.segments) if seg.txn_index_stale]
         walked = self.segments[min([first, *stale]) :]
-        expected = replay_segments(walked, self.transactions, cleaned)
+        expected = replay_segments(walked, self._transactions, cleaned)
         for seg in walked:
             want = expected[seg.base_offset]
+            if not want and not seg.txn_index_stale and seg.txn_index_absent:
+                continue  # no file, none wanted: nothing to read or write
             idx = seg.txn_index
             if seg.txn_index_stale:
                 seg.txn_index_stale = False
@@ -212,6 +232,7 @@ class PartitionLog:
         an entry's last stable offset reaches ``upper_bound`` (Kafka's
         ``LocalLog.collectAbortedTransactions``)."""
         with self.lock:
+            _ = self.transactions  # each .txnindex repaired first
             segments = self.segments[max(0, bisect.bisect_right(self._bases, start_offset) - 1) :]
         out: list[AbortedTxn] = []
         for seg in segments:
@@ -245,6 +266,7 @@ class PartitionLog:
         log_append = self.config.message_timestamp_type == "LogAppendTime"
         with self.lock:
             self.check_online()
+            _ = self.transactions  # rebuilt from the log as it was before this append
             first = self.log_end_offset
             stamped = validator.assign_offsets_and_timestamps(
                 buf, batches, maxes, first, now, log_append
@@ -313,6 +335,7 @@ class PartitionLog:
                     self.dir,
                     base,
                     created_ms=self.clock() if now is None else now,
+                    handles=self.handles,
                     **self.segment_kwargs(),
                 )
             except OSError as exc:
@@ -327,9 +350,11 @@ class PartitionLog:
         the log end offset (Kafka's ``UnifiedLog.flush``)."""
         with self.lock:
             try:
-                for seg in self.segments:
-                    if seg.next_offset > self.recovery_point or seg is self.active_segment:
-                        seg.flush()
+                # segments before the one holding the recovery point end below it; a
+                # segment nobody wrote to is not even opened (LogSegment.flush)
+                first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+                for seg in self.segments[first:]:
+                    seg.flush()
             except OSError as exc:
                 self.io_failed(exc, f"flushing {self.name}")
                 raise
@@ -494,6 +519,7 @@ class PartitionLog:
         the log end offset, which becomes the log start offset."""
         if not doomed:
             return
+        _ = self.transactions  # rebuilt while the removed batches still exist
         if len(doomed) == len(self.segments):
             new = self.roll(now=now)
             if doomed[-1] is new:  # an empty active segment stays as the new one
@@ -529,6 +555,7 @@ class PartitionLog:
         The partition lock is held only for the renames.
         """
         with self.lock:
+            _ = self.transactions  # rebuilt before the markers the clean removed go
             live = {id(s) for s in self.segments}
             if not old or any(id(s) not in live for s in old):
                 raise SegmentsChangedError(
@@ -544,6 +571,7 @@ class PartitionLog:
             for seg in old:
                 seg.change_suffix(DELETED_SUFFIX)
                 deleted += seg.files()
+            new.handles = self.handles  # made by an engine: counts against the cap now
             new.change_suffix("")
             fsync_dir(self.dir)
 
@@ -572,8 +600,7 @@ class PartitionLog:
             for seg in self.segments:
                 try:
                     seg.flush()
-                    seg.offset_index.trim_to_valid_size()
-                    seg.time_index.trim_to_valid_size()
+                    seg.trim_indexes()
                 except OSError as exc:
                     if exc.errno != errno.EBADF:
                         raise

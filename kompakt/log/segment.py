@@ -11,12 +11,15 @@ so they see whole batches below the size they were given while appends go on.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import threading
 from pathlib import Path
 
 from kompakt.errors import CorruptRecordError
 from kompakt.log.index import IndexCorruptError, OffsetIndex, TimeIndex
+from kompakt.log.open_segments import OpenSegments
 from kompakt.log.txn_index import AbortedTxn, TransactionIndex
 from kompakt.record.decode import RecordBatch, iter_batches
 from kompakt.record.header import (
@@ -62,7 +65,8 @@ def segment_file(
     ``INDEX_SUFFIX``, ... and ``suffix`` a swap-protocol state (``CLEANED_SUFFIX``,
     ``SWAP_SUFFIX``, ``DELETED_SUFFIX``) or "" (Kafka's ``LogFileUtils.logFile`` /
     ``offsetIndexFile`` / ``timeIndexFile``). Every segment file name is built here."""
-    return Path(directory) / f"{filename_prefix(offset)}{kind}{suffix}"
+    base = directory if isinstance(directory, Path) else Path(directory)
+    return base / f"{filename_prefix(offset)}{kind}{suffix}"
 
 
 def segment_files(directory: Path | str, offset: int, suffix: str = "") -> list[Path]:
@@ -79,6 +83,17 @@ def log_file_offset(name: str) -> int | None:
 
 
 class LogSegment:
+    """One segment; its files open on first use and close again under the open-segment
+    cap (``handles``, :class:`~kompakt.log.open_segments.OpenSegments`).
+
+    ``lazy``: an existing segment loaded at start-up opens nothing now (Kafka's
+    ``LazyIndex`` and, beyond Kafka, its ``.log`` too): the size and mtime come from one
+    ``stat``, the last offset and max timestamp from a walk of the tail on first use, and
+    the indexes are sanity-checked when first mapped (rebuilt from the ``.log`` when they
+    fail, as the loader would have). Every use of the files holds ``lock``, which the
+    cap tries before closing them.
+    """
+
     def __init__(
         self,
         directory: Path,
@@ -89,62 +104,267 @@ class LogSegment:
         suffix: str = "",
         created_ms: int | None = None,
         writable: bool = True,
+        handles: OpenSegments | None = None,
+        lazy: bool = False,
     ):
-        self.dir = Path(directory)
+        self.dir = directory if isinstance(directory, Path) else Path(directory)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.suffix = suffix
+        self.writable = writable
+        self.handles = handles
+        self.lock = threading.RLock()
         self.log_path = segment_file(self.dir, base_offset, LOG_SUFFIX, suffix)
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self._fd).st_size
-        self.offset_index = OffsetIndex(
-            segment_file(self.dir, base_offset, INDEX_SUFFIX, suffix),
-            base_offset,
-            max_index_size,
-            writable,
-        )
-        self.time_index = TimeIndex(
-            segment_file(self.dir, base_offset, TIMEINDEX_SUFFIX, suffix),
-            base_offset,
-            max_index_size,
-            writable,
-        )
-        self.txn_index = TransactionIndex(
-            segment_file(self.dir, base_offset, TXNINDEX_SUFFIX, suffix), base_offset
-        )
+        self._fd: int | None = None
+        self._closed = False
+        self._unflushed = False
+        self._max_index_size = max_index_size
+        self._lazy = lazy
+        # the index objects themselves are made on first use too: a segment nobody reads
+        # since start-up costs one stat and no path but its .log's
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+        self._txn_index: TransactionIndex | None = None
+        self._txn_absent = False
+        if lazy:
+            st = os.stat(self.log_path)
+            self.size = st.st_size
+            mtime_ms = int(st.st_mtime * 1000)
+        else:
+            with self.lock:
+                fd = self._open_log(os.O_CREAT)
+                self.size = os.fstat(fd).st_size
+                mtime_ms = int(os.fstat(fd).st_mtime * 1000)
+        self._unchecked = lazy
+        """Indexes not yet sanity-checked (a lazy load checks them when first mapped)."""
+        if not lazy:
+            _ = self.offset_index, self.time_index
         self.txn_index_stale = False
         """Set by the loader when the ``.txnindex`` must be rebuilt from the batches."""
         self._bytes_since_index = 0
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = base_offset
-        self.rolling_timestamp: int | None = None  # first batch's max timestamp
-        self.created_ms = (
-            created_ms if created_ms is not None else int(os.stat(self._fd).st_mtime * 1000)
-        )
-        self.last_offset: int | None = None  # last offset of the last batch, once known
-        self.whole_batches_end = 0  # where the walk at load found the last whole batch end
-        if self.size:
+        self._max_timestamp = -1
+        self._offset_of_max_timestamp = base_offset
+        self._rolling_timestamp: int | None = None  # first batch's max timestamp
+        self.created_ms = created_ms if created_ms is not None else mtime_ms
+        self._last_offset: int | None = None  # last offset of the last batch, once known
+        self._whole_batches_end = 0  # where the walk at load found the last whole batch end
+        self._tail_known = self._times_known = not self.size
+        if not lazy and self.size:
             self._load_tail_state()
 
+    # -- files ---------------------------------------------------------------------------
+    def _index_path(self, kind: str) -> Path:
+        return segment_file(self.dir, self.base_offset, kind, self.suffix)
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        idx = self._offset_index
+        if idx is None:
+            with self.lock:
+                if self._offset_index is None:
+                    self._offset_index = OffsetIndex(
+                        self._index_path(INDEX_SUFFIX),
+                        self.base_offset,
+                        self._max_index_size,
+                        self.writable,
+                        lazy=self._lazy,
+                        lock=self.lock,
+                        on_open=self._index_opened,
+                    )
+                    self._offset_index._closed = self._closed
+                idx = self._offset_index
+        return idx
+
+    @property
+    def time_index(self) -> TimeIndex:
+        idx = self._time_index
+        if idx is None:
+            with self.lock:
+                if self._time_index is None:
+                    self._time_index = TimeIndex(
+                        self._index_path(TIMEINDEX_SUFFIX),
+                        self.base_offset,
+                        self._max_index_size,
+                        self.writable,
+                        lazy=self._lazy,
+                        lock=self.lock,
+                        on_open=self._index_opened,
+                    )
+                    self._time_index._closed = self._closed
+                idx = self._time_index
+        return idx
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        idx = self._txn_index
+        if idx is None:
+            with self.lock:
+                if self._txn_index is None:
+                    self._txn_index = TransactionIndex(
+                        self._index_path(TXNINDEX_SUFFIX), self.base_offset
+                    )
+                    if self._txn_absent:
+                        self._txn_index.mark_absent()
+                idx = self._txn_index
+        return idx
+
+    def mark_txn_index_absent(self) -> None:
+        """The loader's listing has no ``.txnindex`` for this segment."""
+        self._txn_absent = True
+        if self._txn_index is not None:
+            self._txn_index.mark_absent()
+
+    def check_txn_index(self) -> None:
+        """The ``.txnindex`` sanity check (Kafka's ``LogSegment.sanityCheck`` keeps only
+        this one at load); nothing to read when the loader saw no file."""
+        if self._txn_absent and self._txn_index is None:
+            return
+        self.txn_index.sanity_check()
+
+    @property
+    def txn_index_absent(self) -> bool:
+        """No ``.txnindex`` file, as far as this process knows without looking."""
+        if self._txn_index is None:
+            return self._txn_absent
+        return self._txn_index._absent
+
+    def _indexes(self) -> list[OffsetIndex | TimeIndex]:
+        """The index objects made so far."""
+        return [i for i in (self._offset_index, self._time_index) if i is not None]
+
+    def _open_log(self, flags: int = 0) -> int:
+        """The ``.log`` descriptor, opened if closed (call with :attr:`lock` held)."""
+        fd = self._fd
+        if fd is None:
+            if self._closed:
+                raise OSError(errno.EBADF, f"segment {self.log_path.name} is closed")
+            fd = self._fd = os.open(self.log_path, os.O_RDWR | flags, 0o644)
+            if self.handles is not None and not self.suffix:
+                self.handles.touch(self)
+        return fd
+
+    def _log_fd(self) -> int:
+        """The ``.log`` descriptor for one use (lock held); marks the segment recent."""
+        fd = self._fd
+        if fd is None:
+            return self._open_log()
+        if self.handles is not None and not self.suffix:
+            self.handles.touch(self)
+        return fd
+
+    def _index_opened(self, _index: object) -> None:
+        if self.handles is not None and not self.suffix:
+            self.handles.touch(self)
+        if self._unchecked:
+            self._unchecked = False
+            try:
+                self.sanity_check()
+            except IndexCorruptError as exc:
+                log.warning("%s: %s; rebuilding indexes", self.log_path, exc)
+                self.recover()
+                if not self.writable:
+                    self.offset_index.trim_to_valid_size()
+                    self.time_index.trim_to_valid_size()
+
+    def release_files(self) -> bool:
+        """Close the open files unless the segment is in use (the cap's eviction);
+        everything known stays, and the next use reopens. False when busy."""
+        owned = getattr(self.lock, "_is_owned", None)
+        if owned is not None and owned():  # this thread is inside one of its operations
+            return False
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            self._close_files()
+        finally:
+            self.lock.release()
+        return True
+
+    def _close_files(self) -> None:
+        for idx in self._indexes():
+            idx.close_files()
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    @property
+    def files_open(self) -> bool:
+        return self._fd is not None or any(i.is_open for i in self._indexes())
+
     # -- state ---------------------------------------------------------------------------
+    def _tail(self) -> None:
+        """The last offset and the end of the whole batches, from a walk of the batches
+        after the last offset-index entry (all a start-up needs of the active segment)."""
+        if not self._tail_known:
+            with self.lock:
+                if not self._tail_known:
+                    self._load_tail_state()
+
+    def _times(self) -> None:
+        """The max timestamp and the first batch's: the walk's, merged with the time
+        index's last entry and the first header (read when first asked for)."""
+        if not self._times_known:
+            self._tail()
+            with self.lock:
+                if not self._times_known:
+                    self._load_times()
+
+    @property
+    def last_offset(self) -> int | None:
+        self._tail()
+        return self._last_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        self._times()
+        return self._max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        self._times()
+        return self._offset_of_max_timestamp
+
+    @property
+    def rolling_timestamp(self) -> int | None:
+        self._times()
+        return self._rolling_timestamp
+
+    @property
+    def whole_batches_end(self) -> int:
+        self._tail()
+        return self._whole_batches_end
+
     def _load_tail_state(self) -> None:
-        ts, off = self.time_index.last_entry
-        if ts >= 0:
-            self.max_timestamp, self.offset_of_max_timestamp = ts, off
-        first = self.read_header_at(0)
-        if first is not None:
-            self.rolling_timestamp = first.max_timestamp if first.max_timestamp >= 0 else None
+        self._tail_known = True
         # walk from the last indexed position to learn the last offset and max timestamp
         _off, pos = self.offset_index.last_entry
         if not 0 <= pos <= self.size:  # a damaged index: its sanity check rebuilds it next
             pos = 0
-        self.whole_batches_end = pos
+        self._whole_batches_end = pos
         for b in self.iter_batches(pos):
             h = b.header
-            self.last_offset = h.last_offset
-            self.whole_batches_end = b.position + h.size
-            if h.max_timestamp > self.max_timestamp:
-                self.max_timestamp, self.offset_of_max_timestamp = h.max_timestamp, h.last_offset
+            self._last_offset = h.last_offset
+            self._whole_batches_end = b.position + h.size
+            if h.max_timestamp > self._max_timestamp:
+                self._max_timestamp, self._offset_of_max_timestamp = (
+                    h.max_timestamp,
+                    h.last_offset,
+                )
+
+    def _load_times(self) -> None:
+        self._times_known = True
+        ts, off = self.time_index.last_entry
+        if ts >= 0 and (
+            ts > self._max_timestamp
+            or (ts == self._max_timestamp and off < self._offset_of_max_timestamp)
+        ):
+            self._max_timestamp, self._offset_of_max_timestamp = ts, off
+        first = self.read_header_at(0)
+        if first is not None:
+            self._rolling_timestamp = first.max_timestamp if first.max_timestamp >= 0 else None
 
     @property
     def next_offset(self) -> int:
@@ -155,10 +375,10 @@ class LogSegment:
         """Kafka's ``largestTimestamp``: max record timestamp, else the file's mtime."""
         if self.max_timestamp >= 0:
             return self.max_timestamp
-        return int(os.stat(self._fd).st_mtime * 1000)
+        return self.last_modified_ms()
 
     def last_modified_ms(self) -> int:
-        return int(os.stat(self._fd).st_mtime * 1000)
+        return int(os.stat(self.log_path).st_mtime * 1000)
 
     def set_last_modified_ms(self, ms: int) -> None:
         os.utime(self.log_path, ns=(ms * 1_000_000, ms * 1_000_000))
@@ -188,51 +408,57 @@ class LogSegment:
         All or nothing: if a write fails (full disk), the log and both indexes are cut
         back to where they were and the in-memory state is unchanged.
         """
-        start = self.size
-        saved = (
-            self.rolling_timestamp,
-            self.max_timestamp,
-            self.offset_of_max_timestamp,
-            self._bytes_since_index,
-            self.last_offset,
-            self.offset_index.entries,
-            self.time_index.entries,
-        )
-        view = memoryview(data)
-        try:
-            written = 0
-            while written < len(view):
-                written += os.pwrite(self._fd, view[written:], start + written)
-            for rel_pos, h in headers:
-                if self.rolling_timestamp is None and h.max_timestamp >= 0:
-                    self.rolling_timestamp = h.max_timestamp
-                if h.max_timestamp > self.max_timestamp:
-                    self.max_timestamp = h.max_timestamp
-                    self.offset_of_max_timestamp = h.last_offset
-                if self._bytes_since_index > self.index_interval_bytes:
-                    self.offset_index.append(h.last_offset, start + rel_pos)
-                    self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-                    self._bytes_since_index = 0
-                self._bytes_since_index += h.size
-                self.last_offset = h.last_offset
-        except OSError:
-            (
-                self.rolling_timestamp,
-                self.max_timestamp,
-                self.offset_of_max_timestamp,
+        with self.lock:
+            self._times()
+            start = self.size
+            saved = (
+                self._rolling_timestamp,
+                self._max_timestamp,
+                self._offset_of_max_timestamp,
                 self._bytes_since_index,
-                self.last_offset,
-                off_entries,
-                time_entries,
-            ) = saved
+                self._last_offset,
+                self.offset_index.entries,
+                self.time_index.entries,
+            )
+            view = memoryview(data)
             try:
-                os.ftruncate(self._fd, start)
-                self.offset_index.entries = min(self.offset_index.entries, off_entries)
-                self.time_index.entries = min(self.time_index.entries, time_entries)
+                fd = self._log_fd()
+                self._unflushed = True
+                written = 0
+                while written < len(view):
+                    written += os.pwrite(fd, view[written:], start + written)
+                for rel_pos, h in headers:
+                    if self._rolling_timestamp is None and h.max_timestamp >= 0:
+                        self._rolling_timestamp = h.max_timestamp
+                    if h.max_timestamp > self._max_timestamp:
+                        self._max_timestamp = h.max_timestamp
+                        self._offset_of_max_timestamp = h.last_offset
+                    if self._bytes_since_index > self.index_interval_bytes:
+                        self.offset_index.append(h.last_offset, start + rel_pos)
+                        self.time_index.maybe_append(
+                            self._max_timestamp, self._offset_of_max_timestamp
+                        )
+                        self._bytes_since_index = 0
+                    self._bytes_since_index += h.size
+                    self._last_offset = h.last_offset
             except OSError:
-                log.exception("%s: cannot roll back a failed append", self.log_path)
-            raise
-        self.size = start + len(view)
+                (
+                    self._rolling_timestamp,
+                    self._max_timestamp,
+                    self._offset_of_max_timestamp,
+                    self._bytes_since_index,
+                    self._last_offset,
+                    off_entries,
+                    time_entries,
+                ) = saved
+                try:
+                    os.ftruncate(self._log_fd(), start)
+                    self.offset_index.entries = min(self.offset_index.entries, off_entries)
+                    self.time_index.entries = min(self.time_index.entries, time_entries)
+                except OSError:
+                    log.exception("%s: cannot roll back a failed append", self.log_path)
+                raise
+            self.size = start + len(view)
 
     def update_txn_index(self, txn: AbortedTxn) -> None:
         """Record an aborted transaction whose ABORT marker is in this segment (Kafka's
@@ -240,43 +466,63 @@ class LogSegment:
         self.txn_index.append(txn)
 
     def flush(self) -> None:
-        os.fsync(self._fd)
-        self.offset_index.flush()
-        self.time_index.flush()
-        self.txn_index.flush()
+        """fsync what was written since the last flush; a segment nobody wrote to since
+        is not opened for it (a clean shutdown of 10,000 partitions fsyncs only theirs)."""
+        with self.lock:
+            if self._unflushed:
+                os.fsync(self._log_fd())
+                self._unflushed = False
+            for idx in self._indexes():
+                idx.flush()
+        if self._txn_index is not None:
+            self._txn_index.flush()
 
     def on_become_inactive(self) -> None:
         """On roll: final time-index entry, indexes trimmed to their used size (Kafka)."""
-        if self.max_timestamp >= 0:
-            self.time_index.maybe_append(
-                self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
-            )
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
+        with self.lock:
+            if self.max_timestamp >= 0:
+                self.time_index.maybe_append(
+                    self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
+                )
+            self.offset_index.trim_to_valid_size()
+            self.time_index.trim_to_valid_size()
+            self.writable = self.offset_index.writable = self.time_index.writable = False
+
+    def trim_indexes(self) -> None:
+        """Trim the indexes made so far to their used size (an index nobody opened since
+        load is as the last close left it)."""
+        with self.lock:
+            for idx in self._indexes():
+                idx.trim_to_valid_size()
 
     def truncate_to_position(self, position: int) -> None:
-        os.ftruncate(self._fd, position)
-        self.size = position
+        with self.lock:
+            os.ftruncate(self._log_fd(), position)
+            self._unflushed = True
+            self.size = position
 
     # -- reading -------------------------------------------------------------------------
     def read_at(self, position: int, size: int) -> bytes:
-        return os.pread(self._fd, size, position)
+        with self.lock:
+            return os.pread(self._log_fd(), size, position)
 
     def read_header_at(self, position: int) -> Header | None:
         if position + HEADER_SIZE > self.size:
             return None
-        return read_header(os.pread(self._fd, HEADER_SIZE, position))
+        return read_header(self.read_at(position, HEADER_SIZE))
 
     def read_all(self) -> bytes:
-        return os.pread(self._fd, self.size, 0)
+        return self.read_at(0, self.size)
 
     def iter_batches(self, position: int = 0, end: int | None = None, chunk: int = 1 << 20):
-        """Whole batches from ``position`` up to ``end`` (default: the size now), read in chunks."""
+        """Whole batches from ``position`` up to ``end`` (default: the size now), read in
+        chunks; the file is held only while a chunk is read, so a slow consumer of the
+        batches never keeps the open-segment cap from closing it."""
         end = self.size if end is None else end
         pos = position
         while pos < end:
             want = min(max(chunk, 0), end - pos)
-            data = os.pread(self._fd, want, pos)
+            data = self.read_at(pos, want)
             got_any = False
             for b in iter_batches(data):
                 got_any = True
@@ -285,7 +531,7 @@ class LogSegment:
             if not got_any:
                 if end - pos < LOG_OVERHEAD:
                     return
-                size = batch_size(os.pread(self._fd, LOG_OVERHEAD, pos))
+                size = batch_size(self.read_at(pos, LOG_OVERHEAD))
                 if pos + size > end:
                     return
                 chunk = size  # a batch bigger than the chunk
@@ -303,8 +549,9 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= target (ListOffsets)."""
-        _ts, off = self.time_index.lookup(timestamp)
-        _o, pos = self.offset_index.lookup(off)
+        with self.lock:
+            _ts, off = self.time_index.lookup(timestamp)
+            _o, pos = self.offset_index.lookup(off)
         for b in self.iter_batches(pos):
             if b.header.max_timestamp >= timestamp:
                 for r in b.records():
@@ -318,13 +565,19 @@ class LogSegment:
 
         Returns the number of bytes truncated (Kafka's ``LogSegment.recover``).
         """
-        self.offset_index.reset()
-        self.time_index.reset()
-        self.offset_index.resize(self.offset_index.max_index_size)
-        self.time_index.resize(self.time_index.max_index_size)
-        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
-        self.rolling_timestamp = None
-        self.last_offset = None
+        with self.lock:
+            self._unchecked = False  # being rebuilt: no check when first mapped
+            self._tail_known = self._times_known = True
+            self.offset_index.reset()
+            self.time_index.reset()
+            self.offset_index.resize(self.offset_index.max_index_size)
+            self.time_index.resize(self.time_index.max_index_size)
+            return self._recover()
+
+    def _recover(self) -> int:
+        self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
+        self._rolling_timestamp = None
+        self._last_offset = None
         valid = 0
         since_index = 0
         try:
@@ -332,44 +585,46 @@ class LogSegment:
                 b.ensure_valid()
                 h = b.header
                 if h.base_offset < self.base_offset or (
-                    self.last_offset is not None and h.base_offset <= self.last_offset
+                    self._last_offset is not None and h.base_offset <= self._last_offset
                 ):
                     raise CorruptRecordError(
                         f"batch offset {h.base_offset} out of order in {self.log_path.name}",
                         position=b.position,
                     )
-                if self.rolling_timestamp is None and h.max_timestamp >= 0:
-                    self.rolling_timestamp = h.max_timestamp
-                if h.max_timestamp > self.max_timestamp:
-                    self.max_timestamp, self.offset_of_max_timestamp = (
+                if self._rolling_timestamp is None and h.max_timestamp >= 0:
+                    self._rolling_timestamp = h.max_timestamp
+                if h.max_timestamp > self._max_timestamp:
+                    self._max_timestamp, self._offset_of_max_timestamp = (
                         h.max_timestamp,
                         h.last_offset,
                     )
                 if since_index > self.index_interval_bytes:
                     self.offset_index.append(h.last_offset, b.position)
-                    self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                    self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
                     since_index = 0
                 since_index += h.size
                 valid = b.position + h.size
-                self.last_offset = h.last_offset
+                self._last_offset = h.last_offset
         except (CorruptRecordError, IndexCorruptError) as exc:
             log.warning("%s: stopping recovery at byte %d: %s", self.log_path, valid, exc)
         self._bytes_since_index = since_index
+        self._whole_batches_end = valid
         truncated = self.size - valid
         if truncated:
             log.warning(
                 "%s: truncating %d invalid bytes at position %d", self.log_path, truncated, valid
             )
             self.truncate_to_position(valid)
-        if self.max_timestamp >= 0:
+        if self._max_timestamp >= 0:
             self.time_index.maybe_append(
-                self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
+                self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
             )
         return truncated
 
     def sanity_check(self) -> None:
-        self.offset_index.sanity_check(self.size)
-        self.time_index.sanity_check(self.size)
+        with self.lock:
+            self.offset_index.sanity_check(self.size)
+            self.time_index.sanity_check(self.size)
 
     # -- files ---------------------------------------------------------------------------
     def files(self) -> list[Path]:
@@ -380,24 +635,39 @@ class LogSegment:
         return out
 
     def change_suffix(self, new_suffix: str) -> None:
-        """Rename all files from the current suffix to ``new_suffix`` (swap protocol)."""
-        for attr in ("log_path",):
-            old = getattr(self, attr)
-            new = Path(str(old)[: len(str(old)) - len(self.suffix)] + new_suffix)
+        """Rename all files from the current suffix to ``new_suffix`` (swap protocol).
+
+        Only a live segment (no suffix) counts against the open-segment cap: a
+        ``.deleted`` one keeps its files open for the readers still on it until
+        ``file.delete.delay.ms`` closes it."""
+        with self.lock:
+            old = str(self.log_path)
+            new = Path(old[: len(old) - len(self.suffix)] + new_suffix)
             os.replace(old, new)
-            setattr(self, attr, new)
-        for idx in (self.offset_index, self.time_index, self.txn_index):
-            old = str(idx.path)
-            idx.rename(Path(old[: len(old) - len(self.suffix)] + new_suffix))
-        self.suffix = new_suffix
+            self.log_path = new
+            for idx in (self.offset_index, self.time_index, self.txn_index):
+                old = str(idx.path)
+                idx.rename(Path(old[: len(old) - len(self.suffix)] + new_suffix))
+            self.suffix = new_suffix
+            if self.handles is not None:
+                if new_suffix:
+                    self.handles.forget(self)
+                elif self.files_open:
+                    self.handles.touch(self)
 
     def close(self) -> None:
-        self.offset_index.close()
-        self.time_index.close()
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        with self.lock:
+            if self.handles is not None:
+                self.handles.forget(self)
+            for idx in self._indexes():
+                idx.close()
+            fd, self._fd = self._fd, None
+            self._closed = True
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def delete_files(self) -> None:
         self.close()

@@ -87,6 +87,13 @@ class TransactionIndex:
         self.path = Path(path)
         self.base_offset = base_offset
         self._entries: list[AbortedTxn] | None = None  # read on first use
+        self._absent = False  # the loader saw no file: nothing to read or check
+
+    def mark_absent(self) -> None:
+        """The loader's directory listing has no such file (most segments never see an
+        abort): no read, no check, until the first :meth:`append` creates it."""
+        self._entries = []
+        self._absent = True
 
     # -- reading -------------------------------------------------------------------------
     @property
@@ -115,6 +122,8 @@ class TransactionIndex:
 
     def sanity_check(self) -> None:
         """Raises :class:`TxnIndexCorruptError` when the file is torn or unreadable."""
+        if self._absent:
+            return
         self._entries = None
         _ = self.entries
 
@@ -128,6 +137,7 @@ class TransactionIndex:
                 f"one at {last}; last offsets must increase"
             )
         entries = self.entries
+        self._absent = False
         with open(self.path, "ab") as f:
             try:
                 f.write(txn.pack())
@@ -139,6 +149,7 @@ class TransactionIndex:
 
     def replace(self, entries: list[AbortedTxn]) -> None:
         """Rewrite the file to hold exactly ``entries`` (recovery); no file when empty."""
+        self._absent = not entries
         if not entries:
             self.path.unlink(missing_ok=True)
         else:
@@ -154,7 +165,7 @@ class TransactionIndex:
             self.replace(kept)
 
     def flush(self) -> None:
-        if self.path.exists():
+        if not self._absent and self.path.exists():
             fd = os.open(self.path, os.O_RDONLY)
             try:
                 os.fsync(fd)

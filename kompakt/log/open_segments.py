@@ -1,0 +1,75 @@
+"""The cap on open segment files: an LRU of the segments whose files are open.
+
+Kafka keeps every segment's ``.log`` channel open and maps an index on first use
+(``LazyIndex``), so its file descriptors grow with the number of segments and operators
+raise ``ulimit -n``. kompakt opens a segment's ``.log``, ``.index`` and ``.timeindex``
+lazily too, and this LRU closes the least recently used segment once more than ``cap``
+segments have files open (``kompakt.log.max.open.segments``, our extension; default
+1000). A segment costs at most five descriptors (the ``.log``, and each index a file plus
+the duplicate its memory map holds), so a broker holds at most ``5 x cap`` segment
+descriptors plus a constant, whatever its partition count. A closed segment reopens on
+its next read or append; a segment in use (its lock held by a read, an append, a flush)
+is never closed under it: eviction only tries the segment's lock and moves a busy
+segment to the recent end instead, so the cap is exceeded at most by the segments in use
+at that instant.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Protocol
+
+DEFAULT_MAX_OPEN_SEGMENTS = 1000
+
+
+class Closable(Protocol):
+    def release_files(self) -> bool:
+        """Close the files if the segment is not in use; False when it is busy."""
+        ...
+
+
+class OpenSegments:
+    """The segments with open files, least recently used first; ``cap`` None: no cap."""
+
+    def __init__(self, cap: int | None = DEFAULT_MAX_OPEN_SEGMENTS):
+        if cap is not None and cap < 1:
+            raise ValueError(f"kompakt.log.max.open.segments must be at least 1, got {cap}")
+        self.cap = cap
+        self._lru: OrderedDict[Closable, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.evictions = 0
+        """Segments closed to stay within the cap (a counter for metrics and tests)."""
+
+    def touch(self, seg: Closable) -> None:
+        """``seg`` has open files and was just used: make it the most recent, and close
+        the least recent ones beyond the cap."""
+        with self._lock:
+            lru = self._lru
+            if seg in lru:
+                lru.move_to_end(seg)
+                return
+            lru[seg] = None
+            if self.cap is None or len(lru) <= self.cap:
+                return
+            victims = []
+            while len(lru) > self.cap:
+                victim, _ = lru.popitem(last=False)
+                if victim is seg:  # cannot happen (seg is the most recent); keep it
+                    lru[seg] = None
+                    break
+                victims.append(victim)
+        busy = [v for v in victims if not v.release_files()]
+        with self._lock:
+            self.evictions += len(victims) - len(busy)
+            for v in busy:
+                self._lru[v] = None
+
+    def forget(self, seg: Closable) -> None:
+        """``seg`` closed its files itself (close, delete)."""
+        with self._lock:
+            self._lru.pop(seg, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._lru)
