@@ -4,7 +4,7 @@
 Builds one rolled partition of K keys x U updates (default 1M x 10 = 10M records,
 100-byte values, 64 MiB segments, batches of 1000; ``bench_spark.build``), then on
 ``local[2]`` times, dirty range = the whole partition, (b) ``survivors.superseded``: one
-read of the segments in ``mapInArrow`` tasks, one shuffle of (hi, lo, offset) rows, a
+read of the segments in RDD map tasks, one shuffle of (hi, lo, offset) rows, a
 packed bitmap per reduce partition to the driver. (The engine's former two-pass plan,
 (a) ``groupBy(partition, key).max(offset)`` then the range read again and joined with
 that map, was removed with issue 14; it measured 62.7 s against (b)'s 7.3 s at 2M
@@ -107,10 +107,9 @@ def profile_workers(part_dir: str, base: int, end: int) -> None:
     """cProfile of the map and reduce functions of (b) on one segment, in this process."""
     from kompakt.pipeline.layout import segment_path
     from kompakt.pipeline.survivors import (
-        bucket_ids,
         digest_rows,
-        pack_buckets,
         plan_reads,
+        split_buckets,
         superseded_bits,
     )
 
@@ -119,11 +118,10 @@ def profile_workers(part_dir: str, base: int, end: int) -> None:
 
     rows = digest_rows(task, 0, 0, end, ())  # compile the kernels outside the profile
     superseded_bits(rows[:10], 0, end)
-    ids = bucket_ids(4)
     prof = cProfile.Profile()
     prof.enable()
     rows = digest_rows(task, 0, 0, end, ())
-    pack_buckets(rows, ids)
+    list(split_buckets(rows, 4))
     superseded_bits(rows, 0, end)
     prof.disable()
     out = io.StringIO()

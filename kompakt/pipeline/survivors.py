@@ -15,13 +15,17 @@ every record of the range it rewrites, ``[start, end)``, in one Spark job:
    ``~offset`` (negative): it must learn whether it is superseded but must not
    supersede anything. Unkeyed records get no row (Kafka's map skips them; the
    rewrite drops them by its own rule). The rows are bucketed by ``hi mod R`` and each
-   bucket leaves the task as one binary value (:func:`pack_buckets`).
-2. **One shuffle** by bucket (``repartition(R, "bucket")``), so every record of a key
-   lands in one partition; bucket ids are chosen so Spark's hash puts one bucket in
-   each of the R partitions (:func:`bucket_ids`). Packing matters: with one Spark row
-   per record, 2M records took 14.0 s here, packed 7.3 s (same load; today's two-pass
-   plan 62.7 s); Spark's cost is per row (Arrow -> UnsafeRow -> shuffle -> Arrow) while the numpy
-   work on those rows is ~0.25 s per 540k (see ``benchmarks/bench_survivors.py``).
+   bucket leaves the task as one ``(bucket, bytes)`` pair (:func:`split_buckets`).
+2. **One shuffle** by bucket (an RDD ``partitionBy(R)`` whose partitioner is the
+   bucket itself), so every record of a key lands in one partition. Packing matters:
+   Spark's cost is per element it moves, so one element per bucket per task makes the
+   shuffle cost per megabyte (with one row per record, 2M records took 14.0 s here,
+   packed 7.3 s). Why an RDD of opaque byte strings rather than a DataFrame of binary
+   columns (``mapInArrow`` + ``repartition``): the JVM then only moves the bytes, where
+   the DataFrame plan converted them Arrow -> UnsafeRow -> shuffle -> UnsafeRow -> Arrow;
+   measured on 10M records (local[2], load ~4.5, same bits): the DataFrame plan
+   7.5-7.8 s wall and 10.2 s of CPU over the JVM and its Python workers, the RDD plan
+   5.3-5.9 s and 7.1-7.3 s of CPU.
 3. **Reduce** (``mapInArrow`` again): a numba hash table over each bucket's rows keeps
    each digest's highest feeding offset; a record is superseded iff that is above its own
    offset. The partition sets those bits in a packed bitmap over ``[start, end)`` and
@@ -53,8 +57,9 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 import numba
 import numpy as np
@@ -73,10 +78,7 @@ from kompakt.record.scan import RecordScan, scan_batch_headers, scan_records
 TASK_BYTES = 64 << 20  # segment bytes per map task (split at offset index entries)
 SINGLE_TASK_BYTES = 8 << 20  # a range this small is decided in one task, no shuffle
 ROWS_PER_REDUCE = 2_000_000  # shuffled rows per reduce partition: ~150 MB of worker memory
-PACK_ROWS = 1 << 20  # rows packed per Arrow batch a map task yields (24 MiB)
 ROW_BYTES = 24  # hi, lo, offset: three int64
-BUCKET_SCHEMA = "bucket int, rows binary"
-BITS_SCHEMA = "bits binary, rows long"
 NO_OFFSET = 1 << 62
 _CODEC = "lz4"
 
@@ -228,37 +230,6 @@ def digest_rows(
     return rows
 
 
-def spark_partition_of(value: int, partitions: int) -> int:
-    """The shuffle partition Spark's ``HashPartitioning`` gives an ``int`` column value:
-    ``pmod(Murmur3Hash(value, seed 42), partitions)`` (``Murmur3_x86_32.hashInt``)."""
-
-    def rotl(x: int, r: int) -> int:
-        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
-
-    k = rotl(((value & 0xFFFFFFFF) * 0xCC9E2D51) & 0xFFFFFFFF, 15) * 0x1B873593 & 0xFFFFFFFF
-    h = (rotl(42 ^ k, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
-    h ^= 4
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    h ^= h >> 16
-    signed = h - (1 << 32) if h >= 1 << 31 else h
-    return signed % partitions  # Python's % is Spark's pmod for a positive divisor
-
-
-def bucket_ids(partitions: int) -> list[int]:
-    """For each shuffle partition, an ``int`` that Spark hashes into it: the digest
-    buckets then spread one per partition instead of colliding (balance only; any
-    placement is correct since a bucket never splits)."""
-    ids: dict[int, int] = {}
-    value = 0
-    while len(ids) < partitions:
-        ids.setdefault(spark_partition_of(value, partitions), value)
-        value += 1
-    return [ids[p] for p in range(partitions)]
-
-
 @numba.njit(cache=True, nogil=True)
 def _scatter_by_bucket(rows, n, out):
     """Counting sort of ``rows`` by ``hi mod n`` (unsigned) into ``out``, keeping their
@@ -283,37 +254,32 @@ def _scatter_by_bucket(rows, n, out):
     return counts
 
 
-def pack_buckets(rows: np.ndarray, ids: Sequence[int]) -> pa.RecordBatch:
-    """One Arrow row per digest bucket (``hi mod len(ids)``): ``bucket`` (its id from
-    :func:`bucket_ids`) and ``rows``, the bucket's 24-byte rows as one binary value.
-
-    Spark's cost is per row it moves (Arrow -> UnsafeRow -> shuffle -> Arrow); shipping
-    fixed-width rows packed per bucket makes the shuffle cost per megabyte instead.
-    """
-    n = len(ids)
+def split_buckets(rows: np.ndarray, n: int) -> Iterator[tuple[int, bytes]]:
+    """``(bucket, its rows as bytes)`` for each non-empty bucket ``hi mod n`` (unsigned)
+    of ``rows``: one shuffle element per bucket, whatever its number of rows."""
     packed = np.empty((len(rows), 3), np.int64)
     counts = _scatter_by_bucket(np.ascontiguousarray(rows, np.int64), n, packed)
-    present = np.flatnonzero(counts)
-    offsets = np.zeros(len(present) + 1, np.int32)
-    np.cumsum(counts[present] * ROW_BYTES, out=offsets[1:])
-    blobs = pa.Array.from_buffers(
-        pa.binary(), len(present), [None, pa.py_buffer(offsets), pa.py_buffer(packed)]
-    )
-    bucket_col = pa.array(np.asarray(ids, np.int32)[present])
-    return pa.RecordBatch.from_arrays([bucket_col, blobs], names=["bucket", "rows"])
+    at = 0
+    for bucket in range(n):
+        k = int(counts[bucket])
+        if k:
+            yield bucket, packed[at : at + k].tobytes()
+        at += k
 
 
 def _mapper(
-    start: int, first_dirty: int, end: int, aborted: Sequence[AbortedTxn], ids: Sequence[int]
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for rb in batches:
-            for row in rb.to_pylist():  # one row per task, not per record
-                rows = digest_rows(ReadTask(**row), start, first_dirty, end, aborted)
-                for i in range(0, len(rows), PACK_ROWS):  # binary values stay far below 2 GiB
-                    yield pack_buckets(rows[i : i + PACK_ROWS], ids)
+    start: int, first_dirty: int, end: int, aborted: Sequence[AbortedTxn], reduces: int
+) -> Callable[[Iterator[ReadTask]], Iterator[tuple[int, bytes]]]:
+    def run(tasks: Iterator[ReadTask]) -> Iterator[tuple[int, bytes]]:
+        for task in tasks:  # one task per Spark partition
+            yield from split_buckets(digest_rows(task, start, first_dirty, end, aborted), reduces)
 
     return run
+
+
+def _bucket_partition(bucket: int) -> int:
+    """The shuffle partition of a bucket: the bucket (``partitionBy`` takes it mod R)."""
+    return bucket
 
 
 # -- reduce side (workers) --------------------------------------------------------------
@@ -369,16 +335,11 @@ def superseded_bits(
     return bits
 
 
-def _reducer(
-    start: int, end: int
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _reducer(start: int, end: int) -> Callable[[Iterator[tuple[int, bytes]]], Iterator[Any]]:
+    def run(pairs: Iterator[tuple[int, bytes]]) -> Iterator[tuple[bytes, int]]:
         by_bucket: dict[int, list[np.ndarray]] = {}
-        for rb in batches:
-            blobs = rb.column("rows")
-            for i, bucket in enumerate(rb.column("bucket").to_pylist()):
-                data = np.frombuffer(blobs[i].as_buffer(), np.int64)
-                by_bucket.setdefault(bucket, []).append(data)
+        for bucket, blob in pairs:
+            by_bucket.setdefault(bucket, []).append(np.frombuffer(blob, np.int64))
         if not by_bucket:
             return
         bits = np.zeros((end - start + 7) // 8, np.uint8)
@@ -388,10 +349,7 @@ def _reducer(
             superseded_bits(table, start, end, bits)
             rows += len(table)
         packed = pa.compress(bits, codec=_CODEC, asbytes=True) if len(bits) else b""
-        yield pa.RecordBatch.from_arrays(
-            [pa.array([packed], pa.binary()), pa.array([rows], pa.int64())],
-            names=["bits", "rows"],
-        )
+        yield packed, rows
 
     return run
 
@@ -448,24 +406,19 @@ def superseded(
         return Superseded(start, start + width, np.zeros((width + 7) // 8, np.uint8))
     aborted = [t for t in aborted if t.last_offset >= start and t.first_offset < end]
     sc = spark.sparkContext
-    task_rows = sc.parallelize([asdict(t) for t in tasks], len(tasks))
-    task_df = spark.createDataFrame(
-        task_rows,
-        "path string, lo_position long, lo_offset long, hi_position long, hi_offset long",
-    )
     cores = max(1, sc.defaultParallelism)  # whole waves of reduce tasks
     reduces = cores * math.ceil(width / (rows_per_reduce * cores))
-    ids = bucket_ids(reduces)
     out = (
-        task_df.mapInArrow(_mapper(start, first_dirty, end, aborted, ids), BUCKET_SCHEMA)
-        .repartition(reduces, "bucket")
-        .mapInArrow(_reducer(start, end), BITS_SCHEMA)
+        sc.parallelize(tasks, len(tasks))
+        .mapPartitions(_mapper(start, first_dirty, end, aborted, reduces))
+        .partitionBy(reduces, _bucket_partition)
+        .mapPartitions(_reducer(start, end))
         .collect()
     )
     bits = np.zeros((width + 7) // 8, np.uint8)
-    for row in out:
+    for blob, _rows in out:
         if len(bits):
-            raw = pa.decompress(row.bits, decompressed_size=len(bits), codec=_CODEC, asbytes=True)
+            raw = pa.decompress(blob, decompressed_size=len(bits), codec=_CODEC, asbytes=True)
             bits |= np.frombuffer(raw, np.uint8)
-    rows = sum(row.rows for row in out)
-    return Superseded(start, end, bits, rows, sum(len(row.bits) for row in out))
+    rows = sum(n for _blob, n in out)
+    return Superseded(start, end, bits, rows, sum(len(blob) for blob, _n in out))

@@ -44,7 +44,7 @@ def preload() -> None:
             bases = [s.base_offset for s in plog.segments_snapshot()]
             reads = survivors.plan_reads(plog.dir, bases)
             rows = np.concatenate([survivors.digest_rows(t, 0, 0, 40, []) for t in reads])
-            survivors.pack_buckets(rows, survivors.bucket_ids(2))
+            list(survivors.split_buckets(rows, 2))
             survivors.superseded_bits(rows, 0, 40)
             Cleaner(logs, engine=LocalEngine()).compact_now("preload")  # the rewrite kernels
 

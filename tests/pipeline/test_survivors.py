@@ -25,11 +25,9 @@ from kompakt.pipeline.layout import segment_path
 from kompakt.pipeline.survivors import (
     ReadTask,
     Superseded,
-    bucket_ids,
     digest_rows,
-    pack_buckets,
     plan_reads,
-    spark_partition_of,
+    split_buckets,
     superseded,
     superseded_bits,
 )
@@ -350,37 +348,18 @@ def test_digest_rows_mark_records_that_do_not_feed_the_map(tmp_path: Path):
     assert len(scan_records(data).offset) == 3
 
 
-def test_spark_partition_of_is_spark_hash_partitioning(spark):
-    """Buckets are spread one per shuffle partition only if the driver computes the
-    partition exactly as Spark's ``HashPartitioning`` (Murmur3, seed 42, pmod)."""
-    from pyspark.sql import functions as F
-
-    for partitions in (1, 2, 5, 13):
-        ids = bucket_ids(partitions)
-        df = spark.createDataFrame([(i,) for i in ids], "bucket int").repartition(
-            partitions, "bucket"
-        )
-        placed = df.select("bucket", F.spark_partition_id().alias("p")).collect()
-        assert sorted((r.p, r.bucket) for r in placed) == list(enumerate(ids))
-    values = list(range(-50, 50)) + [2**31 - 1, -(2**31)]
-    want = spark.createDataFrame([(v,) for v in values], "v int").select(
-        F.pmod(F.hash("v"), F.lit(7)).alias("p")
-    )
-    assert [r.p for r in want.collect()] == [spark_partition_of(v, 7) for v in values]
-
-
-def test_packed_buckets_hold_every_row_once_and_a_digest_in_one_bucket():
+def test_split_buckets_hold_every_row_once_and_a_digest_in_one_bucket():
     rng = np.random.default_rng(9)
     rows = rng.integers(-(2**63), 2**63 - 1, (1000, 3), dtype=np.int64)
     rows[500:, :2] = rows[:500, :2]  # every digest twice
-    ids = bucket_ids(4)
-    rb = pack_buckets(rows, ids)
-    seen = {}
-    for bucket, blob in zip(rb.column("bucket").to_pylist(), rb.column("rows"), strict=True):
-        part = np.frombuffer(blob.as_buffer(), np.int64).reshape(-1, 3)
+    seen: dict[tuple[int, int], set[int]] = {}
+    total = 0
+    for bucket, blob in split_buckets(rows, 4):
+        part = np.frombuffer(blob, np.int64).reshape(-1, 3)
+        assert 0 <= bucket < 4 and len(part)
+        total += len(part)
         for hi, lo, _off in part.tolist():
+            assert np.uint64(np.int64(hi)) % np.uint64(4) == bucket  # hi mod n, unsigned
             seen.setdefault((hi, lo), set()).add(bucket)
-            assert bucket in ids
-        assert len(part)
-    assert sum(len(np.frombuffer(b.as_buffer(), np.int64)) for b in rb.column("rows")) == 3000
+    assert total == 1000
     assert all(len(b) == 1 for b in seen.values()) and len(seen) == 500
