@@ -1,0 +1,143 @@
+"""Injected read I/O errors in a running broker, with libfiu (Debian's ``fiu-utils``).
+
+The broker is started under ``fiu-run -x`` (libfiu's POSIX preload library wraps libc's
+I/O calls; nothing fails until told to) and ``fiu-ctrl`` switches failure points on and
+off at run time through the named pipes ``<prefix>-<pid>.in/.out`` that libfiu serves
+in each process it was preloaded into. ``scripts/ensure-fiu.sh`` installs the tools;
+without them :func:`missing` says why and the callers skip the fault.
+
+What libfiu reaches in the broker's read paths (checked by
+``tests/reliability/test_read_io_errors.py``):
+
+* ``posix/io/rw/pread`` (libfiu's own point): ``os.pread``, how a Fetch reads a segment
+  (:meth:`kompakt.log.segment.LogSegment.read_at` and its neighbours, which also load a
+  segment's tail when a clean's result is opened) and how batch headers are walked
+  (``kompakt.pipeline.layout``). Nothing else in the broker process calls ``pread``.
+* ``kompakt/segment/mmap`` (:data:`SEGMENT_MMAP`): ``mmap(2)`` of a ``.log`` file, how a
+  clean reads a segment (``kompakt.cleaner.segment_io.segment_buffer``). libfiu's own
+  ``posix/mm/mmap`` cannot be used: it fails every mapping of the process, CPython's
+  thread and arena memory and numba's JIT sections too (LLVM aborts the process), which
+  no failing disk does. So ``fiu_segment_mmap.c``, compiled here at run time, wraps
+  ``mmap`` and asks libfiu (``fiu_fail``, switched by ``fiu-ctrl`` like any point) only
+  for file-backed mappings of ``.log`` files. The page faults that read a mapped file
+  later are not calls anything can wrap: a real disk error there is a SIGBUS, which no
+  Python process survives (the campaign's SIGKILL during a clean stands for it).
+* ``posix/io/rw/read`` (``read``/``readinto``) is left alone: the interpreter's own
+  imports and its pipes use it, which a failing data disk would not break.
+
+Every enabled point fails with ``errno`` EIO (``failinfo=5``), not a random errno:
+libfiu's random choice includes EINTR, which CPython retries (PEP 475), and EINVAL or
+EBADF, which are our bugs rather than a disk's.
+
+The preload libraries are inherited by the broker's children (Spark's JVM and Python
+workers), which run unchanged while nothing is enabled; Spark's Python workers are
+forked and reused by ``pyspark.daemon`` without libfiu's control thread, so only the
+broker process is switched. The control pipes go under a directory of the caller's
+(``fiu-run -f``) so a SIGKILL leaves nothing in ``/tmp``.
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+import subprocess
+from pathlib import Path
+
+PREAD = "posix/io/rw/pread"
+SEGMENT_MMAP = "kompakt/segment/mmap"
+FIU_LIB = Path("/usr/lib/fiu")  # where Debian's libfiu0 puts its preload libraries
+SHIM_SOURCE = Path(__file__).with_name("fiu_segment_mmap.c")
+
+
+def missing() -> str | None:
+    """Why read errors cannot be injected here (None: ``fiu-run``/``fiu-ctrl`` exist)."""
+    absent = [t for t in ("fiu-run", "fiu-ctrl") if shutil.which(t) is None]
+    if absent:
+        return f"{' and '.join(absent)} not found (scripts/ensure-fiu.sh installs fiu-utils)"
+    return None
+
+
+class FiuError(RuntimeError):
+    """``fiu-ctrl`` could not reach the process or refused a command."""
+
+
+def build_segment_mmap_shim(out_dir: Path) -> tuple[Path | None, str]:
+    """Compile ``fiu_segment_mmap.c`` into ``out_dir``: (the library, "") or (None, why)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None, "no C compiler to build the segment mmap point"
+    out = Path(out_dir) / "fiu_segment_mmap.so"
+    args = [cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(SHIM_SOURCE), "-l:libfiu.so.0"]
+    args.append("-ldl")
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, f"building the segment mmap point failed: {r.stderr.strip()[:300]}"
+    return out, ""
+
+
+class Fiu:
+    """Failure points of processes started with :meth:`wrapper`, controlled by pid.
+
+    :attr:`points` are the segment reads that can fail here: ``pread`` always, the
+    segment ``mmap`` when its wrapper could be built (:attr:`note` says why not)."""
+
+    def __init__(self, ctrl_dir: Path):
+        self.ctrl_dir = Path(ctrl_dir)
+        self.ctrl_dir.mkdir(parents=True, exist_ok=True)
+        self.prefix = str(self.ctrl_dir / "fiu-ctrl")
+        self.shim, self.note = build_segment_mmap_shim(self.ctrl_dir)
+        self.points: tuple[str, ...] = (PREAD, SEGMENT_MMAP) if self.shim else (PREAD,)
+
+    def wrapper(self) -> list[str]:
+        """The command prefix that starts a program with the failure points available:
+        ``fiu-run -x`` (libfiu and its POSIX points, control pipes under our prefix),
+        then ``env`` to add the segment mmap wrapper to the preload list fiu-run set."""
+        cmd = ["fiu-run", "-x", "-f", self.prefix]
+        if self.shim is None:
+            return cmd
+        libs = [FIU_LIB / "fiu_run_preload.so", FIU_LIB / "fiu_posix_preload.so", self.shim]
+        return [*cmd, "env", "LD_PRELOAD=" + " ".join(map(str, libs))]
+
+    def reachable(self, pid: int) -> bool:
+        """``pid`` serves libfiu's control pipes (started under :meth:`wrapper`)."""
+        return Path(f"{self.prefix}-{pid}.out").exists()
+
+    def _ctrl(self, pid: int, commands: list[str], timeout: float) -> None:
+        args = ["fiu-ctrl", "-f", self.prefix]
+        for c in commands:
+            args += ["-c", c]
+        # fiu-ctrl blocks opening the pipe of a process that died meanwhile: bounded
+        try:
+            out = subprocess.run(
+                [*args, str(pid)], capture_output=True, text=True, timeout=timeout
+            ).stdout
+        except subprocess.TimeoutExpired:
+            raise FiuError(f"fiu-ctrl got no answer from pid {pid} in {timeout} s") from None
+        if "error" in out.lower():
+            raise FiuError(f"fiu-ctrl {commands} on pid {pid}: {out.strip()}")
+
+    def enable(
+        self,
+        pid: int,
+        points: tuple[str, ...] | None = None,
+        probability: float = 1.0,
+        err: int = errno.EIO,
+        timeout: float = 10.0,
+    ) -> None:
+        """Make ``points`` (default :attr:`points`) fail with ``err``, each call with
+        ``probability``."""
+        points = self.points if points is None else points
+        if probability >= 1.0:
+            cmds = [f"enable name={p},failinfo={err}" for p in points]
+        else:
+            cmds = [
+                f"enable_random name={p},probability={probability:.3f},failinfo={err}"
+                for p in points
+            ]
+        self._ctrl(pid, cmds, timeout)
+
+    def disable(
+        self, pid: int, points: tuple[str, ...] | None = None, timeout: float = 10.0
+    ) -> None:
+        points = self.points if points is None else points
+        self._ctrl(pid, [f"disable name={p}" for p in points], timeout)
