@@ -271,6 +271,23 @@ def check_transactions(
     return bad
 
 
+def storage_error_partitions(port: int, tps: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Partitions answering ListOffsets (latest: no segment read) with
+    KAFKA_STORAGE_ERROR, as Kafka answers for a partition of an offline log dir."""
+    topics: dict[str, list[dict]] = {}
+    for topic, part in tps:
+        topics.setdefault(topic, []).append({"partition_index": part, "timestamp": -1})
+    body = {"replica_id": -1, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+    with connect(port) as sock:
+        r = call(sock, 2, 1, body)
+    return [
+        (t.name, p.partition_index)
+        for t in r.topics
+        for p in t.partitions
+        if p.error_code == STORAGE_ERROR
+    ]
+
+
 # -- clients ---------------------------------------------------------------------------------
 
 
@@ -833,23 +850,8 @@ class Campaign:
         return th
 
     def _storage_errors(self) -> list[tuple[str, int]]:
-        """Partitions answering ListOffsets with KAFKA_STORAGE_ERROR (an offline log dir)."""
         tps = [*self.targets(), *((TXN_TOPIC, p) for p in range(TXN_PARTITIONS))]
-        topics: dict[str, list[dict]] = {}
-        for topic, part in tps:
-            topics.setdefault(topic, []).append({"partition_index": part, "timestamp": -1})
-        body = {
-            "replica_id": -1,
-            "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
-        }
-        with connect(self.broker.port) as sock:
-            r = call(sock, 2, 1, body)
-        return [
-            (t.name, p.partition_index)
-            for t in r.topics
-            for p in t.partitions
-            if p.error_code == STORAGE_ERROR
-        ]
+        return storage_error_partitions(self.broker.port, tps)
 
     def _restart(self, why: str) -> None:
         """SIGTERM (a clean stop; SIGKILL if ignored), the offline check, start."""
