@@ -25,6 +25,7 @@ test-deps: $(BIN)/python
 	$(BIN)/pip install -q --no-deps 'quixstreams>=3.20,<4'
 	scripts/ensure-java.sh
 	scripts/ensure-kcat.sh
+	scripts/ensure-fiu.sh || echo "warning: fiu-utils could not be installed (the fault campaign skips read I/O errors)" >&2
 
 lint: test-deps
 	$(BIN)/ruff check kompakt tests benchmarks

@@ -29,11 +29,13 @@ Every enabled point fails with ``errno`` EIO (``failinfo=5``), not a random errn
 libfiu's random choice includes EINTR, which CPython retries (PEP 475), and EINVAL or
 EBADF, which are our bugs rather than a disk's.
 
-The preload libraries are inherited by the broker's children (Spark's JVM and Python
-workers), which run unchanged while nothing is enabled; Spark's Python workers are
-forked and reused by ``pyspark.daemon`` without libfiu's control thread, so only the
-broker process is switched. The control pipes go under a directory of the caller's
-(``fiu-run -f``) so a SIGKILL leaves nothing in ``/tmp``.
+Only the broker process gets the preload: :data:`LAUNCHER` takes ``LD_PRELOAD`` out of
+its environment once it has started, so Spark's JVM and Python workers run without
+libfiu (under it the JVM cannot start its Python daemon: ``forkAndExec`` fails with
+EBUSY; and the workers, forked and reused by ``pyspark.daemon``, have no control thread
+anyway). A read-io-error during a Spark clean therefore fails the broker's side of it
+(the producer summary, the swap), not the executors' reads. The control pipes go under
+a directory of the caller's (``fiu-run -f``) so a SIGKILL leaves nothing in ``/tmp``.
 """
 
 from __future__ import annotations
@@ -41,12 +43,28 @@ from __future__ import annotations
 import errno
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 PREAD = "posix/io/rw/pread"
 SEGMENT_MMAP = "kompakt/segment/mmap"
 FIU_LIB = Path("/usr/lib/fiu")  # where Debian's libfiu0 puts its preload libraries
 SHIM_SOURCE = Path(__file__).with_name("fiu_segment_mmap.c")
+# python -c LAUNCHER SCRIPT ARGS... (or PYTHON -m MODULE ARGS...): run the Python
+# script SCRIPT (``kompakt``) or MODULE in this process, libfiu already loaded, without
+# handing the preload to its children
+LAUNCHER = (
+    "import os, runpy, sys\n"
+    "for k in ('LD_PRELOAD', 'FIU_CTRL_FIFO', 'FIU_ENABLE'):\n"
+    "    os.environ.pop(k, None)\n"
+    "args = sys.argv[1:]\n"
+    "if args[1:2] == ['-m']:\n"  # python -m module ARGS
+    "    sys.argv = args[2:]\n"
+    "    runpy.run_module(args[2], run_name='__main__', alter_sys=True)\n"
+    "else:\n"
+    "    sys.argv = args\n"
+    "    runpy.run_path(args[0], run_name='__main__')\n"
+)
 
 
 def missing() -> str | None:
@@ -88,15 +106,19 @@ class Fiu:
         self.shim, self.note = build_segment_mmap_shim(self.ctrl_dir)
         self.points: tuple[str, ...] = (PREAD, SEGMENT_MMAP) if self.shim else (PREAD,)
 
-    def wrapper(self) -> list[str]:
+    def wrapper(self, python_script: bool = True) -> list[str]:
         """The command prefix that starts a program with the failure points available:
         ``fiu-run -x`` (libfiu and its POSIX points, control pipes under our prefix),
-        then ``env`` to add the segment mmap wrapper to the preload list fiu-run set."""
+        then ``env`` to add the segment mmap wrapper to the preload list fiu-run set,
+        then (``python_script``: the command is a Python script such as ``kompakt``)
+        :data:`LAUNCHER`, so the program's children do not inherit the preload."""
         cmd = ["fiu-run", "-x", "-f", self.prefix]
-        if self.shim is None:
-            return cmd
-        libs = [FIU_LIB / "fiu_run_preload.so", FIU_LIB / "fiu_posix_preload.so", self.shim]
-        return [*cmd, "env", "LD_PRELOAD=" + " ".join(map(str, libs))]
+        if self.shim is not None:
+            libs = [FIU_LIB / "fiu_run_preload.so", FIU_LIB / "fiu_posix_preload.so", self.shim]
+            cmd += ["env", "LD_PRELOAD=" + " ".join(map(str, libs))]
+        if python_script:
+            cmd += [sys.executable, "-c", LAUNCHER]
+        return cmd
 
     def reachable(self, pid: int) -> bool:
         """``pid`` serves libfiu's control pipes (started under :meth:`wrapper`)."""

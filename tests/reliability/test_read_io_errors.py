@@ -268,7 +268,7 @@ def test_injection_reaches_segment_reads_only(tmp_path: Path, fiu: Fiu) -> None:
     import sys
 
     proc = subprocess.Popen(
-        [*fiu.wrapper(), sys.executable, str(probe)],
+        [*fiu.wrapper(python_script=False), sys.executable, str(probe)],
         cwd=tmp_path,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
