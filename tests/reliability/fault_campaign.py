@@ -766,9 +766,8 @@ class Campaign:
         t = round(time.monotonic() - self.t0, 2)
         try:
             self.fiu.enable(pid, probability=prob)
-        except FiuError as exc:
-            if self.broker.alive():
-                self.violations.append(f"read-io-error: libfiu did not answer: {exc}")
+        except FiuError as exc:  # the harness failed, not the broker: said, not judged
+            self.read_io["not injected"] += 1
             return Fault(t, "read-io-error", phase, False, f"not injected: {exc}")
         errors: Counter[str] = Counter()
         readers = [self._window_reader(hold, errors) for _ in range(2 if phase == "fetch" else 1)]
@@ -777,17 +776,24 @@ class Campaign:
             spark[0].join(max(hold, 20.0))  # the window lasts the clean (bounded)
         else:
             time.sleep(hold)  # fault: the disk fails reads this long
+        lost = ""
         try:
             if self.broker.alive():
                 self.fiu.disable(pid)
         except FiuError as exc:
             if self.broker.alive():
-                self.violations.append(f"read-io-error: libfiu did not answer: {exc}")
-                self.broker.kill()  # reads would keep failing: start a fresh broker below
+                # reads would keep failing: stacks for the record, a SIGKILL, a restart
+                where = self.fiu.dump(pid, self.work / f"no-answer-{pid}.txt")
+                lost = f"; libfiu did not answer ({exc}): stacks in {where}, SIGKILLed"
+                self.log(f"  libfiu did not answer pid {pid}: stacks in {where} and the log")
+                self.broker.kill()
         for th in readers:
             th.join(30)
         seconds = round(time.monotonic() - self.t0 - t, 2)
-        outcome = self._after_read_errors()
+        outcome = "fiu-lost: restarted" if lost else self._after_read_errors()
+        if lost:
+            self._offline_check()
+            self.broker.start(timeout=60)
         self.read_io[outcome.split(":")[0]] += 1
         new_log = self.broker.log_text()[mark:]
         eio = sum(
@@ -804,7 +810,7 @@ class Campaign:
             hit = spark is not None and ("error" in spark[1] or eio > 0)
         detail = (
             f"{'+'.join(p.split('/')[-1] for p in self.fiu.points)} fail p={prob} for {seconds:.2f} s; {eio} EIO lines in the broker "
-            f"log; reader errors {dict(errors) or 0}; broker {outcome}"
+            f"log; reader errors {dict(errors) or 0}; broker {outcome}{lost}"
         )
         return Fault(t, "read-io-error", phase, hit, detail)
 

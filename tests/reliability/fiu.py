@@ -54,7 +54,8 @@ SHIM_SOURCE = Path(__file__).with_name("fiu_segment_mmap.c")
 # script SCRIPT (``kompakt``) or MODULE in this process, libfiu already loaded, without
 # handing the preload to its children
 LAUNCHER = (
-    "import os, runpy, sys\n"
+    "import faulthandler, os, runpy, signal, sys\n"
+    "faulthandler.register(signal.SIGUSR2, all_threads=True)\n"  # Fiu.dump
     "for k in ('LD_PRELOAD', 'FIU_CTRL_FIFO', 'FIU_ENABLE'):\n"
     "    os.environ.pop(k, None)\n"
     "args = sys.argv[1:]\n"
@@ -163,3 +164,25 @@ class Fiu:
     ) -> None:
         points = self.points if points is None else points
         self._ctrl(pid, [f"disable name={p}" for p in points], timeout)
+
+    def dump(self, pid: int, out: Path) -> Path:
+        """Evidence of a process that stopped answering: its Python stacks (SIGUSR2 to
+        the faulthandler :data:`LAUNCHER` registered, written to its log) and its native
+        threads' stacks (``gdb``, when installed) in ``out``."""
+        import os
+        import signal
+
+        os.kill(pid, signal.SIGUSR2)
+        text = "gdb not installed"
+        if shutil.which("gdb"):
+            try:
+                text = subprocess.run(
+                    ["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 30"],
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                ).stdout
+            except subprocess.TimeoutExpired:
+                text = "gdb timed out"
+        out.write_text(text)
+        return out
