@@ -24,8 +24,9 @@ Faults, drawn from a seeded RNG and aimed at a phase:
   a few KiB for a while (every append past it fails with EFBIG, as on a full disk), then
   restored. No tmpfs or loop device: those need root.
 * ``read-io-error``: reads of segment files fail with EIO for a while, injected with
-  libfiu (:mod:`reliability.fiu`: the broker runs under ``fiu-run -x``, ``fiu-ctrl``
-  fails ``pread`` and ``mmap`` with a drawn probability, then stops), aimed at a fetch
+  libfiu (:mod:`reliability.fiu`: the broker runs under ``fiu-run`` with two libfiu
+  points on ``.log`` files, ``fiu-ctrl`` fails ``pread`` and ``mmap`` with a drawn
+  probability, then stops), aimed at a fetch
   (group members and extra readers fetch through the window), a local clean (the
   background cleaner runs all the time) or a Spark clean (``POST /v1/compact`` on a warm
   session; libfiu reaches the broker's side of it, not Spark's reused Python workers).
@@ -539,8 +540,6 @@ class Campaign:
             why = fiu_missing()
             if why is None:
                 self.fiu = Fiu(self.work / "fiu")
-                if self.fiu.note:
-                    self.skipped["read-io-error on mmap (pread only)"] = self.fiu.note
             else:
                 self.skipped["read-io-error"] = why
                 weights.pop("read-io-error", None)

@@ -1,41 +1,41 @@
 """Injected read I/O errors in a running broker, with libfiu (Debian's ``fiu-utils``).
 
-The broker is started under ``fiu-run -x`` (libfiu's POSIX preload library wraps libc's
-I/O calls; nothing fails until told to) and ``fiu-ctrl`` switches failure points on and
-off at run time through the named pipes ``<prefix>-<pid>.in/.out`` that libfiu serves
-in each process it was preloaded into. ``scripts/ensure-fiu.sh`` installs the tools;
-without them :func:`missing` says why and the callers skip the fault.
+The broker is started under ``fiu-run`` (libfiu's run-time preload: it initialises
+libfiu and serves the control pipes ``<prefix>-<pid>.in/.out``), and ``fiu-ctrl``
+switches failure points on and off at run time; ``scripts/ensure-fiu.sh`` installs the
+tools. Without them (or without a C compiler) :func:`missing` says why and the callers
+skip the fault.
 
-What libfiu reaches in the broker's read paths (checked by
-``tests/reliability/test_read_io_errors.py``):
+The two points are in ``fiu_segment_reads.c``, compiled here at run time and preloaded
+after libfiu's library; each asks libfiu (``fiu_fail``) only for a call on a ``.log``
+file and fails it with EIO:
 
-* ``posix/io/rw/pread`` (libfiu's own point): ``os.pread``, how a Fetch reads a segment
+* :data:`PREAD` (``pread``): how a Fetch reads a segment
   (:meth:`kompakt.log.segment.LogSegment.read_at` and its neighbours, which also load a
   segment's tail when a clean's result is opened) and how batch headers are walked
-  (``kompakt.pipeline.layout``). Nothing else in the broker process calls ``pread``.
-* ``kompakt/segment/mmap`` (:data:`SEGMENT_MMAP`): ``mmap(2)`` of a ``.log`` file, how a
-  clean reads a segment (``kompakt.cleaner.segment_io.segment_buffer``). libfiu's own
-  ``posix/mm/mmap`` cannot be used: it fails every mapping of the process, CPython's
-  thread and arena memory and numba's JIT sections too (LLVM aborts the process), which
-  no failing disk does. So ``fiu_segment_mmap.c``, compiled here at run time, wraps
-  ``mmap`` and asks libfiu (``fiu_fail``, switched by ``fiu-ctrl`` like any point) only
-  for file-backed mappings of ``.log`` files. The page faults that read a mapped file
-  later are not calls anything can wrap: a real disk error there is a SIGBUS, which no
-  Python process survives (the campaign's SIGKILL during a clean stands for it).
-* ``posix/io/rw/read`` (``read``/``readinto``) is left alone: the interpreter's own
-  imports and its pipes use it, which a failing data disk would not break.
+  (``kompakt.pipeline.layout``).
+* :data:`SEGMENT_MMAP` (``mmap`` of a file): how a clean reads a segment
+  (``kompakt.cleaner.segment_io.segment_buffer``). The page faults that read a mapped
+  file later are not calls anything can wrap: a real disk error there is a SIGBUS,
+  which no Python process survives (the campaign's SIGKILL during a clean stands for
+  it). The mapping call failing is the read error a clean can get and handle.
 
-Every enabled point fails with ``errno`` EIO (``failinfo=5``), not a random errno:
-libfiu's random choice includes EINTR, which CPython retries (PEP 475), and EINVAL or
-EBADF, which are our bugs rather than a disk's.
+libfiu's own POSIX points (``fiu-run -x``: ``posix/io/rw/pread``, ``posix/mm/mmap``) are
+not used, although they reach the same calls: that library wraps malloc and ~150 other
+calls and consults libfiu in each even with nothing enabled, and a broker under it
+deadlocked (pyarrow's jemalloc thread allocating its TLS under glibc's loader lock while
+the malloc wrapper's lazy ``dlsym`` waited for that lock); and ``posix/mm/mmap`` fails
+every mapping (CPython's thread and arena memory, numba's LLVM JIT, which aborts the
+process), which no failing disk does. ``read``/``readinto`` are not failed: the
+interpreter's imports and pipes use them.
 
 Only the broker process gets the preload: :data:`LAUNCHER` takes ``LD_PRELOAD`` out of
 its environment once it has started, so Spark's JVM and Python workers run without
-libfiu (under it the JVM cannot start its Python daemon: ``forkAndExec`` fails with
-EBUSY; and the workers, forked and reused by ``pyspark.daemon``, have no control thread
-anyway). A read-io-error during a Spark clean therefore fails the broker's side of it
-(the producer summary, the swap), not the executors' reads. The control pipes go under
-a directory of the caller's (``fiu-run -f``) so a SIGKILL leaves nothing in ``/tmp``.
+libfiu (under libfiu's POSIX preload the JVM could not start its Python daemon, EBUSY;
+and the workers, forked and reused by ``pyspark.daemon``, have no control thread). A
+read-io-error during a Spark clean fails the broker's side of it (the producer
+summary, the swap), not the executors' reads. The control pipes go under a directory of
+the caller's (``fiu-run -f``) so a SIGKILL leaves nothing in ``/tmp``.
 """
 
 from __future__ import annotations
@@ -46,10 +46,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-PREAD = "posix/io/rw/pread"
+PREAD = "kompakt/segment/pread"
 SEGMENT_MMAP = "kompakt/segment/mmap"
+SEGMENT_READS = (PREAD, SEGMENT_MMAP)
 FIU_LIB = Path("/usr/lib/fiu")  # where Debian's libfiu0 puts its preload libraries
-SHIM_SOURCE = Path(__file__).with_name("fiu_segment_mmap.c")
+SHIM_SOURCE = Path(__file__).with_name("fiu_segment_reads.c")
 # python -c LAUNCHER SCRIPT ARGS... (or PYTHON -m MODULE ARGS...): run the Python
 # script SCRIPT (``kompakt``) or MODULE in this process, libfiu already loaded, without
 # handing the preload to its children
@@ -69,10 +70,14 @@ LAUNCHER = (
 
 
 def missing() -> str | None:
-    """Why read errors cannot be injected here (None: ``fiu-run``/``fiu-ctrl`` exist)."""
+    """Why read errors cannot be injected here (None: they can)."""
     absent = [t for t in ("fiu-run", "fiu-ctrl") if shutil.which(t) is None]
     if absent:
         return f"{' and '.join(absent)} not found (scripts/ensure-fiu.sh installs fiu-utils)"
+    if not (FIU_LIB / "fiu_run_preload.so").exists():
+        return f"libfiu's fiu_run_preload.so is not in {FIU_LIB}"
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        return "no C compiler to build the segment read points (fiu_segment_reads.c)"
     return None
 
 
@@ -80,43 +85,38 @@ class FiuError(RuntimeError):
     """``fiu-ctrl`` could not reach the process or refused a command."""
 
 
-def build_segment_mmap_shim(out_dir: Path) -> tuple[Path | None, str]:
-    """Compile ``fiu_segment_mmap.c`` into ``out_dir``: (the library, "") or (None, why)."""
+def build_segment_reads(out_dir: Path) -> Path:
+    """Compile ``fiu_segment_reads.c`` into ``out_dir`` (raises :class:`FiuError`)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        return None, "no C compiler to build the segment mmap point"
-    out = Path(out_dir) / "fiu_segment_mmap.so"
+        raise FiuError("no C compiler to build the segment read points")
+    out = Path(out_dir) / "fiu_segment_reads.so"
     args = [cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(SHIM_SOURCE), "-l:libfiu.so.0"]
-    args.append("-ldl")
-    r = subprocess.run(args, capture_output=True, text=True)
+    r = subprocess.run([*args, "-ldl"], capture_output=True, text=True)
     if r.returncode != 0:
-        return None, f"building the segment mmap point failed: {r.stderr.strip()[:300]}"
-    return out, ""
+        raise FiuError(f"building the segment read points failed: {r.stderr.strip()[:300]}")
+    return out
 
 
 class Fiu:
-    """Failure points of processes started with :meth:`wrapper`, controlled by pid.
-
-    :attr:`points` are the segment reads that can fail here: ``pread`` always, the
-    segment ``mmap`` when its wrapper could be built (:attr:`note` says why not)."""
+    """The segment read points (:data:`SEGMENT_READS`) of processes started with
+    :meth:`wrapper`, switched by pid."""
 
     def __init__(self, ctrl_dir: Path):
         self.ctrl_dir = Path(ctrl_dir)
         self.ctrl_dir.mkdir(parents=True, exist_ok=True)
         self.prefix = str(self.ctrl_dir / "fiu-ctrl")
-        self.shim, self.note = build_segment_mmap_shim(self.ctrl_dir)
-        self.points: tuple[str, ...] = (PREAD, SEGMENT_MMAP) if self.shim else (PREAD,)
+        self.shim = build_segment_reads(self.ctrl_dir)
+        self.points = SEGMENT_READS
 
     def wrapper(self, python_script: bool = True) -> list[str]:
-        """The command prefix that starts a program with the failure points available:
-        ``fiu-run -x`` (libfiu and its POSIX points, control pipes under our prefix),
-        then ``env`` to add the segment mmap wrapper to the preload list fiu-run set,
-        then (``python_script``: the command is a Python script such as ``kompakt``)
-        :data:`LAUNCHER`, so the program's children do not inherit the preload."""
-        cmd = ["fiu-run", "-x", "-f", self.prefix]
-        if self.shim is not None:
-            libs = [FIU_LIB / "fiu_run_preload.so", FIU_LIB / "fiu_posix_preload.so", self.shim]
-            cmd += ["env", "LD_PRELOAD=" + " ".join(map(str, libs))]
+        """The command prefix that starts a program with the points available:
+        ``fiu-run`` (libfiu, control pipes under our prefix), ``env`` to add the
+        segment read points to the preload list fiu-run set, then (``python_script``:
+        the command is a Python script such as ``kompakt``) :data:`LAUNCHER`, so the
+        program's children do not inherit the preload."""
+        libs = [FIU_LIB / "fiu_run_preload.so", self.shim]
+        cmd = ["fiu-run", "-f", self.prefix, "env", "LD_PRELOAD=" + " ".join(map(str, libs))]
         if python_script:
             cmd += [sys.executable, "-c", LAUNCHER]
         return cmd
