@@ -807,8 +807,9 @@ class Campaign:
             )
         else:
             hit = spark is not None and ("error" in spark[1] or eio > 0)
+        points = "+".join(p.rsplit("/", 1)[-1] for p in self.fiu.points)
         detail = (
-            f"{'+'.join(p.split('/')[-1] for p in self.fiu.points)} fail p={prob} for {seconds:.2f} s; {eio} EIO lines in the broker "
+            f"{points} fail p={prob} for {seconds:.2f} s; {eio} EIO lines in the broker "
             f"log; reader errors {dict(errors) or 0}; broker {outcome}{lost}"
         )
         return Fault(t, "read-io-error", phase, hit, detail)
