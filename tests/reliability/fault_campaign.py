@@ -1200,7 +1200,7 @@ def write_outputs(result: CampaignResult, out: Path) -> tuple[Path, Path]:
     axes[1].set_yscale("symlog")
     axes[1].set_xlabel("seconds")
     names = sorted({f.label for f in result.faults})
-    colors = {n: plt.cm.tab10(i % 10) for i, n in enumerate(names)}
+    colors = {n: plt.cm.tab20(i % 20) for i, n in enumerate(names)}
     for f in result.faults:
         name = f.label
         for ax in axes:
