@@ -91,6 +91,7 @@ from reliability.kit import (
     read_partition,
 )
 from reliability.wire_kit import call, connect
+from shared_kit import accepts_connections, wait_for
 
 COMPACTED = {"fc-users": 3, "fc-orders": 2}
 # the background cleaner leaves fc-orders dirty for a while (ratio 0.9), so the Spark
@@ -521,7 +522,8 @@ class CampaignSettings:
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     check_every: int = 0  # also read everything back every N faults (0: only at the end)
     spark_every: int = 0  # every Nth fault is a kill during a Spark clean (0: by weight)
-    forced: dict[int, str] = field(default_factory=dict)  # fault number (from 1) -> kind
+    # fault number (from 1) -> kind, or read-io-error:PHASE
+    forced: dict[int, str] = field(default_factory=dict)
 
 
 class Campaign:
@@ -551,6 +553,7 @@ class Campaign:
             self.work / "data", overrides, wrapper=self.fiu.wrapper() if self.fiu else []
         )
         self.read_io: Counter[str] = Counter()
+        self.forced_phase = ""  # "read-io-error:local-clean" in settings.forced
         self.spark_warm_pid: int | None = None  # the broker whose Spark session is up
         self.model = Model()
         self.faults: list[Fault] = []
@@ -757,6 +760,7 @@ class Campaign:
         rng = self.rng
         phases = {p: w for p, w in READ_IO_PHASES.items() if p != "spark-clean" or self._spark()}
         phase = rng.choices(list(phases), list(phases.values()))[0]
+        phase, self.forced_phase = self.forced_phase or phase, ""
         prob, hold = round(rng.uniform(0.2, 0.8), 2), rng.uniform(0.5, 2.5)
         spark: tuple[threading.Thread, dict] | None = None
         if phase == "spark-clean":
@@ -807,6 +811,9 @@ class Campaign:
             )
         else:
             hit = spark is not None and ("error" in spark[1] or eio > 0)
+            if spark is not None:
+                answer = spark[1].get("error") or spark[1].get("result", b"still running")
+                errors["spark: " + str(answer)[:120]] += 1
         points = "+".join(p.rsplit("/", 1)[-1] for p in self.fiu.points)
         detail = (
             f"{points} fail p={prob} for {seconds:.2f} s; {eio} EIO lines in the broker "
@@ -910,6 +917,8 @@ class Campaign:
         Spark engine does) so a read-io-error window covers a clean, not a JVM start."""
         if self.spark_warm_pid == self.broker.pid:
             return
+        port = self.broker.admin_port  # up a moment after the Kafka port a restart waits for
+        wait_for(lambda: accepts_connections(port), "the admin endpoint", timeout=60)
         try:
             self._post_compact(SPARK_TOPIC, "spark", 300)
         except Exception as exc:  # noqa: BLE001 - an answer at all means the session is up
@@ -1055,8 +1064,8 @@ class Campaign:
                 if s.spark_every and (len(self.faults) + 1) % s.spark_every == 0:
                     kind = "spark-clean"
                 forced = s.forced.get(len(self.faults) + 1)
-                if forced is not None and forced not in self.skipped:
-                    kind = forced
+                if forced is not None and forced.split(":")[0] not in self.skipped:
+                    kind, _, self.forced_phase = forced.partition(":")
                 f = self.fault(kind)
                 self.faults.append(f)
                 self.log(

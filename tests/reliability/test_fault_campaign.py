@@ -4,8 +4,9 @@ The campaign: 20 faults drawn from a seeded RNG (``KOMPAKT_FAULTS_SEED=<n>`` rep
 the choices) against a real ``kompakt serve`` under load: SIGKILLs aimed at produce,
 fetch, a group rebalance, a local clean, a swap, a retention delete, a transaction
 commit and (the last fault) a Spark clean, SIGSTOP pauses past the session timeout, a
-full disk (``RLIMIT_FSIZE``) and (the middle fault, forced) read I/O errors injected with
-libfiu (skipped, and said so in the summary, where ``fiu-run`` is missing). Zero violations of Kafka's guarantees as modelled by
+full disk (``RLIMIT_FSIZE``) and (the middle fault, forced, during local cleans) read I/O
+errors injected with libfiu (skipped, and said so in the summary, where ``fiu-run`` is
+missing). Zero violations of Kafka's guarantees as modelled by
 :func:`reliability.fault_campaign.check_partition`: every acknowledged record is read
 back at its offset unless compaction or retention was allowed to remove it.
 
@@ -126,7 +127,8 @@ def test_fault_campaign_keeps_every_acknowledged_record(tmp_path: Path) -> None:
         rate=150.0,
         spark_every=FAULTS,
         weights=weights,
-        forced={FAULTS // 2: "read-io-error"},
+        # local-clean: no Spark start; fetches run through every read-io-error window
+        forced={FAULTS // 2: "read-io-error:local-clean"},
     )
     result = run_campaign(settings, tmp_path / "work")
     write_outputs(result, tmp_path / "out")
