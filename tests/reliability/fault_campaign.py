@@ -538,7 +538,8 @@ class Campaign:
             weights.pop("spark-clean", None)  # none, or only on the schedule
         self.skipped: dict[str, str] = {}
         self.fiu: Fiu | None = None
-        if weights.get("read-io-error", 0) > 0 or "read-io-error" in settings.forced.values():
+        forced_kinds = {v.split(":")[0] for v in settings.forced.values()}
+        if weights.get("read-io-error", 0) > 0 or "read-io-error" in forced_kinds:
             why = fiu_missing()
             if why is None:
                 self.fiu = Fiu(self.work / "fiu")
