@@ -41,7 +41,9 @@ the caller's (``fiu-run -f``) so a SIGKILL leaves nothing in ``/tmp``.
 from __future__ import annotations
 
 import errno
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -130,11 +132,18 @@ class Fiu:
         for c in commands:
             args += ["-c", c]
         # fiu-ctrl blocks opening the pipe of a process that died meanwhile: bounded
+        proc = subprocess.Popen(
+            [*args, str(pid)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its echo/cat children go with it on a timeout
+        )
         try:
-            out = subprocess.run(
-                [*args, str(pid)], capture_output=True, text=True, timeout=timeout
-            ).stdout
+            out, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             raise FiuError(f"fiu-ctrl got no answer from pid {pid} in {timeout} s") from None
         if "error" in out.lower():
             raise FiuError(f"fiu-ctrl {commands} on pid {pid}: {out.strip()}")
@@ -169,9 +178,6 @@ class Fiu:
         """Evidence of a process that stopped answering: its Python stacks (SIGUSR2 to
         the faulthandler :data:`LAUNCHER` registered, written to its log) and its native
         threads' stacks (``gdb``, when installed) in ``out``."""
-        import os
-        import signal
-
         os.kill(pid, signal.SIGUSR2)
         text = "gdb not installed"
         if shutil.which("gdb"):
