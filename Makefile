@@ -26,6 +26,7 @@ test-deps: $(BIN)/python
 	scripts/ensure-java.sh
 	scripts/ensure-kcat.sh
 	scripts/ensure-chromium.sh
+	scripts/ensure-fiu.sh || echo "warning: fiu-utils could not be installed (the fault campaign skips read I/O errors)" >&2
 
 lint: test-deps
 	$(BIN)/ruff check kompakt tests benchmarks

@@ -1,5 +1,6 @@
-"""Fault campaign: SIGKILLs aimed at phases, pauses and full disks against a real
-``kompakt serve`` under load, judged by a model of Kafka's compaction guarantees.
+"""Fault campaign: SIGKILLs aimed at phases, pauses, full disks and read I/O errors
+against a real ``kompakt serve`` under load, judged by a model of Kafka's compaction
+guarantees.
 
 The workload, the faults and the checker are in ``tests/reliability/fault_campaign.py``
 (the CI test runs the same code with a small budget). This script runs a campaign for
@@ -14,6 +15,10 @@ the broker's still vary, so a replay aims at the same phases, not the same insta
 ``--engine local`` runs the background cleaner in process and never starts Spark;
 ``spark`` cleans on Spark in the background too; ``both`` (default) cleans locally in
 the background and adds kills during ``POST /v1/compact`` cleans on Spark.
+
+Read I/O errors (``read-io-error``: EIO on segment ``pread``/``mmap`` during a fetch, a
+local clean or a Spark clean) need libfiu's ``fiu-run``/``fiu-ctrl``
+(``scripts/ensure-fiu.sh``); without them that kind is skipped and the summary says so.
 
 Run: ``.venv/bin/python benchmarks/faults.py --faults 200 --out faults-out``.
 Exit status 1 when any violation was found.

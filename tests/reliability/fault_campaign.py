@@ -23,8 +23,21 @@ Faults, drawn from a seeded RNG and aimed at a phase:
 * ``disk-full``: the broker's ``RLIMIT_FSIZE`` soft limit lowered with ``prlimit(2)`` to
   a few KiB for a while (every append past it fails with EFBIG, as on a full disk), then
   restored. No tmpfs or loop device: those need root.
-* Read I/O errors are not injected: without root there is no way to make reads of an
-  open file fail (no ``dm-flakey``, no FUSE here).
+* ``read-io-error``: reads of segment files fail with EIO for a while, injected with
+  libfiu (:mod:`reliability.fiu`: the broker runs under ``fiu-run`` with two libfiu
+  points on ``.log`` files, ``fiu-ctrl`` fails ``pread`` and ``mmap`` with a drawn
+  probability, then stops), aimed at a fetch
+  (group members and extra readers fetch through the window), a local clean (the
+  background cleaner runs all the time) or a Spark clean (``POST /v1/compact`` on a warm
+  session; libfiu reaches the broker's side of it, not Spark's reused Python workers).
+  During the window clients may get errors; every record anyone reads must still be the
+  one acknowledged at that offset (readers check CRCs: a bad batch is a violation).
+  After it, the broker must be up and serving, or have exited on its own (a clean exit:
+  an exit by a signal is a violation), or answer KAFKA_STORAGE_ERROR for the failed log
+  dir as Kafka's ``LogDirFailureChannel`` makes it; in the last two cases, and when
+  produce keeps failing after the window (a partition left broken: counted as
+  ``stuck``), the fault restarts the broker. Without ``fiu-run`` this kind is skipped
+  and the summary says so.
 
 Each fault's ``hit`` says whether the aimed phase was observed at the kill moment (the
 file or the request still there); a miss is still a kill at a random moment.
@@ -64,6 +77,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reliability.fiu import Fiu, FiuError
+from reliability.fiu import missing as fiu_missing
 from reliability.kit import (
     BrokerProcess,
     Model,
@@ -75,6 +90,8 @@ from reliability.kit import (
     p99,
     read_partition,
 )
+from reliability.wire_kit import call, connect
+from shared_kit import accepts_connections, wait_for
 
 COMPACTED = {"fc-users": 3, "fc-orders": 2}
 # the background cleaner leaves fc-orders dirty for a while (ratio 0.9), so the Spark
@@ -135,7 +152,11 @@ DEFAULT_WEIGHTS = {
     "spark-clean": 12,
     "pause": 5,
     "disk-full": 5,
+    "read-io-error": 8,
 }
+# where a read-io-error is aimed, relative weights (spark-clean only with Spark cleans)
+READ_IO_PHASES = {"fetch": 4, "local-clean": 4, "spark-clean": 2}
+STORAGE_ERROR = 56  # KAFKA_STORAGE_ERROR
 
 
 # -- the checker ---------------------------------------------------------------------------
@@ -250,6 +271,23 @@ def check_transactions(
             if v not in txn_values:
                 bad.append(f"{tp}@{off}: {v!r} was never produced")
     return bad
+
+
+def storage_error_partitions(port: int, tps: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Partitions answering ListOffsets (latest: no segment read) with
+    KAFKA_STORAGE_ERROR, as Kafka answers for a partition of an offline log dir."""
+    topics: dict[str, list[dict]] = {}
+    for topic, part in tps:
+        topics.setdefault(topic, []).append({"partition_index": part, "timestamp": -1})
+    body = {"replica_id": -1, "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]}
+    with connect(port) as sock:
+        r = call(sock, 2, 1, body)
+    return [
+        (t.name, p.partition_index)
+        for t in r.topics
+        for p in t.partitions
+        if p.error_code == STORAGE_ERROR
+    ]
 
 
 # -- clients ---------------------------------------------------------------------------------
@@ -408,8 +446,18 @@ class GroupMember:
 @dataclass
 class Fault:
     t_s: float  # the kill, or the start of a pause or a full disk
-    kind: str  # sigkill | pause | disk-full
+    kind: str  # sigkill | pause | disk-full | read-io-error
     phase: str  # what it was aimed at
+
+    @property
+    def label(self) -> str:
+        """How the summary, the CSV's readers and the PNG name it."""
+        if self.kind == "sigkill":
+            return self.phase
+        if self.kind == "read-io-error":
+            return f"read-io-error:{self.phase}"
+        return self.kind
+
     hit: bool  # the aimed phase was observed at the fault moment
     detail: str
 
@@ -437,18 +485,21 @@ class CampaignResult:
     restarts: int
     broker_tracebacks: int  # in the broker's log (a full disk makes some expected ones)
     violations: list[str]
+    skipped: dict[str, str] = field(default_factory=dict)  # fault kind -> why not run
+    read_io: dict[str, int] = field(default_factory=dict)  # what the broker did after one
 
     def by_kind(self) -> dict[str, str]:
         out: dict[str, list[int]] = {}
         for f in self.faults:
-            name = f.phase if f.kind == "sigkill" else f.kind
-            n = out.setdefault(name, [0, 0])
+            n = out.setdefault(f.label, [0, 0])
             n[0] += 1
             n[1] += f.hit
         return {k: f"{n} ({h} hit)" for k, (n, h) in sorted(out.items())}
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {v}" for k, v in self.by_kind().items())
+        skipped = "".join(f"; SKIPPED {k}: {why}" for k, why in self.skipped.items())
+        read_io = f"; after read I/O errors the broker {self.read_io}" if self.read_io else ""
         return (
             f"fault campaign: seed {self.seed}, engine {self.engine}, "
             f"{self.elapsed_s:.0f} s, {len(self.faults)} faults: {kinds}; "
@@ -457,7 +508,7 @@ class CampaignResult:
             f"{self.broker_tracebacks} tracebacks in the broker log; "
             f"{self.acked} records acknowledged, {self.failed} failed; transactions "
             f"{self.txns}; {self.consumed} records consumed by the group; "
-            f"violations: {len(self.violations)}"
+            f"violations: {len(self.violations)}{read_io}{skipped}"
         )
 
 
@@ -471,6 +522,8 @@ class CampaignSettings:
     weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     check_every: int = 0  # also read everything back every N faults (0: only at the end)
     spark_every: int = 0  # every Nth fault is a kill during a Spark clean (0: by weight)
+    # fault number (from 1) -> kind, or read-io-error:PHASE
+    forced: dict[int, str] = field(default_factory=dict)
 
 
 class Campaign:
@@ -483,11 +536,26 @@ class Campaign:
         weights = dict(settings.weights)
         if settings.engine == "local" or settings.spark_every:
             weights.pop("spark-clean", None)  # none, or only on the schedule
+        self.skipped: dict[str, str] = {}
+        self.fiu: Fiu | None = None
+        forced_kinds = {v.split(":")[0] for v in settings.forced.values()}
+        if weights.get("read-io-error", 0) > 0 or "read-io-error" in forced_kinds:
+            why = fiu_missing()
+            if why is None:
+                self.fiu = Fiu(self.work / "fiu")
+            else:
+                self.skipped["read-io-error"] = why
+                weights.pop("read-io-error", None)
         self.kinds = [k for k, w in weights.items() if w > 0]
         self.weights = [weights[k] for k in self.kinds]
         overrides = dict(BROKER_OVERRIDES)
         overrides["kompakt.cleaner.engine"] = "spark" if settings.engine == "spark" else "local"
-        self.broker = BrokerProcess(self.work / "data", overrides)
+        self.broker = BrokerProcess(
+            self.work / "data", overrides, wrapper=self.fiu.wrapper() if self.fiu else []
+        )
+        self.read_io: Counter[str] = Counter()
+        self.forced_phase = ""  # "read-io-error:local-clean" in settings.forced
+        self.spark_warm_pid: int | None = None  # the broker whose Spark session is up
         self.model = Model()
         self.faults: list[Fault] = []
         self.samples: list[Sample] = []
@@ -672,6 +740,8 @@ class Campaign:
             return Fault(
                 t, "disk-full", "append", alive, f"RLIMIT_FSIZE {limit} B for {hold:.2f} s"
             )
+        if kind == "read-io-error":
+            return self._read_io_error()
         hit, detail = self._aim(kind)
         t = round(time.monotonic() - self.t0, 2)  # the kill moment, not the aim's start
         if not self.broker.alive():
@@ -680,6 +750,181 @@ class Campaign:
         else:
             self._kill_and_restart()
         return Fault(t, "sigkill", kind, hit, detail)
+
+    # -- read I/O errors ----------------------------------------------------------------------
+    def _read_io_error(self) -> Fault:
+        """Segment reads (``pread``, ``mmap``) fail with EIO at a drawn probability for a
+        drawn time, aimed at a fetch, a local clean or a Spark clean; then the broker's
+        answer is judged and, if it took the dir offline, exited or was left broken,
+        it is restarted (see the module docstring)."""
+        assert self.fiu is not None
+        rng = self.rng
+        phases = {p: w for p, w in READ_IO_PHASES.items() if p != "spark-clean" or self._spark()}
+        phase = rng.choices(list(phases), list(phases.values()))[0]
+        phase, self.forced_phase = self.forced_phase or phase, ""
+        prob, hold = round(rng.uniform(0.2, 0.8), 2), rng.uniform(0.5, 2.5)
+        spark: tuple[threading.Thread, dict] | None = None
+        if phase == "spark-clean":
+            self._warm_spark()
+        pid, mark = self.broker.pid, len(self.broker.log_text())
+        t = round(time.monotonic() - self.t0, 2)
+        try:
+            self.fiu.enable(pid, probability=prob)
+        except FiuError as exc:  # the harness failed, not the broker: said, not judged
+            self.read_io["not injected"] += 1
+            return Fault(t, "read-io-error", phase, False, f"not injected: {exc}")
+        errors: Counter[str] = Counter()
+        readers = [self._window_reader(hold, errors) for _ in range(2 if phase == "fetch" else 1)]
+        if phase == "spark-clean":
+            spark = self._in_thread(lambda: self._post_compact(SPARK_TOPIC, "spark", 120))
+            spark[0].join(max(hold, 20.0))  # the window lasts the clean (bounded)
+        else:
+            time.sleep(hold)  # fault: the disk fails reads this long
+        lost = ""
+        try:
+            if self.broker.alive():
+                self.fiu.disable(pid)
+        except FiuError as exc:
+            if self.broker.alive():
+                # reads would keep failing: stacks for the record, a SIGKILL, a restart
+                where = self.fiu.dump(pid, self.work / f"no-answer-{pid}.txt")
+                lost = f"; libfiu did not answer ({exc}): stacks in {where}, SIGKILLed"
+                self.log(f"  libfiu did not answer pid {pid}: stacks in {where} and the log")
+                self.broker.kill()
+        for th in readers:
+            th.join(30)
+        seconds = round(time.monotonic() - self.t0 - t, 2)
+        outcome = "fiu-lost: restarted" if lost else self._after_read_errors()
+        if lost:
+            self._offline_check()
+            self.broker.start(timeout=60)
+        self.read_io[outcome.split(":")[0]] += 1
+        new_log = self.broker.log_text()[mark:]
+        eio = sum(
+            "Input/output error" in line or "Errno 5" in line for line in new_log.splitlines()
+        )
+        if phase == "fetch":
+            hit = "fetch" in new_log or errors.total() > 0
+        elif phase == "local-clean":
+            hit = any(
+                "clean" in line.lower() and ("Input/output" in line or "Errno 5" in line)
+                for line in new_log.splitlines()
+            )
+        else:
+            hit = spark is not None and ("error" in spark[1] or eio > 0)
+            if spark is not None:
+                answer = spark[1].get("error") or spark[1].get("result", b"still running")
+                errors["spark: " + str(answer)[:120]] += 1
+        points = "+".join(p.rsplit("/", 1)[-1] for p in self.fiu.points)
+        detail = (
+            f"{points} fail p={prob} for {seconds:.2f} s; {eio} EIO lines in the broker "
+            f"log; reader errors {dict(errors) or 0}; broker {outcome}{lost}"
+        )
+        return Fault(t, "read-io-error", phase, hit, detail)
+
+    def _window_reader(self, seconds: float, errors: Counter[str]) -> threading.Thread:
+        """A consumer reading a random partition from its start for ``seconds``: errors
+        are counted (clients may get them now), records go to the consumer check (they
+        must be what was acknowledged there), and a batch failing its CRC is a
+        violation (the broker served wrong bytes)."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+        tp = self.rng.choice(list(self.targets()))
+
+        def run() -> None:
+            c = Consumer(
+                {
+                    "bootstrap.servers": self.broker.bootstrap,
+                    "group.id": "fc-window-reader",
+                    "enable.auto.commit": False,
+                    "check.crcs": True,
+                    "fetch.wait.max.ms": 50,
+                    "log_level": 2,
+                }
+            )
+            try:
+                c.assign([TopicPartition(*tp, OFFSET_BEGINNING)])
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    for m in c.consume(200, timeout=0.1):
+                        err = m.error()
+                        if err is None:
+                            self._on_consumed(m)
+                        elif err.code() == KafkaError._BAD_MSG:
+                            self.violations.append(f"read-io-error: {tp} served bad bytes: {err}")
+                        else:
+                            errors[err.name()] += 1
+            except Exception as exc:  # noqa: BLE001 - counted: clients may fail now
+                errors[type(exc).__name__] += 1
+            finally:
+                c.close()
+
+        th = threading.Thread(target=run, name="fc-window-reader", daemon=True)
+        th.start()
+        return th
+
+    def _storage_errors(self) -> list[tuple[str, int]]:
+        tps = [*self.targets(), *((TXN_TOPIC, p) for p in range(TXN_PARTITIONS))]
+        return storage_error_partitions(self.broker.port, tps)
+
+    def _restart(self, why: str) -> None:
+        """SIGTERM (a clean stop; SIGKILL if ignored), the offline check, start."""
+        try:
+            self.broker.stop(timeout=60)
+        except AssertionError as exc:
+            self.violations.append(f"{why}: {exc}")
+        self._offline_check()
+        self.broker.start(timeout=60)
+
+    def _after_read_errors(self) -> str:
+        """What the broker did once reads work again: ``up``, ``exited`` (on its own,
+        without a signal), ``offline`` (KAFKA_STORAGE_ERROR) or ``stuck`` (produce
+        still fails); restarted in the last three cases."""
+        proc = self.broker.proc
+        assert proc is not None
+        if not self.broker.alive():
+            rc = proc.returncode
+            if rc is not None and rc < 0:
+                self.violations.append(
+                    f"read-io-error: the broker died of signal {-rc}:\n{self.broker.log_tail()}"
+                )
+            self._offline_check()
+            self.broker.start(timeout=60)
+            return f"exited: code {rc}, restarted"
+        time.sleep(0.5)  # delivery reports of the window's failed produces arrive
+        try:
+            offline = self._storage_errors()
+        except (OSError, AssertionError) as exc:
+            offline = []
+            if not self.broker.alive():
+                return self._after_read_errors()
+            self.violations.append(f"read-io-error: ListOffsets after the window failed: {exc}")
+        if offline:
+            self._restart("read-io-error (dir offline)")
+            return f"offline: {len(offline)} partitions KAFKA_STORAGE_ERROR, restarted"
+        failed = self.model.failed
+        time.sleep(1.5)  # does produce work again?
+        if self.model.failed > failed:
+            n = self.model.failed - failed
+            self._restart("read-io-error (stuck)")
+            return f"stuck: {n} produce failures after the window, restarted"
+        return "up"
+
+    def _spark(self) -> bool:
+        return self.s.engine != "local"
+
+    def _warm_spark(self) -> None:
+        """Start this broker's Spark session (the first ``POST /v1/compact`` with the
+        Spark engine does) so a read-io-error window covers a clean, not a JVM start."""
+        if self.spark_warm_pid == self.broker.pid:
+            return
+        port = self.broker.admin_port  # up a moment after the Kafka port a restart waits for
+        wait_for(lambda: accepts_connections(port), "the admin endpoint", timeout=60)
+        try:
+            self._post_compact(SPARK_TOPIC, "spark", 300)
+        except Exception as exc:  # noqa: BLE001 - an answer at all means the session is up
+            self.log(f"  Spark warm-up answered {exc}")
+        self.spark_warm_pid = self.broker.pid
 
     def _aim(self, phase: str) -> tuple[bool, str]:
         """Wait for the phase (or a bounded time), return (observed, detail); the caller
@@ -803,6 +1048,8 @@ class Campaign:
             f"fault campaign: seed {s.seed} (--seed {s.seed} replays the fault choices), "
             f"engine {s.engine}, faults {s.faults}, duration {s.duration}"
         )
+        for kind, why in self.skipped.items():
+            self.log(f"SKIPPING fault kind {kind}: {why}")
         self.t0 = time.monotonic()
         self.broker.start(timeout=60)
         try:
@@ -817,6 +1064,9 @@ class Campaign:
                 kind = self.rng.choices(self.kinds, self.weights)[0]
                 if s.spark_every and (len(self.faults) + 1) % s.spark_every == 0:
                     kind = "spark-clean"
+                forced = s.forced.get(len(self.faults) + 1)
+                if forced is not None and forced.split(":")[0] not in self.skipped:
+                    kind, _, self.forced_phase = forced.partition(":")
                 f = self.fault(kind)
                 self.faults.append(f)
                 self.log(
@@ -858,6 +1108,8 @@ class Campaign:
             restarts=self.broker.starts - 1,
             broker_tracebacks=self.broker.log_text().count("Traceback"),
             violations=self.violations,
+            skipped=dict(self.skipped),
+            read_io=dict(self.read_io),
         )
 
     def finish_load(self) -> None:
@@ -957,10 +1209,10 @@ def write_outputs(result: CampaignResult, out: Path) -> tuple[Path, Path]:
     axes[1].set_ylabel("produce p99 (ms)")
     axes[1].set_yscale("symlog")
     axes[1].set_xlabel("seconds")
-    names = sorted({f.phase if f.kind == "sigkill" else f.kind for f in result.faults})
-    colors = {n: plt.cm.tab10(i % 10) for i, n in enumerate(names)}
+    names = sorted({f.label for f in result.faults})
+    colors = {n: plt.cm.tab20(i % 20) for i, n in enumerate(names)}
     for f in result.faults:
-        name = f.phase if f.kind == "sigkill" else f.kind
+        name = f.label
         for ax in axes:
             ax.axvline(f.t_s, color=colors[name], linewidth=0.6, alpha=0.7)
     handles = [plt.Line2D([], [], color=colors[n], label=n) for n in names]

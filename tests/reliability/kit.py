@@ -48,13 +48,15 @@ class BrokerProcess:
     The ports stay the same across restarts so clients reconnect on their own. Output
     goes to ``log_path`` (appended across restarts) so a full pipe never stalls it.
     ``fsize_limit`` sets ``RLIMIT_FSIZE`` in the child (a per-file size cap: writes past
-    it fail with EFBIG because Python ignores SIGXFSZ).
+    it fail with EFBIG because Python ignores SIGXFSZ). ``wrapper`` goes before the
+    command (``fiu-run -x ...`` for injected I/O errors, :mod:`reliability.fiu`).
     """
 
     data_dir: Path
     overrides: dict[str, str] = field(default_factory=dict)
     log_path: Path | None = None
     fsize_limit: int | None = None
+    wrapper: list[str] = field(default_factory=list)
     port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
@@ -81,7 +83,7 @@ class BrokerProcess:
             "kompakt.admin.listener": f"http://127.0.0.1:{self.admin_port}",
             **self.overrides,
         }
-        cmd = kompakt_command()
+        cmd = [*self.wrapper, *kompakt_command()]
         for k, v in props.items():
             cmd += ["--override", f"{k}={v}"]
         return cmd

@@ -3,8 +3,10 @@
 The campaign: 20 faults drawn from a seeded RNG (``KOMPAKT_FAULTS_SEED=<n>`` replays
 the choices) against a real ``kompakt serve`` under load: SIGKILLs aimed at produce,
 fetch, a group rebalance, a local clean, a swap, a retention delete, a transaction
-commit and (the last fault) a Spark clean, SIGSTOP pauses past the session timeout and
-a full disk (``RLIMIT_FSIZE``). Zero violations of Kafka's guarantees as modelled by
+commit and (the last fault) a Spark clean, SIGSTOP pauses past the session timeout, a
+full disk (``RLIMIT_FSIZE``) and (the middle fault, forced, during local cleans) read I/O
+errors injected with libfiu (skipped, and said so in the summary, where ``fiu-run`` is
+missing). Zero violations of Kafka's guarantees as modelled by
 :func:`reliability.fault_campaign.check_partition`: every acknowledged record is read
 back at its offset unless compaction or retention was allowed to remove it.
 
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from reliability.fault_campaign import (
+    DEFAULT_WEIGHTS,
     CampaignSettings,
     Txn,
     check_partition,
@@ -27,6 +30,7 @@ from reliability.fault_campaign import (
     run_campaign,
     write_outputs,
 )
+from reliability.fiu import missing as fiu_missing
 from reliability.kit import Write
 
 FAULTS = int(os.environ.get("KOMPAKT_FAULTS", "20"))
@@ -115,8 +119,16 @@ def test_transaction_checker_needs_committed_visible_aborted_hidden_and_atomicit
 def test_fault_campaign_keeps_every_acknowledged_record(tmp_path: Path) -> None:
     seed = int(os.environ.get("KOMPAKT_FAULTS_SEED", random.randrange(2**31)))
     print(f"\nKOMPAKT_FAULTS_SEED={seed}  (set it to replay these fault choices)")
+    weights = {**DEFAULT_WEIGHTS, "read-io-error": 0}  # the mix as before, plus one forced
     settings = CampaignSettings(
-        seed=seed, faults=FAULTS, engine="both", rate=150.0, spark_every=FAULTS
+        seed=seed,
+        faults=FAULTS,
+        engine="both",
+        rate=150.0,
+        spark_every=FAULTS,
+        weights=weights,
+        # local-clean: no Spark start; fetches run through every read-io-error window
+        forced={FAULTS // 2: "read-io-error:local-clean"},
     )
     result = run_campaign(settings, tmp_path / "work")
     write_outputs(result, tmp_path / "out")
@@ -128,6 +140,10 @@ def test_fault_campaign_keeps_every_acknowledged_record(tmp_path: Path) -> None:
         "most kills should land in the phase they aimed at: " + str(result.by_kind())
     )
     assert any(f.phase == "spark-clean" for f in result.faults)
+    if fiu_missing() is None:
+        assert [f.kind for f in result.faults].count("read-io-error") >= 1
+    else:
+        assert "read-io-error" in result.skipped and "SKIPPED" in result.summary()
     assert result.txns.get("committed", 0) > 0
     assert (tmp_path / "out" / "faults.csv").read_text().count("\n") == FAULTS + 1
     assert (tmp_path / "out" / "faults.png").stat().st_size > 0
