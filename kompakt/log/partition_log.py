@@ -390,16 +390,23 @@ class PartitionLog:
             sizes = [s.size for s in segments]
         if offset == leo:
             return b""
-        for seg, end in zip(segments, sizes, strict=True):
-            found = seg.translate_offset(offset)
-            if found is None:
-                continue
-            pos, h = found
-            if h.size > max_bytes:
-                data = seg.read_at(pos, h.size) if min_one_batch else b""
-            else:
-                data = seg.read_at(pos, min(max_bytes, end - pos))
-            return self._verified(seg, pos, data)
+        try:
+            for seg, end in zip(segments, sizes, strict=True):
+                found = seg.translate_offset(offset)
+                if found is None:
+                    continue
+                pos, h = found
+                if h.size > max_bytes:
+                    data = seg.read_at(pos, h.size) if min_one_batch else b""
+                else:
+                    data = seg.read_at(pos, min(max_bytes, end - pos))
+                return self._verified(seg, pos, data)
+        except OSError as exc:
+            # Kafka's LocalLog.read runs under maybeHandleIOException: a read error takes
+            # the log dir offline (LogDirFailureChannel) and the fetch answers
+            # KAFKA_STORAGE_ERROR, rather than UNKNOWN_SERVER_ERROR and a traceback
+            self.io_failed(exc, f"reading {self.name}")
+            raise KafkaStorageError(f"I/O error reading {self.name}: {exc}") from exc
         return b""
 
     def _verified(self, seg: LogSegment, pos: int, data: bytes) -> bytes:

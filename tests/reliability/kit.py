@@ -109,6 +109,7 @@ class BrokerProcess:
         self.starts += 1
         try:
             wait_for_port(self.port, self.proc, timeout)
+            wait_for_port(self.admin_port, self.proc, timeout)  # bound apart from Kafka's
         except AssertionError as exc:
             self.kill()
             raise AssertionError(f"broker did not start: {exc}:\n{self.log_tail()}") from None

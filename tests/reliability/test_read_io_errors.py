@@ -64,8 +64,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory, fiu: Fiu) -> Iterator[Broke
         yield b
 
 
-def produce(b: BrokerProcess, model: Model, topic: str, keys: int, n: int) -> None:
-    """``n`` records (values unique) acks=all, idempotent; offsets from delivery reports."""
+def produce(
+    b: BrokerProcess, model: Model, topic: str, keys: int, n: int, strict: bool = True
+) -> None:
+    """``n`` records (values unique) acks=all, idempotent; offsets from delivery reports.
+    ``strict``: every one must be acknowledged (else the model keeps only those that were)."""
     p = Producer(
         {
             "bootstrap.servers": b.bootstrap,
@@ -83,8 +86,10 @@ def produce(b: BrokerProcess, model: Model, topic: str, keys: int, n: int) -> No
         )
         if i % 100 == 99:
             p.poll(0)
-    assert p.flush(60) == 0
-    assert model.failed == 0, model.errors
+    left = p.flush(60 if strict else 10)
+    if strict:
+        assert left == 0
+        assert model.failed == 0, model.errors
 
 
 def read_during(b: BrokerProcess, topic: str, seconds: float) -> tuple[list, Counter[str]]:
@@ -118,9 +123,11 @@ def read_during(b: BrokerProcess, topic: str, seconds: float) -> tuple[list, Cou
     return got, errors
 
 
-def settle(b: BrokerProcess, topics: list[str]) -> str:
+def settle(b: BrokerProcess, topics: list[str], mark: int) -> str:
     """Once reads work again: the broker is up, or it exited on its own (never by a
     signal), or its dir is offline (KAFKA_STORAGE_ERROR); restarted in the last two."""
+    if "Shutdown broker because all log dirs" in b.log_text()[mark:]:  # Kafka's halt, under way
+        wait_for(lambda: not b.alive(), "the broker's halt with no log dir left", timeout=60)
     if not b.alive():
         assert b.proc is not None and b.proc.returncode >= 0, (
             f"the broker died of a signal on read errors:\n{b.log_tail()}"
@@ -173,7 +180,7 @@ def test_fetch_during_pread_errors_serves_acknowledged_bytes_or_an_error(
     acked = {w.offset: (k, w.value) for k, ws in writes_of(model, FETCH_TOPIC).items() for w in ws}
     wrong = [(o, k, v) for o, k, v in got if acked.get(o) != (k, v)]
     assert not wrong, f"served during the window but not acknowledged there: {wrong[:3]}"
-    outcome = settle(broker, [FETCH_TOPIC])
+    outcome = settle(broker, [FETCH_TOPIC], mark)
     read_ms = int(time.time() * 1000)
     records = read_partition(broker.bootstrap, FETCH_TOPIC, 0, timeout=60)
     bad = check_partition(
@@ -199,12 +206,15 @@ def test_clean_during_segment_read_errors_changes_nothing_and_cleans_after(
     }
     create_topic(broker.bootstrap, CLEAN_TOPIC, 1, config)
     model = Model()
+    produce(broker, model, CLEAN_TOPIC, keys=40, n=1200)
     mark = len(broker.log_text())
     # the segment reads of every clean fail half the time: some before a .cleaned file
-    # exists, some while one is being written
+    # exists, some while one is being written. Kafka's cleaner takes the log dir offline
+    # on an IOException, and with no dir left the broker halts: what is produced in the
+    # window may fail, and only what was acknowledged is judged
     fiu.enable(broker.pid, probability=0.5)
     try:
-        produce(broker, model, CLEAN_TOPIC, keys=40, n=1200)
+        produce(broker, model, CLEAN_TOPIC, keys=40, n=1200, strict=False)
         wait_for(
             lambda: (
                 sum(
@@ -220,7 +230,7 @@ def test_clean_during_segment_read_errors_changes_nothing_and_cleans_after(
     finally:
         if broker.alive():
             fiu.disable(broker.pid)
-    outcome = settle(broker, [CLEAN_TOPIC, FETCH_TOPIC])
+    outcome = settle(broker, [CLEAN_TOPIC, FETCH_TOPIC], mark)
     status, doc = compact(broker, CLEAN_TOPIC)
     assert status == 200, doc
     assert doc["results"][0]["status"] in ("cleaned", "skipped"), doc
@@ -231,12 +241,12 @@ def test_clean_during_segment_read_errors_changes_nothing_and_cleans_after(
         (CLEAN_TOPIC, 0), writes_of(model, CLEAN_TOPIC), records, compact=True, read_ms=read_ms
     )
     assert bad == [], bad[:5]
-    assert len(records) < 1200, "nothing was ever cleaned"
+    assert len(records) < len(model.acked_records((CLEAN_TOPIC, 0))), "nothing was ever cleaned"
     assert broker.stop() == 0
     assert leftovers(broker.data_dir) == []
     check_data_dir(broker.data_dir)
     broker.start(60)  # the module's broker outlives the test
-    print(f"broker {outcome} after the window; {len(records)} records left of 1200")
+    print(f"broker {outcome} after the window; {len(records)} records left")
 
 
 def test_injection_reaches_segment_reads_only(tmp_path: Path, fiu: Fiu) -> None:
