@@ -62,6 +62,7 @@ import pyarrow as pa
 
 from kompakt.cleaner.key_map import feeds_key_map
 from kompakt.cleaner.segment_io import segment_buffer
+from kompakt.cleaner.throttle import Throttler
 from kompakt.cleaner.transactions import AbortedTxn, TxnTracker
 from kompakt.log.index import OffsetIndex
 from kompakt.log.segment import INDEX_SUFFIX, segment_file
@@ -304,12 +305,20 @@ def pack_buckets(rows: np.ndarray, ids: Sequence[int]) -> pa.RecordBatch:
 
 
 def _mapper(
-    start: int, first_dirty: int, end: int, aborted: Sequence[AbortedTxn], ids: Sequence[int]
+    start: int,
+    first_dirty: int,
+    end: int,
+    aborted: Sequence[AbortedTxn],
+    ids: Sequence[int],
+    throttle: Throttler | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for rb in batches:
             for row in rb.to_pylist():  # one row per task, not per record
-                rows = digest_rows(ReadTask(**row), start, first_dirty, end, aborted)
+                task = ReadTask(**row)
+                rows = digest_rows(task, start, first_dirty, end, aborted)
+                if throttle is not None:  # Kafka's buildOffsetMap reports its reads
+                    throttle.maybe_throttle(task.hi_position - task.lo_position)
                 for i in range(0, len(rows), PACK_ROWS):  # binary values stay far below 2 GiB
                     yield pack_buckets(rows[i : i + PACK_ROWS], ids)
 
@@ -410,6 +419,7 @@ def superseded_here(
     first_dirty: int,
     end: int,
     aborted: Sequence[AbortedTxn] = (),
+    io: Callable[[int], object] | None = None,
 ) -> Superseded:
     """The same answer as :func:`superseded`, computed in the calling process: the map
     side's rows of every task, then the reduce side's kernel over all of them at once
@@ -418,7 +428,11 @@ def superseded_here(
     width = max(0, end - start)
     bits = np.zeros((width + 7) // 8, np.uint8)
     aborted = [t for t in aborted if t.last_offset >= start and t.first_offset < end]
-    parts = [digest_rows(t, start, first_dirty, end, aborted) for t in tasks]
+    parts = []
+    for t in tasks:
+        parts.append(digest_rows(t, start, first_dirty, end, aborted))
+        if io is not None:  # the I/O throttle (Kafka's buildOffsetMap reports its reads)
+            io(t.hi_position - t.lo_position)
     rows = np.concatenate(parts) if parts else np.empty((0, 3), np.int64)
     if width:
         superseded_bits(rows, start, end, bits)
@@ -436,12 +450,14 @@ def superseded(
     *,
     task_bytes: int = TASK_BYTES,
     rows_per_reduce: int = ROWS_PER_REDUCE,
+    throttle: Throttler | None = None,
 ) -> Superseded:
     """For every record in ``[start, end)`` of the segments in ``groups`` (lists of base
     offsets, the cleaner's segment groups), whether a later record of its key feeds the
     map from the dirty range ``[first_dirty, end)``. ``aborted`` are the partition's
     aborted transactions (``ProducerSummary.aborted``; those overlapping the range
-    suffice). One read of the segments, one shuffle of 24-byte rows."""
+    suffice). One read of the segments, one shuffle of 24-byte rows. ``throttle`` is
+    one map task's share of the cleaner's I/O limit."""
     width = max(0, end - start)
     tasks = plan_reads(part_dir, [b for g in groups for b in g], task_bytes)
     if not tasks or width == 0:
@@ -457,7 +473,7 @@ def superseded(
     reduces = cores * math.ceil(width / (rows_per_reduce * cores))
     ids = bucket_ids(reduces)
     out = (
-        task_df.mapInArrow(_mapper(start, first_dirty, end, aborted, ids), BUCKET_SCHEMA)
+        task_df.mapInArrow(_mapper(start, first_dirty, end, aborted, ids, throttle), BUCKET_SCHEMA)
         .repartition(reduces, "bucket")
         .mapInArrow(_reducer(start, end), BITS_SCHEMA)
         .collect()
