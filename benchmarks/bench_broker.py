@@ -444,6 +444,7 @@ class UpdateLoad:
         self.value = b"u" * 1024
         self.phase = "warm-up"
         self.lat: dict[str, list[float]] = {}
+        self.timeline: list[tuple[float, float]] = []  # (send time, latency ms)
         self.sent = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -465,7 +466,9 @@ class UpdateLoad:
 
             def done(err, _msg, t0=now, xs=phase) -> None:
                 if err is None:
-                    xs.append((time.perf_counter() - t0) * 1000)
+                    ms = (time.perf_counter() - t0) * 1000
+                    xs.append(ms)
+                    self.timeline.append((t0, ms))
 
             try:
                 key = b"key-%d" % (i % self.keys)
@@ -508,9 +511,20 @@ def _throttle_case(args: argparse.Namespace, limit: str) -> dict:
     samples: list[dict] = []
     try:
         bs, port = b.bootstrap, b.admin_port
-        compacted = {"cleanup.policy": "compact", "segment.bytes": str(16 << 20)}
-        create_topic(bs, "updates", {**compacted, "min.cleanable.dirty.ratio": "0.5"})
-        create_topic(bs, "big", {**compacted, "min.compaction.lag.ms": "3600000"})
+        compacted = {"cleanup.policy": "compact"}
+        # the update load's topic: small segments, so the cleaner cleans it every few
+        # seconds (a steady load to keep up with); the large topic: held back until the
+        # clean is let go
+        create_topic(
+            bs,
+            "updates",
+            {**compacted, "segment.bytes": str(1 << 20), "min.cleanable.dirty.ratio": "0.5"},
+        )
+        create_topic(
+            bs,
+            "big",
+            {**compacted, "segment.bytes": str(16 << 20), "min.compaction.lag.ms": "3600000"},
+        )
         vsize = 1000
         nfill = max(1000, int(args.throttle_big_mb * 1e6 / vsize))
         t0 = time.perf_counter()
@@ -518,6 +532,7 @@ def _throttle_case(args: argparse.Namespace, limit: str) -> dict:
         fill_s = time.perf_counter() - t0
         load = UpdateLoad(bs, "updates", args.throttle_rate).start()
         t_start = time.perf_counter()
+        load.t_start = t_start
         stop = threading.Event()
 
         def sampler() -> None:
@@ -565,6 +580,7 @@ def _throttle_case(args: argparse.Namespace, limit: str) -> dict:
         "limit": limit,
         "lat": load.lat,
         "samples": samples,
+        "timeline": [(t - t_start, ms) for t, ms in load.timeline],
         "fill_s": fill_s,
         "nfill": nfill,
         "clean_s": clean_s,
@@ -623,18 +639,24 @@ def bench_cleaner_throttle(args: argparse.Namespace) -> None:
             )
     for c in cases:
         print()
-        print(f"backlog over time, limit {c['limit']} (sampled from /metrics every ~2 s)")
+        print(
+            f"backlog over time, limit {c['limit']} (sampled from /metrics every ~2 s; "
+            "p99 of the update load sent since the row before)"
+        )
         print(
             f"{'t s':>6} {'phase':>12} {'backlog MB':>10} {'limit MB/s':>10} "
-            f"{'throttle s':>10} {'io MB':>8} {'cleans':>6} {'load1':>6}"
+            f"{'throttle s':>10} {'io MB':>8} {'cleans':>6} {'p99 ms':>7} {'load1':>6}"
         )
+        prev = 0.0
         for s in c["samples"][::2]:
             lim = s["limit"]
             lim_s = "unlimited" if lim > 1e300 or lim == float("inf") else f"{lim / 1e6:.1f}"
+            window = [ms for t, ms in c["timeline"] if prev <= t < s["t"]]
+            prev = s["t"]
             print(
                 f"{s['t']:>6.1f} {s['phase']:>12} {s['backlog'] / 1e6:>10.1f} {lim_s:>10} "
                 f"{s['throttle_s']:>10.1f} {s['io'] / 1e6:>8.0f} {s['cleans']:>6.0f} "
-                f"{s['load1']:>6.2f}"
+                f"{pct(window, 0.99):>7.1f} {s['load1']:>6.2f}"
             )
 
 
