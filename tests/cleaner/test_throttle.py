@@ -120,7 +120,9 @@ def test_a_spark_share_splits_the_rate_in_force_over_concurrent_tasks():
 
 # -- the backlog rule (Redpanda's backlog controller, proportional) ----------------------
 
-SETTINGS = BacklogSettings(setpoint_bytes=1000, p_coeff=1.0, max_rate=10_000.0, update_interval_ms=10)
+SETTINGS = BacklogSettings(
+    setpoint_bytes=1000, p_coeff=1.0, max_rate=10_000.0, update_interval_ms=10
+)
 
 
 @pytest.mark.parametrize(
@@ -152,7 +154,9 @@ def test_controller_samples_the_backlog_once_per_interval(clock):
 
 def _dirty_log(manager, segments: int = 6):
     manager.create_topic(
-        "t", 1, {"cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01"}
+        "t",
+        1,
+        {"cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01"},
     )
     plog = manager.get_log("t", 0)
     for i in range(segments * 12):
