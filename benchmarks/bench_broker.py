@@ -259,6 +259,12 @@ def main() -> None:
     )
     ap.add_argument("--throttle-big-mb", type=float, default=200.0, help="large topic size")
     ap.add_argument("--throttle-rate", type=int, default=200, help="update load msgs/s")
+    ap.add_argument(
+        "--throttle-big-keys",
+        type=int,
+        default=100_000,
+        help="distinct keys of the large topic (what its clean writes back)",
+    )
     ap.add_argument("--throttle-idle-seconds", type=float, default=20.0)
     ap.add_argument("--throttle-engine", default="local", help="local | spark")
     ap.add_argument(
@@ -528,7 +534,7 @@ def _throttle_case(args: argparse.Namespace, limit: str) -> dict:
         vsize = 1000
         nfill = max(1000, int(args.throttle_big_mb * 1e6 / vsize))
         t0 = time.perf_counter()
-        produce_all(producer(bs, "1"), "big", b"c" * vsize, nfill, key_mod=2_000)
+        produce_all(producer(bs, "1"), "big", b"c" * vsize, nfill, key_mod=args.throttle_big_keys)
         fill_s = time.perf_counter() - t0
         load = UpdateLoad(bs, "updates", args.throttle_rate).start()
         t_start = time.perf_counter()
@@ -612,7 +618,8 @@ def bench_cleaner_throttle(args: argparse.Namespace) -> None:
     print(
         f"cleaner I/O throttle: update load {args.throttle_rate} msg/s x 1 KiB acks=all "
         f"(linger.ms=0) to a compacted topic; large clean of {args.throttle_big_mb:.0f} MB "
-        f"({cases[0]['nfill']} x 1000 B, 2000 keys); engine {args.throttle_engine}; "
+        f"({cases[0]['nfill']} x 1000 B, {args.throttle_big_keys} keys); "
+        f"engine {args.throttle_engine}; "
         f"{os.cpu_count()} cores; extra: {args.throttle_set or 'none'}"
     )
     hdr = (
