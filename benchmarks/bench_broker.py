@@ -255,7 +255,8 @@ def main() -> None:
         "--throttle-limits",
         default="unlimited,default",
         help="comma-separated log.cleaner.io.max.bytes.per.second values (bytes/s, "
-        "'unlimited' = Kafka's Double.MaxValue, 'default' = kompakt's)",
+        "'unlimited' = Kafka's Double.MaxValue, 'default' = kompakt's), each optionally "
+        "with @N for kompakt.log.cleaner.io.check.interval.ms=N",
     )
     ap.add_argument("--throttle-big-mb", type=float, default=200.0, help="large topic size")
     ap.add_argument("--throttle-rate", type=int, default=200, help="update load msgs/s")
@@ -510,8 +511,10 @@ def _throttle_case(args: argparse.Namespace, limit: str) -> dict:
     overrides = {
         "kompakt.cleaner.engine": args.throttle_engine,
         "log.cleaner.backoff.ms": "200",
-        "log.cleaner.io.max.bytes.per.second": _limit_value(limit),
+        "log.cleaner.io.max.bytes.per.second": _limit_value(limit.partition("@")[0]),
     }
+    if "@" in limit:
+        overrides["kompakt.log.cleaner.io.check.interval.ms"] = limit.partition("@")[2]
     overrides.update(kv.split("=", 1) for kv in args.throttle_set)
     b = start_test_broker(tmp, **overrides)
     samples: list[dict] = []

@@ -250,6 +250,7 @@ class Broker:
                 k: to_string(cfg.get(k))
                 for k in (
                     "log.cleaner.io.max.bytes.per.second",
+                    "kompakt.log.cleaner.io.check.interval.ms",
                     "kompakt.log.cleaner.backlog.setpoint.bytes",
                     "kompakt.log.cleaner.backlog.p.coeff",
                     "kompakt.log.cleaner.backlog.max.bytes.per.second",

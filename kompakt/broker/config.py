@@ -29,6 +29,7 @@ from kompakt.cleaner.config import (
     DEDUPE_BUFFER_SIZE_DEFAULT,
     IO_BUFFER_LOAD_FACTOR_DEFAULT,
     IO_BUFFER_SIZE_DEFAULT,
+    IO_CHECK_INTERVAL_DEFAULT,
     IO_MAX_BYTES_PER_SECOND_DEFAULT,
 )
 from kompakt.errors import InvalidConfigError
@@ -174,6 +175,15 @@ _KEYS: list[BrokerKey] = [
         "clean stays within 2x idle (README). The kompakt.log.cleaner.backlog.* rule "
         "raises it while the dirty-bytes backlog is above its setpoint.",
         at_least(1.0),
+    ),
+    BrokerKey(
+        "kompakt.log.cleaner.io.check.interval.ms",
+        "long",
+        IO_CHECK_INTERVAL_DEFAULT,
+        "kompakt extension: the period over which the cleaner's I/O throttle measures "
+        "its rate before it sleeps (Kafka's LogCleaner uses a fixed 300 ms). Shorter "
+        "periods make shorter bursts of cleaner I/O between sleeps.",
+        at_least(1),
     ),
     # kompakt's backlog rule for the cleaner's I/O limit (Redpanda's backlog controller)
     BrokerKey(

@@ -24,7 +24,12 @@ from kio.schema.errors import ErrorCode
 
 from kompakt.cleaner import cleanable, report
 from kompakt.cleaner.cleanable import LogToClean
-from kompakt.cleaner.config import IO_MAX_BYTES_PER_SECOND_KEY, dedupe_buffer_size
+from kompakt.cleaner.config import (
+    IO_CHECK_INTERVAL_DEFAULT,
+    IO_CHECK_INTERVAL_KEY,
+    IO_MAX_BYTES_PER_SECOND_KEY,
+    dedupe_buffer_size,
+)
 from kompakt.cleaner.engine import CleanJob, Engine, Progress, log_changed
 from kompakt.cleaner.local_engine import LocalEngine
 from kompakt.cleaner.manager import CleaningAbortedError, CleaningStates
@@ -131,7 +136,8 @@ class Cleaner:
         self.backlog = BacklogController(
             BacklogSettings.from_config(self.config), self.backlog_bytes, self.clock
         )
-        self.throttle = throttle or Throttler()
+        interval = int(self.config.get(IO_CHECK_INTERVAL_KEY, IO_CHECK_INTERVAL_DEFAULT))
+        self.throttle = throttle or Throttler(check_interval_ms=interval)
         self.throttle.update_desired_rate(self._io_max(self.config, self.throttle.desired_rate))
         self.throttle.rate_source = self.backlog
         register = getattr(logs, "register_cleaning", None)

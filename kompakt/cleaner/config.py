@@ -39,6 +39,10 @@ KAFKA_IO_MAX_BYTES_PER_SECOND = 1.7976931348623157e308
 # a Cleaner built without the key (offline ``kompakt compact``, the embedded API: no
 # producers to protect) is unlimited, as Kafka's default
 IO_MAX_BYTES_PER_SECOND_DEFAULT = float(32 << 20)
+# kompakt.log.cleaner.io.check.interval.ms: the throttle's period (Kafka's LogCleaner
+# builds its Throttler with 300 ms, not configurable there)
+IO_CHECK_INTERVAL_KEY = "kompakt.log.cleaner.io.check.interval.ms"
+IO_CHECK_INTERVAL_DEFAULT = 300
 BACKLOG_SETPOINT_DEFAULT = 256 << 20  # kompakt.log.cleaner.backlog.setpoint.bytes
 BACKLOG_P_COEFF_DEFAULT = 1.0  # kompakt.log.cleaner.backlog.p.coeff
 BACKLOG_MAX_RATE_DEFAULT = KAFKA_IO_MAX_BYTES_PER_SECOND  # ...backlog.max.bytes.per.second
