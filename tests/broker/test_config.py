@@ -64,6 +64,8 @@ def test_cleaner_io_limit_default_is_kompakts_measured_one_and_kafkas_unlimited_
     c = BrokerConfig.load(None, ["log.cleaner.io.max.bytes.per.second=1.7976931348623157E308"])
     assert c.get("log.cleaner.io.max.bytes.per.second") == 1.7976931348623157e308
     assert BrokerConfig.load().get("kompakt.log.cleaner.backlog.setpoint.bytes") == 256 << 20
+    # LogCleaner's Throttler period: 300 ms in Kafka, a kompakt key here
+    assert BrokerConfig.load().get("kompakt.log.cleaner.io.check.interval.ms") == 300
 
 
 @pytest.mark.parametrize(

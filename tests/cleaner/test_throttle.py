@@ -222,3 +222,9 @@ def test_the_backlog_rule_raises_the_limit_while_dirty_bytes_exceed_the_setpoint
     cleaner.backlog.update(force=True)
     assert cleaner.backlog.backlog_bytes < 4096  # caught up: back to the base limit
     assert cleaner.throttle.effective_rate() == 2000.0
+
+
+def test_the_check_interval_key_sets_the_throttle_period(manager):
+    cleaner = Cleaner(manager, config={"kompakt.log.cleaner.io.check.interval.ms": "50"})
+    assert cleaner.throttle.check_interval_ns == 50_000_000
+    assert Cleaner(manager).throttle.check_interval_ns == 300_000_000  # Kafka's 300 ms
