@@ -175,6 +175,28 @@ class Throttler:
             self.report(observed, slept)
         return slept
 
+    def settle(self) -> float:
+        """End the current period now, however short, sleeping what its bytes still owe
+        at the rate (``maybe_throttle``'s rule without the interval condition). For a
+        short-lived share (one Spark task): Kafka's throttler lives as long as the
+        cleaner, but a task that reports its bytes in one or two calls well within a
+        period would otherwise never be checked. Returns the seconds slept."""
+        rate = self.effective_rate()
+        slept = 0.0
+        with self._lock:
+            elapsed_ns = self.time.nanoseconds() - self._period_start_ns
+            if self._observed_so_far > 0 and not is_unlimited(rate):
+                sleep_ms = round(self._observed_so_far / (rate / 1000) - elapsed_ns // 1_000_000)
+                if sleep_ms > 0:
+                    slept = self._sleep(sleep_ms / 1000)
+                    self.throttled_seconds_total += slept
+                    self.throttle_count += 1
+            self._period_start_ns = self.time.nanoseconds()
+            self._observed_so_far = 0.0
+        if self.report is not None and slept:
+            self.report(0.0, slept)
+        return slept
+
     def _sleep(self, seconds: float) -> float:
         if self._closed.is_set():
             return 0.0

@@ -65,6 +65,8 @@ def _group_cleaner(
         )
         if dest is not None:
             dest.close()
+        if throttle is not None:
+            throttle.settle()  # this task's share, however short the task
         return asdict(stats)
 
     return clean

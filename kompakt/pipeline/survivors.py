@@ -321,6 +321,8 @@ def _mapper(
                     throttle.maybe_throttle(task.hi_position - task.lo_position)
                 for i in range(0, len(rows), PACK_ROWS):  # binary values stay far below 2 GiB
                     yield pack_buckets(rows[i : i + PACK_ROWS], ids)
+        if throttle is not None:
+            throttle.settle()  # a map task is short: its share is settled at its end
 
     return run
 

@@ -112,6 +112,18 @@ def test_a_closed_throttler_does_not_sleep():
     assert th.maybe_throttle(10**6) == 0
 
 
+def test_settle_ends_a_short_period_with_the_sleep_its_bytes_owe():
+    """A Spark task's share reports its bytes in a call or two, well within a period:
+    settling at its end sleeps what they owe at the rate."""
+    t = ManualTime()
+    th = Throttler(1000.0, 300, t)
+    th.maybe_throttle(500)
+    t.advance_ms(100)
+    assert th.maybe_throttle(500) == 0  # within the period: no check
+    assert th.settle() == pytest.approx(1.0 - 0.1)
+    assert th.settle() == 0  # nothing observed since
+
+
 def test_a_spark_share_splits_the_rate_in_force_over_concurrent_tasks():
     th = Throttler(1000.0, 300, ManualTime(), rate_source=lambda base: 4 * base)
     assert th.share(2).desired_rate == 2000.0
