@@ -297,6 +297,17 @@ class Broker:
             "kompakt.spark.log.level": str(cfg.get("kompakt.spark.log.level")),
             "log.cleaner.dedupe.buffer.size": str(cfg.get("log.cleaner.dedupe.buffer.size")),
             "log.cleaner.io.buffer.load.factor": str(cfg.get("log.cleaner.io.buffer.load.factor")),
+            **{
+                k: to_string(cfg.get(k))
+                for k in (
+                    "log.cleaner.io.max.bytes.per.second",
+                    "kompakt.log.cleaner.io.check.interval.ms",
+                    "kompakt.log.cleaner.backlog.setpoint.bytes",
+                    "kompakt.log.cleaner.backlog.p.coeff",
+                    "kompakt.log.cleaner.backlog.max.bytes.per.second",
+                    "kompakt.log.cleaner.backlog.update.interval.ms",
+                )
+            },
             **cfg.spark,
         }
 

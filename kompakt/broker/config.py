@@ -23,9 +23,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kompakt.cleaner.config import (
+    BACKLOG_INTERVAL_DEFAULT,
+    BACKLOG_MAX_RATE_DEFAULT,
+    BACKLOG_P_COEFF_DEFAULT,
+    BACKLOG_SETPOINT_DEFAULT,
     DEDUPE_BUFFER_SIZE_DEFAULT,
     IO_BUFFER_LOAD_FACTOR_DEFAULT,
     IO_BUFFER_SIZE_DEFAULT,
+    IO_CHECK_INTERVAL_DEFAULT,
+    IO_MAX_BYTES_PER_SECOND_DEFAULT,
 )
 from kompakt.errors import InvalidConfigError
 from kompakt.log.config import (
@@ -167,10 +173,58 @@ _KEYS: list[BrokerKey] = [
     BrokerKey(
         "log.cleaner.io.max.bytes.per.second",
         "double",
-        1.7976931348623157e308,
-        "Cleaner I/O cap.",
-        None,
-        "the cleaner's I/O is not throttled.",
+        IO_MAX_BYTES_PER_SECOND_DEFAULT,
+        "The log cleaner's I/O limit: bytes read plus bytes written per second, averaged "
+        "over 300 ms periods (Kafka's Throttler; both engines, a Spark clean splitting it "
+        "evenly over the tasks that run at once). Dynamic. Kafka's default is unlimited "
+        "(Double.MaxValue); kompakt's, 32 MiB/s (33554432), was chosen with "
+        "benchmarks/bench_broker.py --cleaner-throttle so that produce p99 during a large "
+        "clean stays within 2x idle (README). The kompakt.log.cleaner.backlog.* rule "
+        "raises it while the dirty-bytes backlog is above its setpoint.",
+        at_least(1.0),
+    ),
+    BrokerKey(
+        "kompakt.log.cleaner.io.check.interval.ms",
+        "long",
+        IO_CHECK_INTERVAL_DEFAULT,
+        "kompakt extension: the period over which the cleaner's I/O throttle measures "
+        "its rate before it sleeps (Kafka's LogCleaner uses a fixed 300 ms). Shorter "
+        "periods make shorter bursts of cleaner I/O between sleeps.",
+        at_least(1),
+    ),
+    # kompakt's backlog rule for the cleaner's I/O limit (Redpanda's backlog controller)
+    BrokerKey(
+        "kompakt.log.cleaner.backlog.setpoint.bytes",
+        "long",
+        BACKLOG_SETPOINT_DEFAULT,
+        "kompakt extension: the dirty-bytes backlog (cleanable bytes of all compacted "
+        "partitions) the cleaner's I/O limit is meant for; above it the limit rises in "
+        "proportion (Redpanda's backlog controller setpoint).",
+        at_least(1),
+    ),
+    BrokerKey(
+        "kompakt.log.cleaner.backlog.p.coeff",
+        "double",
+        BACKLOG_P_COEFF_DEFAULT,
+        "kompakt extension: proportional gain of the backlog rule: the effective limit is "
+        "log.cleaner.io.max.bytes.per.second * (1 + p.coeff * (backlog - setpoint) / "
+        "setpoint) above the setpoint; 0 turns the rule off.",
+        at_least(0.0),
+    ),
+    BrokerKey(
+        "kompakt.log.cleaner.backlog.max.bytes.per.second",
+        "double",
+        BACKLOG_MAX_RATE_DEFAULT,
+        "kompakt extension: the highest I/O limit the backlog rule may set (default "
+        "unlimited, Double.MaxValue).",
+        at_least(1.0),
+    ),
+    BrokerKey(
+        "kompakt.log.cleaner.backlog.update.interval.ms",
+        "long",
+        BACKLOG_INTERVAL_DEFAULT,
+        "kompakt extension: how often the backlog rule samples the dirty-bytes backlog.",
+        at_least(1),
     ),
     BrokerKey(
         "log.retention.check.interval.ms",

@@ -66,7 +66,17 @@ def _log_dir_metrics(logs: LogManager) -> Iterable[Any]:
 
 class _CleanerCollector:
     """``kompakt_log_cleaner_*``, read at scrape time: totals from the cleaner, the rest
-    from the broker's one :class:`~kompakt.cleaner.status.CleaningStatus`."""
+    from the broker's one :class:`~kompakt.cleaner.status.CleaningStatus`.
+
+    The I/O throttle: ``kompakt_log_cleaner_backlog_bytes`` (cleanable bytes of the
+    compacted partitions, what the backlog rule steers on),
+    ``kompakt_log_cleaner_throttle_seconds_total``,
+    ``kompakt_log_cleaner_io_limit_bytes_per_second`` (the limit in force, +Inf when
+    unlimited) and ``kompakt_log_cleaner_io_bytes_total`` (Kafka's ``cleaner-io``
+    Throttler meter). Kafka's own cleaner gauges under their names:
+    ``kompakt_log_cleaner_max_dirty_percent``, ``..._max_clean_time_secs``,
+    ``..._cleaner_recopy_percent``, ``..._time_since_last_run_ms``,
+    ``..._uncleanable_partitions`` (``uncleanable-partitions-count``)."""
 
     def __init__(self, cleaner: Callable[[], Any], status: Callable[[], Any]):
         self._cleaner = cleaner
@@ -98,16 +108,85 @@ class _CleanerCollector:
             "Partitions the cleaner skips after an error (see /v1/partitions for the reason)",
         )
         bad = 0
+        backlog = 0
+        max_dirty = 0.0
+        last = None
         if status is not None:
             for _plog, st in status.partitions(tombstones=False):
                 labels = [st.topic, str(st.partition)]
                 bad += bool(st.uncleanable_reason)
                 if st.compacted:
                     ratio.add_metric(labels, st.dirty_ratio)
+                    if not st.uncleanable_reason:
+                        backlog += st.cleanable_bytes or 0
+                        max_dirty = max(max_dirty, st.dirty_ratio or 0.0)
                 if st.last_clean is not None:
                     duration.add_metric(labels, st.last_clean.duration_s)
+                    if last is None or st.last_clean.started_ms > last.started_ms:
+                        last = st.last_clean
         uncleanable.add_metric([], bad)
         yield from (compactions, cleaned, duration, ratio, uncleanable)
+        yield from self._throttle(cleaner, backlog)
+        yield from self._kafka_gauges(cleaner, max_dirty, last)
+
+    @staticmethod
+    def _throttle(cleaner: Any, backlog: int) -> Iterable[Any]:
+        g = GaugeMetricFamily(
+            "kompakt_log_cleaner_backlog_bytes",
+            "Dirty-bytes backlog: cleanable bytes of all compacted partitions",
+        )
+        g.add_metric([], backlog)
+        throttle = getattr(cleaner, "throttle", None)
+        slept = CounterMetricFamily(
+            "kompakt_log_cleaner_throttle_seconds",
+            "Seconds the cleaner slept to keep to log.cleaner.io.max.bytes.per.second",
+        )
+        slept.add_metric([], throttle.throttled_seconds_total if throttle else 0.0)
+        io = CounterMetricFamily(
+            "kompakt_log_cleaner_io_bytes",
+            "Bytes the cleaner read and wrote, as its throttle counts them (Kafka cleaner-io)",
+        )
+        io.add_metric([], throttle.observed_total if throttle else 0.0)
+        yield from (g, slept, io)
+        if throttle is not None:
+            rate = GaugeMetricFamily(
+                "kompakt_log_cleaner_io_limit_bytes_per_second",
+                "The cleaner's I/O limit in force (base limit raised by the backlog rule)",
+            )
+            value = throttle.effective_rate()
+            rate.add_metric([], value if value < 1.7976931348623157e308 else float("inf"))
+            yield rate
+
+    @staticmethod
+    def _kafka_gauges(cleaner: Any, max_dirty: float, last: Any) -> Iterable[Any]:
+        """Kafka's ``kafka.log:type=LogCleaner`` / ``LogCleanerManager`` gauges."""
+        dirty = GaugeMetricFamily(
+            "kompakt_log_cleaner_max_dirty_percent",
+            "Kafka max-dirty-percent: the highest dirty ratio of a cleanable log, in percent",
+        )
+        dirty.add_metric([], round(100 * max_dirty))
+        yield dirty
+        if last is not None:
+            clean_time = GaugeMetricFamily(
+                "kompakt_log_cleaner_max_clean_time_secs",
+                "Kafka max-clean-time-secs (here: the latest clean's duration)",
+            )
+            clean_time.add_metric([], last.duration_s)
+            recopy = GaugeMetricFamily(
+                "kompakt_log_cleaner_cleaner_recopy_percent",
+                "Kafka cleaner-recopy-percent: bytes written over bytes read by the latest "
+                "clean, in percent",
+            )
+            read = last.bytes_read or 0
+            recopy.add_metric([], round(100 * last.bytes_written / read) if read else 0)
+            yield from (clean_time, recopy)
+        if cleaner is not None and getattr(cleaner, "last_run_ms", None) is not None:
+            since = GaugeMetricFamily(
+                "kompakt_log_cleaner_time_since_last_run_ms",
+                "Kafka time-since-last-run-ms: since the cleaner last looked for work",
+            )
+            since.add_metric([], max(0, cleaner.clock() - cleaner.last_run_ms))
+            yield since
 
 
 class _GroupCollector:

@@ -24,7 +24,12 @@ from kio.schema.errors import ErrorCode
 
 from kompakt.cleaner import cleanable, report
 from kompakt.cleaner.cleanable import LogToClean
-from kompakt.cleaner.config import dedupe_buffer_size
+from kompakt.cleaner.config import (
+    IO_CHECK_INTERVAL_DEFAULT,
+    IO_CHECK_INTERVAL_KEY,
+    IO_MAX_BYTES_PER_SECOND_KEY,
+    dedupe_buffer_size,
+)
 from kompakt.cleaner.engine import CleanJob, Engine, Progress, log_changed
 from kompakt.cleaner.local_engine import LocalEngine
 from kompakt.cleaner.manager import CleaningAbortedError, CleaningStates
@@ -36,6 +41,7 @@ from kompakt.cleaner.segment_io import (
 )
 from kompakt.cleaner.stats import CleanStats, RunningClean
 from kompakt.cleaner.status import CleaningStatus
+from kompakt.cleaner.throttle import BacklogController, BacklogSettings, Throttler
 from kompakt.errors import (
     CorruptRecordError,
     InvalidConfigError,
@@ -102,6 +108,12 @@ class Cleaner:
     now" (:meth:`compact_now`, called by the CLI offline and by ``POST /v1/compact``)
     never clean one partition twice at once; a partition is taken *before* its clean is
     planned. The engine (mechanism) runs one clean at a time, under :attr:`lock`.
+
+    :attr:`throttle` is Kafka's cleaner ``Throttler`` (``log.cleaner.io.max.bytes.per.second``;
+    unlimited unless the config names it: the broker always does), its rate raised by
+    :attr:`backlog` (:class:`~kompakt.cleaner.throttle.BacklogController`) when the
+    dirty-bytes backlog of the compacted partitions passes its setpoint. A test may hand
+    in its own ``throttle`` (on a manual time).
     """
 
     def __init__(
@@ -111,6 +123,7 @@ class Cleaner:
         clock: Clock | None = None,
         config: Mapping[str, str] | None = None,
         engine_factory: EngineFactory | None = None,
+        throttle: Throttler | None = None,
     ):
         self.logs = logs
         self.config = dict(logs.broker_config if config is None else config)
@@ -132,9 +145,40 @@ class Cleaner:
         self.compactions_total = 0
         self.cleaned_bytes_total = 0
         self.last_run_ms: int | None = None
+        self.backlog = BacklogController(
+            BacklogSettings.from_config(self.config), self.backlog_bytes, self.clock
+        )
+        interval = int(self.config.get(IO_CHECK_INTERVAL_KEY, IO_CHECK_INTERVAL_DEFAULT))
+        self.throttle = throttle or Throttler(check_interval_ms=interval)
+        self.throttle.update_desired_rate(self._io_max(self.config, self.throttle.desired_rate))
+        self.throttle.rate_source = self.backlog
         register = getattr(logs, "register_cleaning", None)
         if register is not None:  # partition deletion aborts and waits for our cleans
             register(self.states)
+
+    @staticmethod
+    def _io_max(config: Mapping[str, str], default: float) -> float:
+        raw = config.get(IO_MAX_BYTES_PER_SECOND_KEY)
+        return default if raw is None else float(raw)
+
+    def reconfigure(self, changed: Mapping[str, str]) -> None:
+        """A dynamic broker config changed (Kafka ``LogCleaner.reconfigure``: the
+        throttler's ``updateDesiredRatePerSec``); other keys apply at the next build."""
+        self.config.update(changed)
+        if IO_MAX_BYTES_PER_SECOND_KEY in changed:
+            self.throttle.update_desired_rate(float(changed[IO_MAX_BYTES_PER_SECOND_KEY]))
+            log.info(
+                "log cleaner I/O limit is now %s bytes/s", changed[IO_MAX_BYTES_PER_SECOND_KEY]
+            )
+
+    def backlog_bytes(self) -> int:
+        """The dirty-bytes backlog: cleanable bytes (Kafka's ``LogToClean.cleanableBytes``)
+        summed over the compacted partitions the cleaner may clean."""
+        total = 0
+        for _plog, st in self.status.partitions(tombstones=False):
+            if st.compacted and not st.uncleanable_reason:
+                total += st.cleanable_bytes or 0
+        return total
 
     def engine_named(self, name: str | None) -> Engine:
         """This cleaner's engine, or another one by name (built once, then kept)."""
@@ -421,6 +465,7 @@ class Cleaner:
         """Abort every running clean and refuse new ones (shutdown, Ctrl-C); the engines
         stop at their next check and leave each partition as it was."""
         self.states.close(why)
+        self.throttle.close()  # a throttle sleep under way ends now
 
     def _clean(
         self, ltc: LogToClean, dry_run: bool, progress: Progress | None, engine: Engine
@@ -499,6 +544,7 @@ class Cleaner:
                     dry_run,
                     check_done,
                     progress,
+                    self.throttle,
                 )
                 run = engine.clean(job)
             except Exception as exc:

@@ -23,6 +23,7 @@ from kompakt.cleaner import cleanable
 from kompakt.cleaner.cleanable import LogToClean
 from kompakt.cleaner.rewrite import GroupStats, RoundContext
 from kompakt.cleaner.stats import DirtyRange
+from kompakt.cleaner.throttle import Throttler
 from kompakt.cleaner.transactions import ProducerSummary
 from kompakt.errors import SegmentsChangedError
 from kompakt.log.partition_log import PartitionLog
@@ -70,6 +71,14 @@ class CleanJob:
     dry_run: bool
     check_done: Callable[[], None]
     progress: Progress | None = None
+    # the cleaner's I/O throttle (log.cleaner.io.max.bytes.per.second); None: unlimited
+    throttle: Throttler | None = None
+
+    def io(self, nbytes: int) -> None:
+        """Report bytes read or written by the clean to the throttle (Kafka's
+        ``throttler.maybeThrottle``); may sleep."""
+        if self.throttle is not None:
+            self.throttle.maybe_throttle(nbytes)
 
     @property
     def log(self) -> PartitionLog:

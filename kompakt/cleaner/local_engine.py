@@ -44,10 +44,12 @@ class LocalEngine:
         self.map = OffsetMap(dedupe_buffer_size, load_factor)
         # the running clean's abort check: one clean at a time (the Cleaner's lock)
         self._check_done: Callable[[], None] = _never_aborted
+        self._io: Callable[[int], None] | None = None  # the running clean's throttle
 
     def clean(self, job: CleanJob) -> EngineRun:
         """Kafka ``Cleaner.doClean``: offset map, then the groups up to its end."""
         self._check_done = job.check_done
+        self._io = job.io if job.throttle is not None else None
         try:
             dirty = self.build_offset_map(job.ltc, job.producers)
             groups = job.groups_to(dirty.end_offset)
@@ -55,6 +57,7 @@ class LocalEngine:
             results = self.rewrite(job.log, groups, dirty, ctx, job.dry_run, job.progress)
         finally:
             self._check_done = _never_aborted
+            self._io = None
         return EngineRun(dirty, results)
 
     def build_offset_map(self, ltc: LogToClean, producers: ProducerSummary) -> DirtyRange:
@@ -77,6 +80,8 @@ class LocalEngine:
             buf = segment_buffer(seg.log_path, seg.size)
             scan = scan_records(buf, 0, len(buf), verify_crc=True)
             out.bytes_read += len(buf)
+            if self._io is not None:  # Kafka's buildOffsetMap: throttler.maybeThrottle(read)
+                self._io(len(buf))
             nb = len(scan.batch_position)
             mask = feeds_key_map(scan, buf, txn, start)
             h1, h2 = hash_keys(scan.key_offsets, scan.key_data)
@@ -135,6 +140,7 @@ class LocalEngine:
                         dry_run,
                         end,
                         self._check_done,
+                        self._io,
                     )
                     + (group,)
                 )

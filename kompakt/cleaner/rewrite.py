@@ -36,7 +36,11 @@ from kompakt.record.scan import RecordScan, scan_records
 from kompakt.record.varint import MAX_VARINT_BYTES
 
 LatestLookup = Callable[[RecordScan], np.ndarray]
+IoReport = Callable[[int], object]  # bytes read or written, to the I/O throttle
 FLUSH_BYTES = 4 << 20
+# how often a rewrite reports the bytes it has read to the throttle (Kafka's cleaner
+# reports each read buffer: log.cleaner.io.buffer.size, 512 KiB)
+IO_REPORT_BYTES = 512 << 10
 
 
 @dataclass(frozen=True)
@@ -126,8 +130,11 @@ def clean_segment(
     txn: TxnTracker,
     sink: Sink | None,
     stats: GroupStats,
+    io: IoReport | None = None,
 ) -> None:
-    """Clean one source segment's bytes into ``sink`` (None: dry run, count only)."""
+    """Clean one source segment's bytes into ``sink`` (None: dry run, count only).
+    ``io`` is told the bytes read (every :data:`IO_REPORT_BYTES`) and written (every
+    flush), as Kafka's ``cleanInto`` reports both to its throttler."""
     buf = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
     view = memoryview(buf)
     scan = scan_records(buf, 0, len(buf), verify_crc=True)
@@ -168,12 +175,20 @@ def clean_segment(
     def flush() -> None:
         if sink is not None and out:
             sink.append(bytes(out), list(out_headers))
+            if io is not None:
+                io(len(out))
         out.clear()
         out_headers.clear()
 
+    unreported = 0
     for b, h in enumerate(headers):
         pos = int(scan.batch_position[b])
         size = h.size
+        if io is not None:
+            unreported += size
+            if unreported >= IO_REPORT_BYTES:
+                io(unreported)
+                unreported = 0
         stats.batches_read += 1
         stats.bytes_read += size
         stats.records_read += h.record_count
@@ -247,6 +262,8 @@ def clean_segment(
             empty = build_empty_batch(h)
             emit(empty, read_header(empty))
     flush()
+    if io is not None and unreported:
+        io(unreported)
 
 
 def clean_group(
@@ -257,6 +274,7 @@ def clean_group(
     group_start: int,
     group_end: int,
     check_done: Callable[[], None] | None = None,
+    io: IoReport | None = None,
 ) -> GroupStats:
     """Clean a group's source segments (in offset order) into one sink.
 
@@ -267,5 +285,5 @@ def clean_group(
     for data in sources:
         if check_done is not None:
             check_done()
-        clean_segment(data, lookup, ctx, txn, sink, stats)
+        clean_segment(data, lookup, ctx, txn, sink, stats, io)
     return stats

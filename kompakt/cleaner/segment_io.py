@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from kompakt.cleaner.rewrite import GroupStats, LatestLookup, RoundContext, clean_group
+from kompakt.cleaner.rewrite import GroupStats, IoReport, LatestLookup, RoundContext, clean_group
 from kompakt.cleaner.transactions import ProducerSummary, SummaryBuilder, control_type_of
 from kompakt.errors import CorruptRecordError
 from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_files
@@ -72,22 +72,23 @@ def write_cleaned_group(
     dry_run: bool,
     group_end: int,
     check_done: Callable[[], None] | None = None,
+    io: IoReport | None = None,
 ) -> tuple[GroupStats, LogSegment | None]:
     """Clean ``sources`` ((base, path, size), in order) into ``<first base>.log.cleaned``.
 
     Flushed and with the last source's mtime, as Kafka leaves it before the swap. The
     half-written file is removed if anything fails (an abort raised by ``check_done``
-    too).
+    too). ``io`` is the I/O throttle's report (bytes read and written).
     """
     bufs = (segment_buffer(path, size) for _base, path, size in sources)
     first = sources[0][0]
     if dry_run:
         hold_for_tests(first, check_done)
-        return clean_group(list(bufs), lookup, ctx, None, first, group_end, check_done), None
+        return clean_group(list(bufs), lookup, ctx, None, first, group_end, check_done, io), None
     dest = new_cleaned_segment(directory, first, **seg_kwargs)
     try:
         hold_for_tests(first, check_done)
-        stats = clean_group(list(bufs), lookup, ctx, dest, first, group_end, check_done)
+        stats = clean_group(list(bufs), lookup, ctx, dest, first, group_end, check_done, io)
         dest.on_become_inactive()
         dest.flush()
         mtime = int(os.stat(sources[-1][1]).st_mtime * 1000)

@@ -13,6 +13,14 @@ originals. The driver then does the crash-safe swap and the checkpoint, as for t
 in-process engine. Data dirs must be on a path every executor sees. An abort
 (``check_done`` raising) cancels the job group and waits for its tasks to end, so the
 cleaner's removal of ``.cleaned`` files is not raced by a task still writing one.
+
+The cleaner's I/O throttle (``log.cleaner.io.max.bytes.per.second``, raised by the
+backlog rule) is honoured in the tasks, where the reads and writes happen: each task
+gets an equal share of the rate in force when the job starts, the rate divided by the
+number of tasks that can run at once (``min(tasks, defaultParallelism)``), and runs
+Kafka's ``Throttler`` on it over the bytes it reads (dedup map tasks, rewrite) and
+writes. The bytes and sleep of every task come back through Spark accumulators to the
+cleaner's throttle counters (``kompakt_log_cleaner_throttle_seconds_total``).
 """
 
 from __future__ import annotations
@@ -28,12 +36,18 @@ from kompakt.cleaner.engine import CleanJob, EngineRun, GroupResult
 from kompakt.cleaner.rewrite import GroupStats, RoundContext
 from kompakt.cleaner.segment_io import write_cleaned_group
 from kompakt.cleaner.stats import DirtyRange
+from kompakt.cleaner.throttle import Throttler
 from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_file
 
 
-def _group_cleaner(ctx: RoundContext, seg_kwargs: dict[str, Any], dry_run: bool) -> Callable:
+def _group_cleaner(
+    ctx: RoundContext,
+    seg_kwargs: dict[str, Any],
+    dry_run: bool,
+    throttle: Throttler | None = None,
+) -> Callable:
     """The executor side of one group: Kafka ``cleanSegments`` with the group's bits as
-    the offset map."""
+    the offset map; ``throttle`` is this task's share of the cleaner's I/O limit."""
 
     def clean(task) -> dict[str, Any]:
         directory = Path(task.dir)
@@ -46,9 +60,13 @@ def _group_cleaner(ctx: RoundContext, seg_kwargs: dict[str, Any], dry_run: bool)
             seg_kwargs,
             dry_run,
             task.end,
+            None,
+            throttle.maybe_throttle if throttle is not None else None,
         )
         if dest is not None:
             dest.close()
+        if throttle is not None:
+            throttle.settle()  # this task's share, however short the task
         return asdict(stats)
 
     return clean
@@ -100,7 +118,20 @@ class SparkEngine:
         start = max(groups[0][0].base_offset, plog.log_start_offset)
         first_dirty = job.ltc.first_dirty_offset
         bases = [[s.base_offset for s in g] for g in groups]
-        clean = _group_cleaner(ctx, plog.segment_kwargs(), dry_run)
+        sc = spark.sparkContext
+        io_bytes, io_sleep = sc.accumulator(0.0), sc.accumulator(0.0)
+
+        def share(n_tasks: int) -> Throttler | None:
+            """One task's share of the throttle when ``n_tasks`` run in a stage."""
+            if job.throttle is None:
+                return None
+
+            def report(observed: float, slept: float) -> None:
+                io_bytes.add(observed)
+                io_sleep.add(slept)
+
+            return job.throttle.share(min(n_tasks, max(1, sc.defaultParallelism)), report)
+
         tasks = [
             GroupTask(plog.topic, part, str(plog.dir), i, tuple(bases[i]), g[-1].next_offset, None)
             for i, g in enumerate(groups)
@@ -108,18 +139,36 @@ class SparkEngine:
         with spark_job(spark, f"kompakt clean {plog.name}", job.progress, job.check_done):
             aborted = job.producers.aborted_between(start, end)
             reads = survivors.plan_reads(plog.dir, [b for g in bases for b in g])
-            if survivors.task_bytes_total(reads) <= survivors.SINGLE_TASK_BYTES:
-                # A small range: decide and rewrite in one Spark task, same functions.
-                def decide() -> survivors.Superseded:
-                    return survivors.superseded_here(reads, start, first_dirty, end, aborted)
+            try:
+                if survivors.task_bytes_total(reads) <= survivors.SINGLE_TASK_BYTES:
+                    # A small range: decide and rewrite in one Spark task, same functions.
+                    one = share(1)
+                    io = one.maybe_throttle if one is not None else None
 
-                rows = run_groups_in_one_task(spark, decide, tasks, clean)
-            else:
-                bits = survivors.superseded(
-                    spark, plog.dir, start, first_dirty, end, bases, aborted
-                )
-                sliced = [replace(t, superseded=bits.slice(t.bases[0], t.end)) for t in tasks]
-                rows = run_groups(spark, sliced, clean)
+                    def decide() -> survivors.Superseded:
+                        return survivors.superseded_here(
+                            reads, start, first_dirty, end, aborted, io=io
+                        )
+
+                    clean = _group_cleaner(ctx, plog.segment_kwargs(), dry_run, one)
+                    rows = run_groups_in_one_task(spark, decide, tasks, clean)
+                else:
+                    bits = survivors.superseded(
+                        spark,
+                        plog.dir,
+                        start,
+                        first_dirty,
+                        end,
+                        bases,
+                        aborted,
+                        throttle=share(len(reads)),
+                    )
+                    sliced = [replace(t, superseded=bits.slice(t.bases[0], t.end)) for t in tasks]
+                    clean = _group_cleaner(ctx, plog.segment_kwargs(), dry_run, share(len(tasks)))
+                    rows = run_groups(spark, sliced, clean)
+            finally:
+                if job.throttle is not None:
+                    job.throttle.add(io_bytes.value, io_sleep.value)
         out: list[GroupResult] = []
         for row, group in zip(rows, groups, strict=True):
             stats = GroupStats(**{k: row[k] for k in asdict(GroupStats())})

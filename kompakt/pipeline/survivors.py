@@ -67,6 +67,7 @@ import pyarrow as pa
 
 from kompakt.cleaner.key_map import feeds_key_map
 from kompakt.cleaner.segment_io import segment_buffer
+from kompakt.cleaner.throttle import Throttler
 from kompakt.cleaner.transactions import AbortedTxn, TxnTracker
 from kompakt.log.index import OffsetIndex
 from kompakt.log.segment import INDEX_SUFFIX, segment_file
@@ -268,11 +269,21 @@ def split_buckets(rows: np.ndarray, n: int) -> Iterator[tuple[int, bytes]]:
 
 
 def _mapper(
-    start: int, first_dirty: int, end: int, aborted: Sequence[AbortedTxn], reduces: int
+    start: int,
+    first_dirty: int,
+    end: int,
+    aborted: Sequence[AbortedTxn],
+    reduces: int,
+    throttle: Throttler | None = None,
 ) -> Callable[[Iterator[ReadTask]], Iterator[tuple[int, bytes]]]:
     def run(tasks: Iterator[ReadTask]) -> Iterator[tuple[int, bytes]]:
         for task in tasks:  # one task per Spark partition
-            yield from split_buckets(digest_rows(task, start, first_dirty, end, aborted), reduces)
+            rows = digest_rows(task, start, first_dirty, end, aborted)
+            if throttle is not None:  # Kafka's buildOffsetMap reports its reads
+                throttle.maybe_throttle(task.hi_position - task.lo_position)
+            yield from split_buckets(rows, reduces)
+        if throttle is not None:
+            throttle.settle()  # a map task is short: its share is settled at its end
 
     return run
 
@@ -368,6 +379,7 @@ def superseded_here(
     first_dirty: int,
     end: int,
     aborted: Sequence[AbortedTxn] = (),
+    io: Callable[[int], object] | None = None,
 ) -> Superseded:
     """The same answer as :func:`superseded`, computed in the calling process: the map
     side's rows of every task, then the reduce side's kernel over all of them at once
@@ -376,7 +388,11 @@ def superseded_here(
     width = max(0, end - start)
     bits = np.zeros((width + 7) // 8, np.uint8)
     aborted = [t for t in aborted if t.last_offset >= start and t.first_offset < end]
-    parts = [digest_rows(t, start, first_dirty, end, aborted) for t in tasks]
+    parts = []
+    for t in tasks:
+        parts.append(digest_rows(t, start, first_dirty, end, aborted))
+        if io is not None:  # the I/O throttle (Kafka's buildOffsetMap reports its reads)
+            io(t.hi_position - t.lo_position)
     rows = np.concatenate(parts) if parts else np.empty((0, 3), np.int64)
     if width:
         superseded_bits(rows, start, end, bits)
@@ -394,12 +410,14 @@ def superseded(
     *,
     task_bytes: int = TASK_BYTES,
     rows_per_reduce: int = ROWS_PER_REDUCE,
+    throttle: Throttler | None = None,
 ) -> Superseded:
     """For every record in ``[start, end)`` of the segments in ``groups`` (lists of base
     offsets, the cleaner's segment groups), whether a later record of its key feeds the
     map from the dirty range ``[first_dirty, end)``. ``aborted`` are the partition's
     aborted transactions (``ProducerSummary.aborted``; those overlapping the range
-    suffice). One read of the segments, one shuffle of 24-byte rows."""
+    suffice). One read of the segments, one shuffle of 24-byte rows. ``throttle`` is
+    one map task's share of the cleaner's I/O limit."""
     width = max(0, end - start)
     tasks = plan_reads(part_dir, [b for g in groups for b in g], task_bytes)
     if not tasks or width == 0:
@@ -410,7 +428,7 @@ def superseded(
     reduces = cores * math.ceil(width / (rows_per_reduce * cores))
     out = (
         sc.parallelize(tasks, len(tasks))
-        .mapPartitions(_mapper(start, first_dirty, end, aborted, reduces))
+        .mapPartitions(_mapper(start, first_dirty, end, aborted, reduces, throttle))
         .partitionBy(reduces, _bucket_partition)
         .mapPartitions(_reducer(start, end))
         .collect()

@@ -55,3 +55,50 @@ def test_bad_values_name_the_key(override, key):
         BrokerConfig.load(None, [override])
     msg = str(ei.value)
     assert key in msg and "\n" not in msg
+
+
+def test_cleaner_io_limit_default_is_kompakts_measured_one_and_kafkas_unlimited_parses():
+    """Kafka: log.cleaner.io.max.bytes.per.second is a DOUBLE, Double.MaxValue by
+    default; kompakt's default is the measured 32 MiB/s (README)."""
+    assert BrokerConfig.load().get("log.cleaner.io.max.bytes.per.second") == 32 << 20
+    c = BrokerConfig.load(None, ["log.cleaner.io.max.bytes.per.second=1.7976931348623157E308"])
+    assert c.get("log.cleaner.io.max.bytes.per.second") == 1.7976931348623157e308
+    assert BrokerConfig.load().get("kompakt.log.cleaner.backlog.setpoint.bytes") == 256 << 20
+    # LogCleaner's Throttler period: 300 ms in Kafka, a kompakt key here
+    assert BrokerConfig.load().get("kompakt.log.cleaner.io.check.interval.ms") == 300
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "log.cleaner.io.max.bytes.per.second=0",
+            "Invalid value 0.0 for configuration log.cleaner.io.max.bytes.per.second: "
+            "Value must be at least 1.0",
+        ),
+        (
+            "log.cleaner.io.max.bytes.per.second=-5",
+            "Invalid value -5.0 for configuration log.cleaner.io.max.bytes.per.second: "
+            "Value must be at least 1.0",
+        ),
+        (
+            "log.cleaner.io.max.bytes.per.second=fast",
+            "Invalid value fast for configuration log.cleaner.io.max.bytes.per.second: "
+            "Not a number of type DOUBLE",
+        ),
+        (
+            "kompakt.log.cleaner.backlog.p.coeff=-1",
+            "Invalid value -1.0 for configuration kompakt.log.cleaner.backlog.p.coeff: "
+            "Value must be at least 0.0",
+        ),
+        (
+            "kompakt.log.cleaner.backlog.setpoint.bytes=0",
+            "Invalid value 0 for configuration kompakt.log.cleaner.backlog.setpoint.bytes: "
+            "Value must be at least 1",
+        ),
+    ],
+)
+def test_cleaner_throttle_keys_refuse_bad_values_in_kafkas_words(override, message):
+    with pytest.raises(InvalidConfigError) as ei:
+        BrokerConfig.load(None, [override])
+    assert str(ei.value) == message

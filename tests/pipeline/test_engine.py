@@ -163,3 +163,35 @@ def test_engines_write_the_same_txnindex_for_a_kept_abort_marker(spark, tmp_path
     assert sorted(a) == sorted(b)
     for name in a:
         assert a[name] == b[name], name
+
+
+@PLANS
+def test_spark_engine_honours_the_cleaner_io_limit_in_its_tasks(
+    spark, tmp_path, monkeypatch, single_task_bytes
+):
+    """log.cleaner.io.max.bytes.per.second (Kafka's Throttler) in the Spark tasks, where
+    the reads and writes happen: each task throttles its share, and the bytes and sleep
+    of every task come back to the cleaner's throttle (through Spark accumulators)."""
+    from kompakt.cleaner.throttle import Throttler
+
+    monkeypatch.setattr(survivors, "SINGLE_TASK_BYTES", single_task_bytes)
+    batches = [([(b"k%d" % (i % 7), b"v%d" % i + b"x" * 200)], 0, False) for i in range(120)]
+    write_log(tmp_path, batches, partitions=1)
+    with LogManager(tmp_path, clock=lambda: NOW + 10_000) as logs:
+        plog = logs.get_log("t", 0)
+        before = {r.key: r.value for b in plog.iter_batches() for r in b.records()}
+        # Kafka's 300 ms period: tasks of a few kB end well within it, and are throttled
+        # by settling their share at their end
+        throttle = Throttler()
+        cleaner = Cleaner(
+            logs,
+            engine=SparkEngine(),
+            config={"log.cleaner.io.max.bytes.per.second": "50000"},
+            throttle=throttle,
+        )
+        stats = cleaner.clean_partition(plog)
+        assert stats is not None and stats.bytes_read > 0
+        after = {r.key: r.value for b in plog.iter_batches() for r in b.records()}
+    assert after == before
+    assert throttle.observed_total >= stats.bytes_read + stats.bytes_written
+    assert throttle.throttled_seconds_total > 0
