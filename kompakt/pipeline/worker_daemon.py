@@ -16,6 +16,7 @@ daemon's port from it.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import tempfile
 import time
@@ -56,11 +57,19 @@ def main() -> None:
     from pyspark import daemon
 
     if sys.argv[1:2] in ([], ["pyspark.worker"]):
+        from kompakt.cleaner.segment_io import HOLD_ENV
+
+        # the throwaway clean must not trip a test's hold on real cleans; the forked
+        # workers get the variable back
+        hold = os.environ.pop(HOLD_ENV, None)
         try:
             with contextlib.redirect_stdout(sys.stderr):
                 preload()
         except Exception as exc:  # a worker still loads what it needs itself, only slower
             print(f"kompakt worker preload skipped: {exc!r}", file=sys.stderr)
+        finally:
+            if hold is not None:
+                os.environ[HOLD_ENV] = hold
     daemon.manager()
 
 

@@ -20,6 +20,7 @@ PARTITIONS = 300
 PER_PARTITION = 12
 # besides the segments: the .lock, logging, the event loop, listening and client sockets
 CONSTANT = 64
+IN_USE = 2  # segments a request or the log flusher may hold open beyond the cap
 TOPIC = "many"
 
 
@@ -83,8 +84,10 @@ def fds_within_cap(broker: BrokerProcess) -> int:
             continue
         if target.startswith(data) and "/" in target[len(data) :]:
             segment_fds += 1
-    assert segment_fds <= 5 * CAP, f"{segment_fds} segment fds for a cap of {CAP} segments"
-    assert fds <= 5 * CAP + CONSTANT, f"{fds} fds for a cap of {CAP} segments"
+    # the cap yields to segments in use at that instant (a fetch, a flush): IN_USE of them
+    limit = 5 * (CAP + IN_USE)
+    assert segment_fds <= limit, f"{segment_fds} segment fds for a cap of {CAP} segments"
+    assert fds <= limit + CONSTANT, f"{fds} fds for a cap of {CAP} segments"
     return fds
 
 
