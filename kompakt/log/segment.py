@@ -156,14 +156,15 @@ class LogSegment:
     def _index_path(self, kind: str) -> Path:
         return segment_file(self.dir, self.base_offset, kind, self.suffix)
 
-    @property
-    def offset_index(self) -> OffsetIndex:
-        idx = self._offset_index
+    def _index(self, attr: str, cls: type, suffix: str):
+        """The segment's ``cls`` index in ``attr``, made on first use (Kafka's
+        ``LazyIndex``): a segment loaded at start costs no file until it is read."""
+        idx = getattr(self, attr)
         if idx is None:
             with self.lock:
-                if self._offset_index is None:
-                    self._offset_index = OffsetIndex(
-                        self._index_path(INDEX_SUFFIX),
+                if getattr(self, attr) is None:
+                    made = cls(
+                        self._index_path(suffix),
                         self.base_offset,
                         self._max_index_size,
                         self.writable,
@@ -171,28 +172,18 @@ class LogSegment:
                         lock=self.lock,
                         on_open=self._index_opened,
                     )
-                    self._offset_index._closed = self._closed
-                idx = self._offset_index
+                    made._closed = self._closed
+                    setattr(self, attr, made)
+                idx = getattr(self, attr)
         return idx
 
     @property
+    def offset_index(self) -> OffsetIndex:
+        return self._index("_offset_index", OffsetIndex, INDEX_SUFFIX)
+
+    @property
     def time_index(self) -> TimeIndex:
-        idx = self._time_index
-        if idx is None:
-            with self.lock:
-                if self._time_index is None:
-                    self._time_index = TimeIndex(
-                        self._index_path(TIMEINDEX_SUFFIX),
-                        self.base_offset,
-                        self._max_index_size,
-                        self.writable,
-                        lazy=self._lazy,
-                        lock=self.lock,
-                        on_open=self._index_opened,
-                    )
-                    self._time_index._closed = self._closed
-                idx = self._time_index
-        return idx
+        return self._index("_time_index", TimeIndex, TIMEINDEX_SUFFIX)
 
     @property
     def txn_index(self) -> TransactionIndex:
