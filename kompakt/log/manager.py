@@ -249,6 +249,9 @@ class LogManager:
         self.broker_config = BrokerDefaults.of(broker_config)
         self.clock = clock or system_clock
         self.failures = LogDirFailureChannel()
+        self.head_removal_listeners: list[Callable[[PartitionLog], object]] = []
+        """Told before segments leave a log's head (retention, DeleteRecords), while their
+        batches can still be read (the broker builds its producer state from them)."""
         self.lock = threading.RLock()
         self.deleter = FileDeleter(self.clock)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -421,9 +424,14 @@ class LogManager:
     # -- log dirs: placement and failure ---------------------------------------------------
     def _adopt(self, tp: tuple[str, int], plog: PartitionLog, d: LogDir) -> None:
         plog.on_io_error = self._on_log_io_error
+        plog.before_head_removal = self._before_head_removal
         self._logs[tp] = plog
         self._dir_of[tp] = d
         d.partitions += 1
+
+    def _before_head_removal(self, plog: PartitionLog) -> None:
+        for listener in list(self.head_removal_listeners):
+            listener(plog)
 
     def _forget(self, tp: tuple[str, int]) -> PartitionLog | None:
         d = self._dir_of.pop(tp, None)

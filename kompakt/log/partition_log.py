@@ -100,6 +100,10 @@ class PartitionLog:
         # told of an I/O error in append, roll or flush (the log manager's
         # LogDirFailureChannel); called with (log, error, what was being done)
         self.on_io_error: Callable[[PartitionLog, OSError, str], None] | None = None
+        # called (under the log's lock) before segments leave the head of the log, while
+        # their batches can still be read: the idempotent producers' state is built from
+        # them first, as Kafka keeps producer state when the log start moves (KIP-360)
+        self.before_head_removal: Callable[[PartitionLog], None] | None = None
 
     def io_failed(self, exc: OSError, what: str) -> None:
         """Report an I/O error on this log's files to whoever watches its dir."""
@@ -527,6 +531,8 @@ class PartitionLog:
         if not doomed:
             return
         _ = self.transactions  # rebuilt while the removed batches still exist
+        if self.before_head_removal is not None:
+            self.before_head_removal(self)
         if len(doomed) == len(self.segments):
             new = self.roll(now=now)
             if doomed[-1] is new:  # an empty active segment stays as the new one
