@@ -25,10 +25,18 @@ from kompakt.log.manager import LogManager, shared_dir_lock
 from kompakt.record.encode import build_simple_batch
 
 
+def _sigint_default() -> None:
+    """A command started in the background by a non-interactive shell (``cmd &``, as a CI
+    runner may start the suite) inherits SIGINT ignored, and Python then installs no
+    KeyboardInterrupt handler; a terminal's Ctrl-C, which these tests stand for, reaches
+    a process with SIGINT at its default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def kompakt(*args: str | Path, **popen) -> subprocess.Popen:
     script = Path(sys.executable).with_name("kompakt")
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "kompakt.cli.main"]
-    return subprocess.Popen([*cmd, *map(str, args)], **popen)
+    return subprocess.Popen([*cmd, *map(str, args)], preexec_fn=_sigint_default, **popen)
 
 
 def unread_bytes(fd: int) -> int:
