@@ -68,6 +68,7 @@ import os
 import random
 import resource
 import signal
+import subprocess
 import threading
 import time
 import urllib.request
@@ -155,6 +156,7 @@ DEFAULT_WEIGHTS = {
     "read-io-error": 8,
 }
 # where a read-io-error is aimed, relative weights (spark-clean only with Spark cleans)
+HALT_LINE = "Shutdown broker because all log dirs"  # Kafka's halt, logged by the broker
 READ_IO_PHASES = {"fetch": 4, "local-clean": 4, "spark-clean": 2}
 STORAGE_ERROR = 56  # KAFKA_STORAGE_ERROR
 
@@ -794,7 +796,7 @@ class Campaign:
         for th in readers:
             th.join(30)
         seconds = round(time.monotonic() - self.t0 - t, 2)
-        outcome = "fiu-lost: restarted" if lost else self._after_read_errors()
+        outcome = "fiu-lost: restarted" if lost else self._after_read_errors(mark)
         if lost:
             self._offline_check()
             self.broker.start(timeout=60)
@@ -876,12 +878,30 @@ class Campaign:
         self._offline_check()
         self.broker.start(timeout=60)
 
-    def _after_read_errors(self) -> str:
-        """What the broker did once reads work again: ``up``, ``exited`` (on its own,
-        without a signal), ``offline`` (KAFKA_STORAGE_ERROR) or ``stuck`` (produce
-        still fails); restarted in the last three cases."""
+    def _halting(self, mark: int) -> bool:
+        """Whether the broker began Kafka's halt (no log dir left) since ``mark``: its
+        ports close a moment before the process exits; wait for the exit then."""
+        if HALT_LINE not in self.broker.log_text()[mark:]:
+            return False
         proc = self.broker.proc
         assert proc is not None
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.violations.append(
+                f"read-io-error: the halt did not end:\n{self.broker.log_tail()}"
+            )
+        return True
+
+    def _after_read_errors(self, mark: int) -> str:
+        """What the broker did once reads work again: ``up``, ``exited`` (on its own,
+        without a signal), ``offline`` (KAFKA_STORAGE_ERROR) or ``stuck`` (produce
+        still fails); restarted in the last three cases. A read error may take the dir
+        offline a moment after the window (a clean reading late): its halt is waited
+        for wherever it shows."""
+        proc = self.broker.proc
+        assert proc is not None
+        self._halting(mark)
         if not self.broker.alive():
             rc = proc.returncode
             if rc is not None and rc < 0:
@@ -896,14 +916,16 @@ class Campaign:
             offline = self._storage_errors()
         except (OSError, AssertionError) as exc:
             offline = []
-            if not self.broker.alive():
-                return self._after_read_errors()
+            if self._halting(mark) or not self.broker.alive():
+                return self._after_read_errors(mark)
             self.violations.append(f"read-io-error: ListOffsets after the window failed: {exc}")
         if offline:
             self._restart("read-io-error (dir offline)")
             return f"offline: {len(offline)} partitions KAFKA_STORAGE_ERROR, restarted"
         failed = self.model.failed
         time.sleep(1.5)  # does produce work again?
+        if self._halting(mark):
+            return self._after_read_errors(mark)
         if self.model.failed > failed:
             n = self.model.failed - failed
             self._restart("read-io-error (stuck)")
