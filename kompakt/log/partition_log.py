@@ -139,7 +139,11 @@ class PartitionLog:
         if not self._transactions_loaded:
             with self.lock:
                 if not self._transactions_loaded:
-                    self._load_transactions(self._cleaned_at_open)
+                    try:
+                        self._load_transactions(self._cleaned_at_open)
+                    except OSError as exc:  # a failing disk: the dir goes offline (Kafka)
+                        self.io_failed(exc, f"reading {self.name}")
+                        raise KafkaStorageError(f"I/O error reading {self.name}: {exc}") from exc
                     self._transactions_loaded = True
         return self._transactions
 
