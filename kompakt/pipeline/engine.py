@@ -202,7 +202,6 @@ def warm_up(
     from kompakt.cleaner.cleaner import Cleaner
     from kompakt.log.manager import LogManager
     from kompakt.pipeline import DEFAULT_MASTER, MASTER_KEY, session
-    from kompakt.record.encode import build_simple_batch
 
     config = dict(config or {})
     t0 = time.monotonic()
@@ -212,11 +211,22 @@ def warm_up(
         return t1 - t0, 0.0
     with tempfile.TemporaryDirectory(prefix="kompakt-warm-up-") as tmp:
         with LogManager(Path(tmp)) as logs:
-            logs.create_topic("warm-up", 1, {"cleanup.policy": "compact", "segment.bytes": "1024"})
-            plog = logs.get_log("warm-up", 0)
-            now = int(time.time() * 1000)
-            for i in range(40):
-                plog.append(build_simple_batch([(b"k%d" % (i % 4), b"v%d" % i)], timestamp=now))
-            plog.roll()
+            throwaway_topic(logs, "warm-up")
             Cleaner(logs, engine=SparkEngine(config), config=config).compact_now("warm-up")
     return t1 - t0, time.monotonic() - t1
+
+
+def throwaway_topic(logs: Any, name: str) -> Any:
+    """A compacted topic of 40 records over 4 keys in small rolled segments: something
+    for a warm-up clean to do (:func:`warm_up`, the worker daemon's preload)."""
+    import time
+
+    from kompakt.record.encode import build_simple_batch
+
+    logs.create_topic(name, 1, {"cleanup.policy": "compact", "segment.bytes": "1024"})
+    plog = logs.get_log(name, 0)
+    now = int(time.time() * 1000)
+    for i in range(40):
+        plog.append(build_simple_batch([(b"k%d" % (i % 4), b"v%d" % i)], timestamp=now))
+    plog.roll()
+    return plog

@@ -19,7 +19,6 @@ import contextlib
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 
@@ -32,16 +31,11 @@ def preload() -> None:
     from kompakt.cleaner import Cleaner, LocalEngine
     from kompakt.log.manager import LogManager
     from kompakt.pipeline import groups, survivors  # noqa: F401  (task-side imports)
-    from kompakt.record.encode import build_simple_batch
+    from kompakt.pipeline.engine import throwaway_topic
 
     with tempfile.TemporaryDirectory(prefix="kompakt-worker-preload-") as tmp:
         with LogManager(Path(tmp)) as logs:
-            logs.create_topic("preload", 1, {"cleanup.policy": "compact", "segment.bytes": "1024"})
-            plog = logs.get_log("preload", 0)
-            now = int(time.time() * 1000)
-            for i in range(40):
-                plog.append(build_simple_batch([(b"k%d" % (i % 4), b"v%d" % i)], timestamp=now))
-            plog.roll()
+            plog = throwaway_topic(logs, "preload")
             bases = [s.base_offset for s in plog.segments_snapshot()]
             reads = survivors.plan_reads(plog.dir, bases)
             rows = np.concatenate([survivors.digest_rows(t, 0, 0, 40, []) for t in reads])
