@@ -50,6 +50,7 @@ from kompakt.broker.state import AppendNotifier, BrokerState, RequestContext
 from kompakt.errors import KompaktError
 from kompakt.log.config import to_string
 from kompakt.log.manager import LogManager
+from kompakt.log.open_segments import raise_open_files_limit
 
 log = logging.getLogger("kompakt.broker")
 
@@ -106,6 +107,7 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
         await asyncio.to_thread(cfg.load_dynamic)  # dynamic broker configs, before the logs
+        raise_open_files_limit(cfg.get("kompakt.log.max.open.segments"))
         self.logs = await asyncio.to_thread(
             LogManager,
             cfg.data_dirs,

@@ -16,11 +16,56 @@ at that instant.
 
 from __future__ import annotations
 
+import logging
+import resource
 import threading
 from collections import OrderedDict
 from typing import Protocol
 
 DEFAULT_MAX_OPEN_SEGMENTS = 1000
+FDS_PER_SEGMENT = 5  # the .log, and each index's file and the duplicate its map holds
+FD_HEADROOM = 1024  # client connections, checkpoints, the admin listener, Spark's pipes
+
+log = logging.getLogger(__name__)
+
+
+def descriptors_needed(cap: int | None) -> int | None:
+    """The descriptors a broker with this cap may hold (None: unbounded, no cap)."""
+    return None if cap is None else FDS_PER_SEGMENT * cap + FD_HEADROOM
+
+
+def raise_open_files_limit(cap: int | None) -> tuple[int, int]:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to what the cap needs (up to the hard
+    limit), as servers do at start instead of failing with EMFILE on the first busy
+    minute; (soft before, soft after). With no cap the soft limit goes to the hard one.
+
+    Kafka leaves this to the operator (``ulimit -n``); a soft limit of 1024, the common
+    default, is below the 5,000 descriptors the default cap of 1,000 segments allows.
+    A hard limit below the need is logged: the cap should then be lowered.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = descriptors_needed(cap)
+    want = hard if need is None else need
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    if want > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            log.info("open files limit raised from %d to %d", soft, want)
+        except (ValueError, OSError) as exc:  # a sandbox may refuse
+            log.warning("could not raise the open files limit from %d: %s", soft, exc)
+            return soft, soft
+    if need is not None and hard != resource.RLIM_INFINITY and hard < need:
+        log.warning(
+            "the open files hard limit %d is below the %d that kompakt.log.max.open.segments"
+            "=%d may need (%d per segment + %d): lower the cap or raise the limit",
+            hard,
+            need,
+            cap,
+            FDS_PER_SEGMENT,
+            FD_HEADROOM,
+        )
+    return soft, max(soft, want)
 
 
 class Closable(Protocol):

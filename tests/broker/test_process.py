@@ -139,3 +139,49 @@ def test_partitions_endpoint_counts_pending_tombstones(broker, topic_name):
     assert pending() == 2  # sealed segments come from the cache, the count is the same
     produce((b"c", None))
     assert pending() == 3
+
+
+def _soft_nofile(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no 'Max open files' line")
+
+
+def test_a_low_open_files_limit_is_raised_to_what_the_segment_cap_needs(tmp_path):
+    """A soft ``ulimit -n`` of 256 (below the 5 x 1,000 + 1,024 descriptors the default
+    ``kompakt.log.max.open.segments`` may need) is raised at start, up to the hard limit,
+    instead of the broker failing with EMFILE once many partitions are busy."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 5 * 1000 + 1024 if hard == resource.RLIM_INFINITY else min(hard, 5 * 1000 + 1024)
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kompakt.broker",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override",
+            f"log.dirs={tmp_path / 'data'}",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=low_limit,
+    )
+    try:
+        wait_for_port(port, proc, 20)
+        assert _soft_nofile(proc.pid) == max(256, want)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert f"open files limit raised from 256 to {want}" in out or want <= 256
