@@ -13,13 +13,18 @@ built yet still reports the ratios.
 from __future__ import annotations
 
 import os
+import struct
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from kompakt.cleaner.cleanable import is_eligible, log_to_clean, uncleanable_bound
 from kompakt.cleaner.stats import CleanStats
 from kompakt.log.partition_log import PartitionLog
+from kompakt.record.header import BASE_TIMESTAMP_POS, DELETE_HORIZON_BIT
 from kompakt.record.scan import scan_records
 
 TopicPartition = tuple[str, int]
@@ -69,49 +74,88 @@ class PartitionStatus:
         }
 
 
+@dataclass(frozen=True)
+class SegmentTombstones:
+    """The records and tombstones of one segment, the tombstones by KIP-534 delete
+    horizon: none yet (the next clean sets one) or the horizon in ms (a batch's base
+    timestamp once it has the delete-horizon bit)."""
+
+    records: int
+    no_horizon: int
+    horizons: Mapping[int, int]  # horizon ms -> tombstones
+
+    @property
+    def tombstones(self) -> int:
+        return self.no_horizon + sum(self.horizons.values())
+
+
+def segment_tombstones(data: Any) -> SegmentTombstones:
+    """Count one segment's bytes: a vectorised scan, then one header read per batch
+    whose tombstones carry a horizon."""
+    scan = scan_records(data, verify_crc=False)
+    tomb = np.nonzero(scan.value_null)[0]
+    if not len(tomb):
+        return SegmentTombstones(len(scan.value_null), 0, {})
+    batches = scan.batch_index[tomb]
+    with_horizon = (scan.batch_attributes[batches] & DELETE_HORIZON_BIT) != 0
+    horizons: dict[int, int] = {}
+    view = memoryview(data)
+    for b in batches[with_horizon]:
+        (ms,) = struct.unpack_from(">q", view, int(scan.batch_position[b]) + BASE_TIMESTAMP_POS)
+        horizons[ms] = horizons.get(ms, 0) + 1
+    return SegmentTombstones(len(scan.value_null), int((~with_horizon).sum()), horizons)
+
+
 class TombstoneCounter:
-    """Tombstones (and records) still in a log (kept until their delete horizon passes),
-    per segment.
+    """Tombstones (and records) still in a log, per segment: what ``/v1/partitions``
+    counts and the console's horizons view breaks down (one cache for both).
 
     A sealed segment's bytes never change (a clean writes a new file), so its count is
-    cached by (path, inode, size) and a status request scans only new bytes.
+    cached by (path, inode, size) and a request scans only new bytes.
     """
 
     def __init__(self) -> None:
-        # per partition folder: (segment path, inode, size) -> (tombstones, records), so
-        # forgetting replaced segments costs one partition's entries, not the whole cache
-        self._cache: dict[str, dict[tuple[str, int, int], tuple[int, int]]] = {}
+        self._lock = threading.Lock()
+        # per partition folder: (segment path, inode, size) -> counts, so forgetting
+        # replaced segments costs one partition's entries, not the whole cache
+        self._cache: dict[str, dict[tuple[str, int, int], SegmentTombstones]] = {}
 
-    def pending(self, plog: PartitionLog) -> int:
-        return self.counts(plog)[0]
-
-    def counts(self, plog: PartitionLog) -> tuple[int, int]:
-        """(tombstones, records) in the log."""
-        count = records = 0
-        cache = self._cache.setdefault(str(plog.dir), {})
+    def segments(self, plog: PartitionLog) -> list[SegmentTombstones]:
+        """The counts of each non-empty segment of the log (a segment deleted or damaged
+        meanwhile is left out)."""
+        with self._lock:
+            cache = self._cache.setdefault(str(plog.dir), {})
+        out = []
         live = set()
         for seg in plog.segments_snapshot():
             if not seg.size:
                 continue
             try:
                 key = (str(seg.log_path), os.stat(seg.log_path).st_ino, seg.size)
-                live.add(key)
-                if key not in cache:
-                    scan = scan_records(seg.read_all(), verify_crc=False)
-                    cache[key] = (int(scan.value_null.sum()), len(scan.value_null))
-                tombs, recs = cache[key]
-                count += tombs
-                records += recs
+                counts = cache.get(key)
+                if counts is None:
+                    counts = cache[key] = segment_tombstones(seg.read_all())
             except Exception:  # a segment deleted or damaged meanwhile is not counted
                 continue
+            live.add(key)
+            out.append(counts)
         for key in [k for k in cache if k not in live]:
-            del cache[key]
-        return count, records
+            cache.pop(key, None)
+        return out
+
+    def pending(self, plog: PartitionLog) -> int:
+        return self.counts(plog)[0]
+
+    def counts(self, plog: PartitionLog) -> tuple[int, int]:
+        """(tombstones, records) in the log."""
+        segs = self.segments(plog)
+        return sum(s.tombstones for s in segs), sum(s.records for s in segs)
 
     def keep_only(self, dirs: set[str]) -> None:
         """Forget partitions whose folder is not in ``dirs`` (deleted ones)."""
-        for d in [d for d in self._cache if d not in dirs]:
-            del self._cache[d]
+        with self._lock:
+            for d in [d for d in self._cache if d not in dirs]:
+                del self._cache[d]
 
 
 class CleaningStatus:
@@ -123,7 +167,8 @@ class CleaningStatus:
     def __init__(self, logs: Any, last_stats: LastStats = _no_stats) -> None:
         self.logs = logs
         self.last_stats = last_stats
-        self._tombstones = TombstoneCounter()
+        self.tombstones = TombstoneCounter()
+        """Per-segment tombstone counts, shared with the console's horizons view."""
 
     def partitions(self, tombstones: bool = True) -> Iterator[tuple[PartitionLog, PartitionStatus]]:
         """(log, status) of every partition; ``tombstones=False`` skips the tombstone
@@ -140,7 +185,7 @@ class CleaningStatus:
             except Exception:  # deleted during the walk
                 continue
         if tombstones:
-            self._tombstones.keep_only(dirs)
+            self.tombstones.keep_only(dirs)
 
     def of(
         self,
@@ -169,7 +214,7 @@ class CleaningStatus:
             plog, segments, ltc.first_dirty_offset, now
         )[1]
         if tombstones:
-            out.tombstones_pending, out.records = self._tombstones.counts(plog)
+            out.tombstones_pending, out.records = self.tombstones.counts(plog)
         return out
 
     def of_log(self, plog: PartitionLog) -> PartitionStatus:

@@ -37,7 +37,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kompakt.broker.console import common, pages_compaction, pages_data
 from kompakt.broker.console.actions import parse_json_body, run_compact
-from kompakt.broker.console.tombstones import HorizonCounter
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +191,6 @@ def build_app(
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )
     app.state.api = api
-    app.state.horizons = HorizonCounter()  # the partition page's tombstone horizons
     if authenticate is None:
         return ServerTiming(app)
     return ServerTiming(BasicAuth(app, authenticate, auth_get, on_failure))

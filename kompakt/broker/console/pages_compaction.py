@@ -25,6 +25,7 @@ from starlette.routing import BaseRoute, Route
 
 from kompakt.broker.console import charts, common
 from kompakt.broker.console.actions import parse_json_body, run_compact
+from kompakt.broker.console.tombstones import horizons_of
 from kompakt.errors import KompaktError
 
 log = logging.getLogger(__name__)
@@ -273,7 +274,7 @@ def partition_page(request: Request) -> Response:
     cfg = plog.config
     horizons = None
     if st.compacted:
-        horizons = request.app.state.horizons.of(plog, broker.logs.clock())
+        horizons = horizons_of(status.tombstones, plog, broker.logs.clock())
     return common.render(
         request,
         "partition.html",

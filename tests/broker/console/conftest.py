@@ -9,6 +9,10 @@ topic yet) and then backs off for ten minutes, so only the tests clean.
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 from confluent_kafka import Producer
 
@@ -67,3 +71,44 @@ def readonly_broker(tmp_path_factory):
     b = make_broker(tmp_path_factory, "readonly")
     yield b
     b.stop()
+
+
+# -- the browser: one headless Chromium per test session, shared by the browser modules --
+CHROMIUM = os.environ.get("KOMPAKT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+SHOTS = Path(__file__).resolve().parents[3] / "test-output" / "console"
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium driven by Playwright (``executable_path``: no downloaded browser;
+    ``scripts/ensure-chromium.sh`` installs it), started once for every browser test."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} missing: run scripts/ensure-chromium.sh")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh 1280x800 page; a JavaScript error on it fails the test."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    pg = ctx.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield pg
+    ctx.close()
+    assert errors == [], f"JavaScript errors: {errors}"
+
+
+@pytest.fixture
+def shot():
+    """Save the page's screenshot as ``test-output/console/<name>.png`` for a person."""
+
+    def save(page, name: str) -> None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"{name}.png"))
+
+    return save

@@ -9,45 +9,9 @@ each page at 1280x800 go to ``test-output/console/`` for a person to look at.
 from __future__ import annotations
 
 import re
-import shutil
-from pathlib import Path
-
-import pytest
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-OUT = Path(__file__).resolve().parents[3] / "test-output" / "console"
-
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason="chromium missing: run scripts/ensure-chromium.sh"
-)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    pg = ctx.new_page()
-    errors: list[str] = []
-    pg.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield pg
-    ctx.close()
-    assert errors == [], f"JavaScript errors: {errors}"
-
-
-def shot(page, name: str) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(OUT / f"{name}.png"))
-
-
-def test_overview_shows_topics_and_the_cleaner_queue(page, console_url):
+def test_overview_shows_topics_and_the_cleaner_queue(page, shot, console_url):
     page.goto(console_url + "/")
     row = page.locator('tr[data-topic="users"]')
     assert "compact" in row.inner_text() and "2" in row.inner_text()
@@ -57,14 +21,14 @@ def test_overview_shows_topics_and_the_cleaner_queue(page, console_url):
     shot(page, "overview")
 
 
-def test_partition_page_explains_min_lag(page, console_url):
+def test_partition_page_explains_min_lag(page, shot, console_url):
     page.goto(console_url + "/topics/slow/0")
     assert page.locator("#uncleanable-why").inner_text() == "min.compaction.lag.ms"
     assert page.locator(".seg.held").count() >= 1 and page.locator(".seg.active").count() == 1
     shot(page, "partition-min-lag")
 
 
-def test_dry_run_then_compact_now_shows_the_clean(page, console_url):
+def test_dry_run_then_compact_now_shows_the_clean(page, shot, console_url):
     """Click the dry run (a preview, nothing removed), then "compact now": the page shows
     the result line, a new row in the cleans table, a clean head in the strip, and the
     tombstones that a first clean keeps (Kafka keeps them for delete.retention.ms)."""
@@ -109,7 +73,7 @@ def test_dry_run_then_compact_now_shows_the_clean(page, console_url):
     assert "the first passes at" in page.locator("#horizons").inner_text()
 
 
-def test_hostile_input_shows_a_message_in_the_page(page, console_url):
+def test_hostile_input_shows_a_message_in_the_page(page, shot, console_url):
     for path, fragment in [
         ("/topics/users/abc", "partition must be an integer"),
         ("/topics/users/-3", "at least 0"),

@@ -6,9 +6,6 @@ consumed by confluent-kafka. Each test asserts on what the page shows and saves 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -16,14 +13,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kompakt.broker.app import start_test_broker
 from tests.shared_kit import wait_for
-
-CHROMIUM = os.environ.get("KOMPAKT_CHROMIUM", "/usr/bin/chromium")
-SHOTS = Path(__file__).resolve().parents[3] / "test-output" / "console"
-
-playwright_api = pytest.importorskip("playwright.sync_api")
-pytestmark = pytest.mark.skipif(
-    shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} missing: run scripts/ensure-chromium.sh"
-)
 
 
 @pytest.fixture(scope="module")
@@ -81,32 +70,11 @@ def broker(tmp_path_factory):
     b.stop()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with playwright_api.sync_playwright() as pw:
-        br = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield br
-        br.close()
-
-
-@pytest.fixture
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    pg = ctx.new_page()
-    yield pg
-    ctx.close()
-
-
 def url(broker, path: str) -> str:
     return f"http://127.0.0.1:{broker.admin_port}{path}"
 
 
-def shot(page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
-
-
-def test_key_inspector_shows_which_records_the_next_clean_removes(broker, page):
+def test_key_inspector_shows_which_records_the_next_clean_removes(broker, page, shot):
     page.goto(url(broker, "/keys"))
     page.select_option("#topic", "users")
     page.fill("#key", "user-1")
@@ -121,7 +89,7 @@ def test_key_inspector_shows_which_records_the_next_clean_removes(broker, page):
     shot(page, "keys")
 
 
-def test_message_browser_renders_json_and_headers_and_pages_on(broker, page):
+def test_message_browser_renders_json_and_headers_and_pages_on(broker, page, shot):
     page.goto(url(broker, "/messages?topic=orders&partition=0&offset=2&limit=5&render=json"))
     rows = page.locator("#messages tbody tr")
     assert rows.count() == 5
@@ -138,7 +106,7 @@ def test_message_browser_renders_json_and_headers_and_pages_on(broker, page):
     assert page.locator("pre.value").inner_text().startswith("7b 22 6f")
 
 
-def test_groups_pages_show_lag_per_partition_and_total(broker, page):
+def test_groups_pages_show_lag_per_partition_and_total(broker, page, shot):
     page.goto(url(broker, "/groups"))
     row = page.locator('#groups tr[data-group="billing"]')
     assert row.locator(".lag").inner_text() == "8"  # (12 - 4) + (5 - 5)
@@ -158,7 +126,7 @@ def test_groups_pages_show_lag_per_partition_and_total(broker, page):
     assert page.locator("#messages tbody tr").count() == 8
 
 
-def test_config_edit_shows_alter_configs_error_inline_then_saves(broker, page):
+def test_config_edit_shows_alter_configs_error_inline_then_saves(broker, page, shot):
     page.goto(url(broker, "/configs/users"))
     row = page.locator('#configs tr[data-name="cleanup.policy"]')
     assert row.locator(".source").inner_text() == "topic"
@@ -202,7 +170,7 @@ def test_config_edit_shows_alter_configs_error_inline_then_saves(broker, page):
         ("/configs/nope", "topic 'nope' does not exist"),
     ],
 )
-def test_hostile_input_is_a_message_on_the_page_never_a_500(broker, page, path, message):
+def test_hostile_input_is_a_message_on_the_page_never_a_500(broker, page, shot, path, message):
     resp = page.goto(url(broker, path))
     assert resp is not None and 400 <= resp.status < 500
     assert message in page.inner_text("#error-message")
