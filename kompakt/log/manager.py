@@ -329,19 +329,7 @@ class LogManager:
         log dirs ... can be created or validated"). Nothing is written or removed in
         the other dirs before that refusal."""
         if d is self.dirs[0]:
-            listed = ", ".join(str(o.path) for o in self.dirs)
-            usable = [o for o in self.dirs[1:] if _looks_usable(o.path)]
-            why = f"{d.path}: {what}: {exc.strerror or exc}"
-            if not usable:
-                raise KafkaStorageError(
-                    f"None of the specified log dirs from {listed} can be created or "
-                    f"validated ({why}); fix the disk or log.dirs and start again"
-                ) from exc
-            raise KafkaStorageError(
-                f"the first log dir {d.path} cannot be used ({what}: {exc.strerror or exc}); "
-                f"it holds {TOPICS_FILE} and the broker's own files, so the broker cannot "
-                "start without it: fix that disk, then start again"
-            ) from exc
+            raise first_dir_error([o.path for o in self.dirs], f"{what}: {exc.strerror or exc}")
         # offline stand-ins for any of its partitions already loaded: attribute writes
         self.fail_dir(d.path, exc, what)
 
@@ -1037,6 +1025,33 @@ def delete_dir_name(topic: str, partition: int) -> str:
     (a 249-character topic plus 40 characters of suffix is too long for a file name)."""
     suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
     return topic[: 255 - len(suffix)] + suffix
+
+
+def first_dir_error(paths: Sequence[Path], why: str) -> KafkaStorageError:
+    """The one-line refusal when the first log dir cannot be used: Kafka's "None of the
+    specified log dirs from ... can be created or validated" when no other is usable
+    either, else a message naming the first dir and why it is needed."""
+    listed = ", ".join(str(p) for p in paths)
+    if not any(_looks_usable(Path(p)) for p in paths[1:]):
+        return KafkaStorageError(
+            f"None of the specified log dirs from {listed} can be created or validated "
+            f"({paths[0]}: {why}); fix the disk or log.dirs and start again"
+        )
+    return KafkaStorageError(
+        f"the first log dir {paths[0]} cannot be used ({why}); it holds {TOPICS_FILE} and "
+        "the broker's own files, so the broker cannot start without it: fix that disk, "
+        "then start again"
+    )
+
+
+def check_first_log_dir(paths: Sequence[str | os.PathLike]) -> None:
+    """Refuse, before anything reads or writes a log dir, a first dir that cannot be
+    used (the broker reads its dynamic configs there before the log manager opens);
+    the log manager makes the same refusal for what only opening finds."""
+    dirs = [Path(p) for p in paths]
+    if dirs and not _looks_usable(dirs[0]):
+        why = "not a directory" if dirs[0].exists() and not dirs[0].is_dir() else "unreadable"
+        raise first_dir_error(dirs, why)
 
 
 def _new_directory_id() -> str:
