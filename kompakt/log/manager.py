@@ -410,7 +410,8 @@ class LogManager:
                 log.warning("%s: skipping topic %r: %s", topics_file, name, reason)
                 continue
             self._topics[name] = TopicMeta(name, m["partitions"], m["topic_id"], m["configs"])
-            for part, dir_id in enumerate(m.get("directories") or ()):
+            dir_ids = m.get("directories")
+            for part, dir_id in enumerate(dir_ids if isinstance(dir_ids, list) else ()):
                 if isinstance(dir_id, str):
                     self._assigned[(name, part)] = dir_id
         recovery: dict[tuple[str, int], int] = {}
