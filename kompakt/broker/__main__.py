@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from kompakt.broker.app import run
 from kompakt.broker.config import BrokerConfig
 from kompakt.errors import InvalidConfigError, KompaktError
-from kompakt.log.data_dir import check_new_data_dir
+from kompakt.log.data_dir import check_new_data_dir, unusable_dir
 from kompakt.log.manager import shared_dir_lock
 
 INTERRUPTED = 130  # 128 + SIGINT, as a shell and the JVM running Kafka report it
@@ -38,6 +38,11 @@ def serve(properties: str | os.PathLike | None, overrides: Sequence[str]) -> int
     """
     config = BrokerConfig.load(properties, list(overrides))
     for data_dir in config.data_dirs:  # each of log.dirs, as Kafka checks every one
+        if unusable_dir(data_dir):
+            # a file in its place, no permission, a failing disk: the log manager takes
+            # it offline and starts with the others (Kafka's createAndValidateLogDirs),
+            # or refuses in one line when it is the first dir or no dir is usable
+            continue
         check_new_data_dir(data_dir)
         if data_dir.is_dir():
             with shared_dir_lock(data_dir):

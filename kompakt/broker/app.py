@@ -49,7 +49,7 @@ from kompakt.broker.server import KafkaServer
 from kompakt.broker.state import AppendNotifier, BrokerState, RequestContext
 from kompakt.errors import KompaktError
 from kompakt.log.config import to_string
-from kompakt.log.manager import LogManager
+from kompakt.log.manager import LogManager, check_first_log_dir
 from kompakt.log.open_segments import raise_open_files_limit
 
 log = logging.getLogger("kompakt.broker")
@@ -106,6 +106,8 @@ class Broker:
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         cfg = self.config
+        # the first log dir holds the dynamic configs: refuse a broken one in one line
+        check_first_log_dir(cfg.data_dirs)
         await asyncio.to_thread(cfg.load_dynamic)  # dynamic broker configs, before the logs
         raise_open_files_limit(cfg.get("kompakt.log.max.open.segments"))
         self.logs = await asyncio.to_thread(

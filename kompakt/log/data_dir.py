@@ -12,6 +12,7 @@ imports this at start-up, and ``kompakt --help`` must not load the log layer.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from kompakt.errors import KompaktError
@@ -56,3 +57,19 @@ def check_new_data_dir(data_dir: Path) -> None:
             f"'{data_dir}' is not empty and not a kompakt data dir: "
             "refusing to make a data dir there (use a new or empty folder)"
         )
+
+
+def unusable_dir(data_dir: Path) -> bool:
+    """True for a log dir that exists but cannot be used as one: not a directory, or
+    not readable (no permission, an I/O error). Such a dir is not refused here: the
+    broker's log manager takes it offline at start, as Kafka's
+    ``LogManager.createAndValidateLogDirs`` does."""
+    try:
+        if not data_dir.exists():
+            return False
+        if not data_dir.is_dir():
+            return True
+        os.listdir(data_dir)
+        return False
+    except OSError:
+        return True

@@ -25,6 +25,7 @@ kompakt has no KRaft metadata log; a Kafka data dir without it opens with defaul
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import heapq
 import json
@@ -91,6 +92,7 @@ class LogDir:
     lock_fd: int = -1
     was_clean_shutdown: bool = False
     partitions: int = 0  # how many partitions it holds (placement reads it)
+    directory_id: str | None = None  # from its meta.properties (KIP-858); None while unread
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -256,21 +258,25 @@ class LogManager:
         self.deleter = FileDeleter(self.clock)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._dir_of: dict[tuple[str, int], LogDir] = {}
+        self._assigned: dict[tuple[str, int], str | None] = {}
+        """Each partition's ``directory.id`` as ``kompakt-topics.json`` records it (KIP-858's
+        replica directory assignment): where it is, or, for one whose dir was offline at
+        start, where it was last seen."""
         self._topics: dict[str, TopicMeta] = {}
         self.defaults = TopicConfig({}, self.broker_config)
         try:
-            for d in self.dirs:
-                d.path.mkdir(parents=True, exist_ok=True)
-                d.lock_fd = self._acquire_lock(d.path)
-                d.was_clean_shutdown = (d.path / CLEAN_SHUTDOWN_FILE).exists()
-            self.was_clean_shutdown = all(d.was_clean_shutdown for d in self.dirs)
+            self._open_dirs()
+            self.was_clean_shutdown = all(d.was_clean_shutdown for d in self._online_dirs())
             self._load()
+            for d in self._online_dirs():
+                try:
+                    (d.path / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+                except OSError as exc:
+                    self._fail_at_start(d, exc, "removing the clean-shutdown marker")
         except BaseException:
             for d in self.dirs:
                 self._release_lock(d)
             raise
-        for d in self.dirs:
-            (d.path / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
         self._closed = False
 
     # -- dir lock ------------------------------------------------------------------------
@@ -297,15 +303,52 @@ class LogManager:
                 pass
             one.lock_fd = -1
 
+    # -- opening the dirs -----------------------------------------------------------------
+    def _open_dirs(self) -> None:
+        """Kafka's ``createAndValidateLogDirs`` and ``lockLogDirs``: each dir is made if
+        missing, must be a readable directory and is locked. One that is not (a file in
+        its place, permission denied, an I/O error) goes offline and the others start
+        (:meth:`_fail_at_start`); a lock held by another process stays fatal."""
+        for d in self.dirs:
+            try:
+                d.path.mkdir(parents=True, exist_ok=True)
+                if not d.path.is_dir():
+                    raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+                os.listdir(d.path)  # readable (Kafka: Files.isReadable)
+                d.lock_fd = self._acquire_lock(d.path)
+                d.was_clean_shutdown = (d.path / CLEAN_SHUTDOWN_FILE).exists()
+            except OSError as exc:
+                self._release_lock(d)
+                self._fail_at_start(d, exc, "opening the log dir")
+
+    def _fail_at_start(self, d: LogDir, exc: OSError, what: str) -> None:
+        """A dir unusable at start goes offline, as Kafka's ``LogManager`` hands it to
+        the ``LogDirFailureChannel`` and starts with the others. The first dir is fatal:
+        it holds ``kompakt-topics.json`` and the broker's own files (Kafka's
+        ``metadata.log.dir``), and so is having no usable dir ("None of the specified
+        log dirs ... can be created or validated"). Nothing is written or removed in
+        the other dirs before that refusal."""
+        if d is self.dirs[0]:
+            raise first_dir_error([o.path for o in self.dirs], f"{what}: {exc.strerror or exc}")
+        # offline stand-ins for any of its partitions already loaded: attribute writes
+        self.fail_dir(d.path, exc, what)
+
     # -- loading -------------------------------------------------------------------------
     def _load_meta(self) -> None:
         """Every dir's ``meta.properties`` agrees on ``cluster.id`` and ``node.id``
-        (Kafka's ``MetaPropertiesEnsemble.verify``); dirs without one get it written."""
+        (Kafka's ``MetaPropertiesEnsemble.verify``); dirs without one get it written, and
+        one without a ``directory.id`` gets one added (KIP-858). A dir whose file cannot
+        be read or written goes offline (:meth:`_fail_at_start`)."""
         found: list[tuple[Path, dict[str, str]]] = []
-        for d in self.dirs:
+        for d in self._online_dirs():
             meta_path = d.path / META_FILE
-            if meta_path.exists():
-                found.append((meta_path, _read_props(meta_path)))
+            try:
+                if meta_path.exists():
+                    props = _read_props(meta_path)
+                    found.append((meta_path, props))
+                    d.directory_id = props.get("directory.id")
+            except OSError as exc:
+                self._fail_at_start(d, exc, f"reading {META_FILE}")
         cluster = node = None
         for path, props in found:
             c = props.get("cluster.id")
@@ -327,64 +370,71 @@ class LogManager:
         cluster_id = cluster[0] if cluster else uuid.uuid4().hex[:22]
         node_id = node[0] if node else str(self.broker_config.get("node.id", "1"))
         wrote = False
-        for d in self.dirs:
+        for d in self._online_dirs():
             meta_path = d.path / META_FILE
-            if not meta_path.exists():
-                wrote = True
-                meta_path.write_text(
-                    f"#kompakt\nversion=1\nnode.id={node_id}\ncluster.id={cluster_id}\n"
-                    f"directory.id={uuid.uuid4().hex[:22]}\n"
-                )
+            try:
+                if not meta_path.exists():
+                    wrote = True
+                    d.directory_id = _new_directory_id()
+                    meta_path.write_text(
+                        f"#kompakt\nversion=1\nnode.id={node_id}\ncluster.id={cluster_id}\n"
+                        f"directory.id={d.directory_id}\n"
+                    )
+                elif d.directory_id is None:  # Kafka's broker adds it to an older file
+                    text = meta_path.read_text()
+                    d.directory_id = _new_directory_id()
+                    sep = "\n" if text and not text.endswith("\n") else ""
+                    meta_path.write_text(f"{text}{sep}directory.id={d.directory_id}\n")
+            except OSError as exc:
+                self._fail_at_start(d, exc, f"writing {META_FILE}")
         self.cluster_id = cluster_id if cluster or wrote else "kompakt"
 
     def _load(self) -> None:
+        """Kafka's ``loadLogs``: every partition of every online dir is opened; a dir
+        with an I/O error goes offline (its partitions answer KAFKA_STORAGE_ERROR) and
+        the others load. A partition listed in ``kompakt-topics.json`` but found in no
+        online dir is made empty only where it cannot have data: in its recorded dir
+        when that one is online, or anywhere when no dir is offline. Otherwise it may be
+        on an offline dir and stays an offline stand-in, so that no empty copy is made
+        elsewhere (clients would see its records gone, and the next start would find it
+        twice): KIP-858 keeps each replica's directory id in the metadata for this."""
         self._load_meta()
         topics_file = self.dir / TOPICS_FILE
-        if topics_file.exists():
-            for name, m in json.loads(topics_file.read_text()).items():
-                reason = invalid_topic_reason(name)
-                if reason is not None:  # never let a name from a file become a path
-                    log.warning("%s: skipping topic %r: %s", topics_file, name, reason)
-                    continue
-                self._topics[name] = TopicMeta(name, m["partitions"], m["topic_id"], m["configs"])
+        try:
+            body = json.loads(topics_file.read_text()) if topics_file.exists() else {}
+        except OSError as exc:
+            self._fail_at_start(self.dirs[0], exc, f"reading {TOPICS_FILE}")
+        for name, m in body.items():
+            reason = invalid_topic_reason(name)
+            if reason is not None:  # never let a name from a file become a path
+                log.warning("%s: skipping topic %r: %s", topics_file, name, reason)
+                continue
+            self._topics[name] = TopicMeta(name, m["partitions"], m["topic_id"], m["configs"])
+            dir_ids = m.get("directories")
+            for part, dir_id in enumerate(dir_ids if isinstance(dir_ids, list) else ()):
+                if isinstance(dir_id, str):
+                    self._assigned[(name, part)] = dir_id
         recovery: dict[tuple[str, int], int] = {}
         starts: dict[tuple[str, int], int] = {}
         cleaned: dict[tuple[str, int], int] = {}
         found: dict[str, int] = {}
         located: dict[tuple[str, int], LogDir] = {}
-        for d in self.dirs:
-            for p in d.path.iterdir():
-                if p.is_dir() and is_delete_dir(p.name):
-                    shutil.rmtree(p, ignore_errors=True)
-            dir_tps = set()
-            # one scandir per dir (its d_type says which entries are folders)
-            for p in sorted(os.scandir(d.path), key=lambda e: e.name):
-                parsed = parse_partition_dir(p.name) if p.is_dir() else None
-                if parsed is None:
-                    continue
-                topic, part = parsed
-                reason = invalid_topic_reason(topic)
-                if reason is not None:
-                    # Kafka stops on a folder it cannot parse (e.g. lost+found); kompakt
-                    # leaves it alone and says so.
-                    log.warning("ignoring folder %s in the data dir: %s", p.path, reason)
-                    continue
-                if parsed in located:
-                    raise KafkaStorageError(
-                        f"Duplicate log directories for {topic}-{part} are found in both "
-                        f"{located[parsed].path} and {d.path}: remove the one in the log "
-                        "dir that failed most recently"
-                    )
-                located[parsed] = d
-                dir_tps.add(parsed)
-                found[topic] = max(found.get(topic, 0), part + 1)
-
-            def mine(entries: dict, tps=dir_tps) -> dict:
-                return {tp: v for tp, v in entries.items() if tp in tps}
-
-            recovery.update(mine(OffsetCheckpointFile(d.path / RECOVERY_POINT_CHECKPOINT).read()))
-            starts.update(mine(OffsetCheckpointFile(d.path / LOG_START_CHECKPOINT).read()))
-            cleaned.update(mine(self._cleaned_offsets(d)))
+        for d in self._online_dirs():
+            try:
+                dir_tps = self._scan_dir(d, located)
+                cps = [
+                    OffsetCheckpointFile(d.path / RECOVERY_POINT_CHECKPOINT).read(),
+                    OffsetCheckpointFile(d.path / LOG_START_CHECKPOINT).read(),
+                    self._cleaned_offsets(d),
+                ]
+            except OSError as exc:
+                self._fail_at_start(d, exc, "reading the log dir")
+                continue
+            for tp in dir_tps:
+                located[tp] = d
+                found[tp[0]] = max(found.get(tp[0], 0), tp[1] + 1)
+            for into, entries in zip((recovery, starts, cleaned), cps, strict=True):
+                into.update({tp: v for tp, v in entries.items() if tp in dir_tps})
         for topic, n in found.items():
             if topic not in self._topics:  # e.g. a log dir written by Apache Kafka
                 self._topics[topic] = TopicMeta(topic, n, _new_topic_id())
@@ -395,20 +445,34 @@ class LogManager:
             config = TopicConfig(meta.overrides, self.broker_config)
             for part in range(meta.partitions):
                 tp = (meta.name, part)
-                d = located.get(tp) or self._next_dir()
-                plog = PartitionLog(
-                    d.path / f"{meta.name}-{part}",
-                    meta.name,
-                    part,
-                    config,
-                    clock=self.clock,
-                    needs_recovery=not d.was_clean_shutdown,
-                    recovery_point=recovery.get(tp),
-                    log_start_offset=starts.get(tp, 0),
-                    schedule_delete=self.deleter.schedule,
-                    cleaned_offset=cleaned.get(tp, 0),
-                    handles=self.open_segments,
-                )
+                d = located.get(tp) or self._home_of(tp)
+                plog = None
+                if not self.failures.is_offline(d.path):
+                    try:
+                        plog = PartitionLog(
+                            d.path / f"{meta.name}-{part}",
+                            meta.name,
+                            part,
+                            config,
+                            clock=self.clock,
+                            needs_recovery=not d.was_clean_shutdown,
+                            recovery_point=recovery.get(tp),
+                            log_start_offset=starts.get(tp, 0),
+                            schedule_delete=self.deleter.schedule,
+                            cleaned_offset=cleaned.get(tp, 0),
+                            handles=self.open_segments,
+                        )
+                    except OSError as exc:
+                        self._fail_at_start(d, exc, f"loading {meta.name}-{part}")
+                if plog is None:  # its dir is offline: touch nothing there
+                    plog = PartitionLog(
+                        d.path / f"{meta.name}-{part}",
+                        meta.name,
+                        part,
+                        config,
+                        clock=self.clock,
+                        offline=self.failures.error_of(d.path) or "log dir offline",
+                    )
                 self._adopt(tp, plog, d)
         if self._logs:
             log.info(
@@ -419,7 +483,59 @@ class LogManager:
                 (time.monotonic() - t0) * 1000,
                 "clean" if self.was_clean_shutdown else "unclean",
             )
-        self._save_topics()
+        try:
+            self._save_topics()
+        except OSError as exc:
+            self._fail_at_start(self.dirs[0], exc, f"writing {TOPICS_FILE}")
+
+    def _scan_dir(self, d: LogDir, located: Mapping[tuple[str, int], LogDir]) -> set:
+        """The partitions in one dir (``TOPIC-PARTITION`` folders), after removing the
+        ``-delete`` folders a topic deletion left behind."""
+        for p in d.path.iterdir():
+            if p.is_dir() and is_delete_dir(p.name):
+                shutil.rmtree(p, ignore_errors=True)
+        dir_tps: set[tuple[str, int]] = set()
+        # one scandir per dir (its d_type says which entries are folders)
+        for p in sorted(os.scandir(d.path), key=lambda e: e.name):
+            parsed = parse_partition_dir(p.name) if p.is_dir() else None
+            if parsed is None:
+                continue
+            topic, part = parsed
+            reason = invalid_topic_reason(topic)
+            if reason is not None:
+                # Kafka stops on a folder it cannot parse (e.g. lost+found); kompakt
+                # leaves it alone and says so.
+                log.warning("ignoring folder %s in the data dir: %s", p.path, reason)
+                continue
+            if parsed in located:
+                raise KafkaStorageError(
+                    f"Duplicate log directories for {topic}-{part} are found in both "
+                    f"{located[parsed].path} and {d.path}: remove the one in the log "
+                    "dir that failed most recently"
+                )
+            dir_tps.add(parsed)
+        return dir_tps
+
+    def _home_of(self, tp: tuple[str, int]) -> LogDir:
+        """The dir of a partition found in no online dir: its recorded dir when that is
+        online (the folder is made there); else, while a dir is offline, that dir (it
+        may hold the data: the partition stays offline, as KIP-858 keeps a replica on an
+        offline or unknown directory offline); else a new placement (``nextLogDirs``)."""
+        dir_id = self._assigned.get(tp)
+        online = {d.directory_id: d for d in self._online_dirs() if d.directory_id}
+        if dir_id in online:
+            return online[dir_id]
+        offline = [d for d in self.dirs if self.failures.is_offline(d.path)]
+        if offline:
+            return offline[0]
+        if dir_id is not None:
+            log.warning(
+                "%s-%d was in log dir %s, which none of %s is: creating it empty",
+                *tp,
+                dir_id,
+                ", ".join(str(d.path) for d in self.dirs),
+            )
+        return self._next_dir()
 
     # -- log dirs: placement and failure ---------------------------------------------------
     def _adopt(self, tp: tuple[str, int], plog: PartitionLog, d: LogDir) -> None:
@@ -427,6 +543,8 @@ class LogManager:
         plog.before_head_removal = self._before_head_removal
         self._logs[tp] = plog
         self._dir_of[tp] = d
+        if d.directory_id is not None and plog.offline is None:
+            self._assigned[tp] = d.directory_id  # an offline one keeps its recorded dir
         d.partitions += 1
 
     def _before_head_removal(self, plog: PartitionLog) -> None:
@@ -434,6 +552,7 @@ class LogManager:
             listener(plog)
 
     def _forget(self, tp: tuple[str, int]) -> PartitionLog | None:
+        self._assigned.pop(tp, None)
         d = self._dir_of.pop(tp, None)
         if d is not None:
             d.partitions -= 1
@@ -501,8 +620,17 @@ class LogManager:
         return [d for d in self.dirs if not self.failures.is_offline(d.path)]
 
     def _save_topics(self) -> None:
+        """``kompakt-topics.json``: each topic's partition count, id, configs and, per
+        partition, the ``directory.id`` of the log dir holding it (KIP-858's
+        ``PartitionRecord.Directories``; null where not known). Older files without
+        ``directories`` load as before."""
         body = {
-            t.name: {"partitions": t.partitions, "topic_id": t.topic_id, "configs": t.overrides}
+            t.name: {
+                "partitions": t.partitions,
+                "topic_id": t.topic_id,
+                "configs": t.overrides,
+                "directories": [self._assigned.get((t.name, p)) for p in range(t.partitions)],
+            }
             for t in self._topics.values()
         }
         write_json_atomically(self.dir / TOPICS_FILE, body)
@@ -556,7 +684,7 @@ class LogManager:
             plog = self._forget((name, part))
             if plog is not None:
                 plog.close()
-            for d in self.dirs:
+            for d in self._online_dirs():  # an offline dir is never touched
                 shutil.rmtree(d.path / f"{name}-{part}", ignore_errors=True)
 
     def _open_new(self, meta: TopicMeta, part: int, config: TopicConfig) -> None:
@@ -578,24 +706,26 @@ class LogManager:
     def delete_topic(self, name: str) -> None:
         """Kafka ``LogManager.asyncDelete``: a running clean of each partition is aborted
         and waited for first (``cleaner.abortCleaning``), and no clean starts on it until
-        the partition is gone; only then are its files closed and removed."""
+        the partition is gone; only then are its files closed and removed.
+
+        A topic with a partition on an offline log dir is refused with
+        KAFKA_STORAGE_ERROR and left whole: its files there cannot be removed, and
+        would come back at the next start as a topic of their own. Kafka's
+        ``TopicDeletionManager`` likewise leaves a deletion pending while a replica is
+        offline (``markTopicIneligibleForDeletion``).
+        """
+        self._check_deletable(name)
         tps = [(name, part) for part in range(self._require(name).partitions)]
         paused = self._pause_cleaning(tps, "was deleted during the clean")
         try:
             with self.lock:
                 meta = self._require(name)
+                self._check_deletable(name)  # a dir may have failed meanwhile
                 for part in range(meta.partitions):
                     plog = self._forget((name, part))
                     if plog is None:
                         continue
                     with plog.lock:
-                        if plog.offline is not None:  # its disk failed: best effort
-                            try:
-                                plog.close()
-                                shutil.rmtree(plog.dir, ignore_errors=True)
-                            except OSError:
-                                pass
-                            continue
                         plog.close()
                         target = plog.dir.parent / delete_dir_name(name, part)
                         os.replace(plog.dir, target)
@@ -606,6 +736,20 @@ class LogManager:
             for states, tp in paused:
                 states.resume(tp)
         log.info("deleted topic %s", name)
+
+    def _check_deletable(self, name: str) -> None:
+        offline = sorted(
+            {
+                str(self._dir_of[(name, part)].path)
+                for part in range(self._require(name).partitions)
+                if self.is_offline(name, part)
+            }
+        )
+        if offline:
+            raise KafkaStorageError(
+                f"cannot delete topic '{name}': some of its partitions are in offline log "
+                f"dirs ({', '.join(offline)}); delete it after a restart with the disk fixed"
+            )
 
     def register_cleaning(self, states) -> None:
         """A cleaner's in-progress state (``kompakt.cleaner.manager.CleaningStates``),
@@ -882,6 +1026,52 @@ def delete_dir_name(topic: str, partition: int) -> str:
     (a 249-character topic plus 40 characters of suffix is too long for a file name)."""
     suffix = f"-{partition}.{uuid.uuid4().hex}-delete"
     return topic[: 255 - len(suffix)] + suffix
+
+
+def first_dir_error(paths: Sequence[Path], why: str) -> KafkaStorageError:
+    """The one-line refusal when the first log dir cannot be used: Kafka's "None of the
+    specified log dirs from ... can be created or validated" when no other is usable
+    either, else a message naming the first dir and why it is needed."""
+    listed = ", ".join(str(p) for p in paths)
+    if not any(_looks_usable(Path(p)) for p in paths[1:]):
+        return KafkaStorageError(
+            f"None of the specified log dirs from {listed} can be created or validated "
+            f"({paths[0]}: {why}); fix the disk or log.dirs and start again"
+        )
+    return KafkaStorageError(
+        f"the first log dir {paths[0]} cannot be used ({why}); it holds {TOPICS_FILE} and "
+        "the broker's own files, so the broker cannot start without it: fix that disk, "
+        "then start again"
+    )
+
+
+def check_first_log_dir(paths: Sequence[str | os.PathLike]) -> None:
+    """Refuse, before anything reads or writes a log dir, a first dir that cannot be
+    used (the broker reads its dynamic configs there before the log manager opens);
+    the log manager makes the same refusal for what only opening finds."""
+    dirs = [Path(p) for p in paths]
+    if dirs and not _looks_usable(dirs[0]):
+        why = "not a directory" if dirs[0].exists() and not dirs[0].is_dir() else "unreadable"
+        raise first_dir_error(dirs, why)
+
+
+def _new_directory_id() -> str:
+    return uuid.uuid4().hex[:22]
+
+
+def _looks_usable(path: Path) -> bool:
+    """Whether a log dir could be opened, found without writing anything: a readable
+    directory, or a missing one whose nearest existing parent is a directory."""
+    try:
+        if path.exists():
+            os.listdir(path)
+            return True
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        return parent.is_dir()
+    except OSError:
+        return False
 
 
 def _new_topic_id() -> str:

@@ -71,9 +71,15 @@ class PartitionLog:
         schedule_delete: Callable[..., None] | None = None,
         cleaned_offset: int = 0,
         handles: OpenSegments | None = None,
+        offline: str | None = None,
     ):
+        """``offline`` (the reason) makes the stand-in of a partition whose log dir was
+        unusable at start (Kafka's ``loadLogs`` skips such a dir): nothing on disk is
+        made or read, it holds no segments, and every use answers KAFKA_STORAGE_ERROR
+        (:meth:`check_online`) until a restart finds the dir again."""
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        if offline is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -88,15 +94,19 @@ class PartitionLog:
         """The open-segment cap this log's segments count against (None: no cap)."""
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
-        self._load(needs_recovery, recovery_point, cleaned_offset)
-        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
-        if self.log_start_offset > self.log_end_offset:
-            self.log_start_offset = self.segments[0].base_offset
-        self.recovery_point = self.log_end_offset
+        if offline is None:
+            self._load(needs_recovery, recovery_point, cleaned_offset)
+            self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+            if self.log_start_offset > self.log_end_offset:
+                self.log_start_offset = self.segments[0].base_offset
+            self.recovery_point = self.log_end_offset
+        else:
+            self._transactions_loaded = True  # nothing to read
+            self.log_start_offset = self.recovery_point = log_start_offset
         self.last_flush_ms = clock()
         self.uncleanable_reason: str | None = None
         # set when this log's dir went offline (the reason); every append then fails
-        self.offline: str | None = None
+        self.offline: str | None = offline
         # told of an I/O error in append, roll or flush (the log manager's
         # LogDirFailureChannel); called with (log, error, what was being done)
         self.on_io_error: Callable[[PartitionLog, OSError, str], None] | None = None
@@ -217,7 +227,8 @@ class PartitionLog:
         for seg in reversed(self.segments):
             if seg.last_offset is not None:
                 return seg.next_offset
-        return self.segments[-1].base_offset
+        # an offline stand-in has no segments: what its checkpoint said, if anything
+        return self.segments[-1].base_offset if self.segments else self.log_start_offset
 
     @property
     def high_watermark(self) -> int:
