@@ -311,6 +311,8 @@ class LogManager:
         (:meth:`_fail_at_start`); a lock held by another process stays fatal."""
         for d in self.dirs:
             try:
+                if d.path.exists() and not d.path.is_dir():  # mkdir would say EEXIST
+                    raise NotADirectoryError(errno.ENOTDIR, "a file is where the dir should be")
                 d.path.mkdir(parents=True, exist_ok=True)
                 if not d.path.is_dir():
                     raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))

@@ -87,6 +87,8 @@ def test_a_second_dir_that_is_a_file_at_start_goes_offline_like_kafka_create_and
     away = _put_a_file_in_place_of(b)
     with LogManager([a, b], clock=clock) as m:
         _check_offline_partition(m, a, b)
+        # the reason names the mistake, not mkdir's "File exists"
+        assert "a file is where the dir should be" in m.offline_dirs()[b]
         m.create_topic("u", 2)  # new partitions go to online dirs only
         assert {m.log_dir_of("u", p) for p in range(2)} == {a}
         by_dir = {d.path: [p.name for p in logs] for d, logs in m.logs_by_dir(online_only=False)}
