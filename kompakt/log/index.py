@@ -34,6 +34,23 @@ _ZERO_BLOCK_SIZE = 1 << 16
 _ZERO_BLOCK = bytes(_ZERO_BLOCK_SIZE)
 
 
+def _data_end(fd: int, end: int) -> int:
+    """Where the file's data ends within ``[0, end)``: past it are only holes (never
+    written, so zeros). ``end`` when the file system cannot say (no ``SEEK_HOLE``)."""
+    last = pos = 0
+    try:
+        while pos < end:
+            data = os.lseek(fd, pos, os.SEEK_DATA)
+            if data >= end:
+                break
+            pos = os.lseek(fd, data, os.SEEK_HOLE)
+            last = min(pos, end)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # ENXIO: no data at or past pos
+            return end
+    return last
+
+
 class IndexCorruptError(CorruptRecordError):
     """An index file fails its sanity check; the caller rebuilds it."""
 
@@ -191,10 +208,15 @@ class AbstractIndex:
         Entries up to the last non-zero byte, found by comparing 64 KiB blocks with
         zeros from the end: a 10 MiB preallocated index has over a million slots, and a
         Python loop over them made every restart after a crash cost ~0.4 s per partition.
+        The blocks compared start where the file's data ends (``SEEK_HOLE``): the
+        preallocated tail is a hole, and reading 20 MiB of it per partition made a start
+        after a crash with 10,000 partitions take 177 s.
         """
         if n <= 0 or self._mmap is None:
             return 0
         end = n * self.ENTRY_SIZE
+        if self._file is not None:
+            end = _data_end(self._file.fileno(), end)
         while end > 0:
             start = max(0, end - _ZERO_BLOCK_SIZE)
             block = self._mmap[start:end]

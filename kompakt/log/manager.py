@@ -228,6 +228,9 @@ class FileDeleter:
             self._cv.notify()
 
 
+LOAD_PROGRESS_EVERY_S = 5.0  # a log line this often while partitions load at start
+
+
 class LogManager:
     def __init__(
         self,
@@ -442,11 +445,23 @@ class LogManager:
                 self._topics[topic] = TopicMeta(topic, n, _new_topic_id())
             else:
                 self._topics[topic].partitions = max(self._topics[topic].partitions, n)
-        t0 = time.monotonic()
+        t0 = next_report = time.monotonic()
+        total = sum(m.partitions for m in self._topics.values())
         for meta in self._topics.values():
             config = TopicConfig(meta.overrides, self.broker_config)
             for part in range(meta.partitions):
                 tp = (meta.name, part)
+                if time.monotonic() >= next_report + LOAD_PROGRESS_EVERY_S:
+                    # Kafka logs each log's load with "(n/N completed in dir)"; a line
+                    # every few seconds says the same without 10,000 lines
+                    next_report = time.monotonic()
+                    log.info(
+                        "loading partitions: %d of %d done in %.0f s (%s shutdown)",
+                        len(self._logs),
+                        total,
+                        next_report - t0,
+                        "clean" if self.was_clean_shutdown else "unclean: recovering",
+                    )
                 d = located.get(tp) or self._home_of(tp)
                 plog = None
                 if not self.failures.is_offline(d.path):
