@@ -212,3 +212,75 @@ def test_a_producer_idle_past_producer_id_expiration_ms_is_not_written(tmp_path:
         assert PID in producers.for_log(plog).entries
     (snap,) = list_snapshots(data / "ev-0")
     assert snap.read() == []
+
+
+# -- end to end: confluent-kafka's idempotent producer and a restarted broker ------------
+
+
+def test_confluent_idempotent_retry_after_delete_records_and_restart_is_a_duplicate(
+    tmp_path: Path,
+):
+    """librdkafka (``enable.idempotence``) writes, DeleteRecords removes the segment with
+    its batch, the broker restarts (a clean stop: the snapshot is on disk); a retry of
+    that batch (the same producer id, epoch and sequences, sent raw as a client whose
+    answer was lost would) gets the original's offset and is not appended again, and
+    the producer goes on writing across the restart with no sequence error."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from raw_kafka import API, call
+    from shared_kit import free_port
+
+    from kompakt.broker.app import start_test_broker
+
+    port, topic, timeout = free_port(), "idem-snap", 10
+    listeners = f"PLAINTEXT://127.0.0.1:{port}"
+    b = start_test_broker(tmp_path / "data", listeners=listeners)
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        # a small segment.bytes: the next append after the producer's batch rolls
+        new = NewTopic(topic, 1, 1, config={"segment.bytes": "100"})
+        admin.create_topics([new])[topic].result(timeout)
+        p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+        for i in range(5):
+            p.produce(topic, b"v%d" % i, b"k%d" % i)
+        assert p.flush(timeout) == 0
+        plog = b.logs.get_log(topic, 0)
+        original = plog.read(0, 1 << 20)
+        h = header(original)
+        assert h.producer_id >= 0 and (h.base_offset, h.last_offset) == (0, 4)
+        other = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": False})
+        other.produce(topic, b"x", b"other")
+        assert other.flush(timeout) == 0
+        assert [s.base_offset for s in plog.segments_snapshot()] == [0, 5]
+        end = plog.log_end_offset
+        tp = TopicPartition(topic, 0, end)
+        admin.delete_records([tp])[tp].result(timeout)
+        assert plog.log_start_offset == end
+        assert [s.base_offset for s in plog.segments_snapshot()] == [5], "its segment went"
+        b.stop()
+        b = start_test_broker(tmp_path / "data", listeners=listeners)
+        body = {
+            "acks": -1,
+            "timeout": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": original}]}],
+        }
+        (part,) = call(b.port, API.produce, 9, body).responses[0].partition_responses
+        assert (part.error_code, part.base_offset) == (0, 0), "the original's offset"
+        assert b.logs.get_log(topic, 0).log_end_offset == end, "appended a second time"
+        for i in range(5, 8):
+            p.produce(topic, b"v%d" % i, b"k%d" % i)
+        assert p.flush(timeout) == 0
+        c = Consumer(
+            {"bootstrap.servers": b.bootstrap, "group.id": "g", "auto.offset.reset": "earliest"}
+        )
+        c.assign([TopicPartition(topic, 0, end)])
+        seen = []
+        deadline = time.monotonic() + timeout
+        while len(seen) < 3 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                seen.append(m.value())
+        c.close()
+        assert seen == [b"v5", b"v6", b"v7"]
+    finally:
+        b.stop()
