@@ -35,6 +35,7 @@ from kompakt.log.producer_snapshot import (
     SnapshotEntry,
     delete_snapshots_above,
     delete_snapshots_before,
+    load_latest,
 )
 from kompakt.log.segment import (
     DELETED_SUFFIX,
@@ -186,6 +187,7 @@ class PartitionLog:
         first = max(0, bisect.bisect_right(self._bases, cleaned) - 1)
         stale = [i for i, seg in enumerate(self.segments) if seg.txn_index_stale]
         walked = self.segments[min([first, *stale]) :]
+        self._seed_open_transactions(walked[0].base_offset, cleaned)
         expected = replay_segments(walked, self._transactions, cleaned)
         for seg in walked:
             want = expected[seg.base_offset]
@@ -211,6 +213,27 @@ class PartitionLog:
                     len(missing),
                 )
                 idx.replace(sorted(idx.entries + missing, key=lambda e: e.last_offset))
+
+    def _seed_open_transactions(self, walk_from: int, cleaned: int) -> None:
+        """Start from the open transactions of the latest producer snapshot whose first
+        offset lies before the walk (``walk_from``) (the snapshot's
+        ``current_txn_first_offset``s, as Kafka's ``loadProducerEntry`` fills
+        ``ongoingTxns``): one whose first batches retention deleted still holds the
+        last stable offset back after a restart. The walk finds the others itself.
+        Only a snapshot at or past the walk's start and the cleaner checkpoint is used:
+        every marker after it is replayed, none removed by the cleaner, and none of a
+        seeded producer lies between the walk's start and the snapshot (its transaction
+        was open all along)."""
+        loaded = load_latest(self.dir, self.log_end_offset)
+        if loaded is None or loaded[0] < max(walk_from, cleaned):
+            return
+        self._transactions.restore(
+            {
+                e.producer_id: e.current_txn_first_offset
+                for e in loaded[1]
+                if 0 <= e.current_txn_first_offset < walk_from
+            }
+        )
 
     def _add(self, seg: LogSegment) -> None:
         i = bisect.bisect_left(self._bases, seg.base_offset)

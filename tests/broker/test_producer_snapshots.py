@@ -214,6 +214,47 @@ def test_a_producer_idle_past_producer_id_expiration_ms_is_not_written(tmp_path:
     assert snap.read() == []
 
 
+def test_an_open_transaction_whose_start_retention_deleted_holds_the_lso_after_restart(
+    tmp_path: Path,
+):
+    """Kafka loads ``ongoingTxns`` from the snapshot's ``current_txn_first_offset``
+    (``loadProducerEntry``): after a restart the last stable offset stays at the log
+    start (``maybeIncrementFirstUnstableOffset`` never goes below it) until the marker,
+    though the batches that opened the transaction are gone."""
+    from kompakt.record.encode import build_control_batch
+    from kompakt.record.header import CONTROL_COMMIT
+
+    data = tmp_path / "data"
+    old = now_ms() - 60_000
+    logs, producers = open_broker_state(data)
+    with logs:
+        logs.create_topic("ev", 1, {"cleanup.policy": "delete", "retention.ms": "1000"})
+        plog = logs.get_log("ev", 0)
+        txn = build_simple_batch(
+            [(b"a", b"1"), (b"b", b"2")],
+            timestamp=old,
+            producer_id=PID,
+            producer_epoch=EPOCH,
+            base_sequence=0,
+            transactional=True,
+        )
+        produce(plog, producers, txn)  # 0-1, open
+        plog.roll()
+        produce(plog, producers, plain([(b"x", b"y")] * 3, now_ms()))  # 2-4
+        assert logs.apply_retention() == 1
+        assert (plog.log_start_offset, plog.last_stable_offset) == (2, 2)
+    logs, producers = open_broker_state(data)
+    with logs:
+        plog = logs.get_log("ev", 0)
+        assert plog.last_stable_offset == 2, "the open transaction was forgotten"
+        plog.append(
+            build_control_batch(
+                CONTROL_COMMIT, producer_id=PID, producer_epoch=EPOCH, timestamp=now_ms()
+            )
+        )
+        assert plog.last_stable_offset == plog.log_end_offset == 6
+
+
 # -- end to end: confluent-kafka's idempotent producer and a restarted broker ------------
 
 
