@@ -100,10 +100,6 @@ class PartitionLog:
         if self.log_start_offset > self.log_end_offset:
             self.log_start_offset = self.segments[0].base_offset
         self.recovery_point = self.log_end_offset
-        # producer snapshots past a truncated end or below the log start (but the newest)
-        # describe batches the log no longer has (Kafka's LogLoader / removeStraySnapshots)
-        delete_snapshots_above(self.dir, self.log_end_offset)
-        delete_snapshots_before(self.dir, self.log_start_offset)
         self.last_flush_ms = clock()
         self.uncleanable_reason: str | None = None
         # set when this log's dir went offline (the reason); every append then fails
@@ -187,6 +183,11 @@ class PartitionLog:
         first = max(0, bisect.bisect_right(self._bases, cleaned) - 1)
         stale = [i for i, seg in enumerate(self.segments) if seg.txn_index_stale]
         walked = self.segments[min([first, *stale]) :]
+        # producer snapshots past a truncated end or below the log start (but the newest)
+        # describe batches the log no longer has (Kafka's LogLoader, removeStraySnapshots);
+        # done here, on first use but before the first append moves the end past them
+        delete_snapshots_above(self.dir, self.log_end_offset)
+        delete_snapshots_before(self.dir, self.log_start_offset)
         self._seed_open_transactions(walked[0].base_offset, cleaned)
         expected = replay_segments(walked, self._transactions, cleaned)
         for seg in walked:
