@@ -34,6 +34,7 @@ from kompakt.log.producer_snapshot import (
     ProducerSnapshotFile,
     SnapshotEntry,
     delete_snapshots_above,
+    delete_snapshots_at,
     delete_snapshots_before,
     load_latest,
 )
@@ -648,6 +649,11 @@ class PartitionLog:
             new.handles = self.handles  # made by an engine: counts against the cap now
             new.change_suffix("")
             fsync_dir(self.dir)
+            # the snapshots of merged-away segments go (Kafka's UnifiedLog.replaceSegments
+            # -> deleteProducerSnapshots): one a segment, plus the newest, as after a roll
+            delete_snapshots_at(
+                self.dir, [s.base_offset for s in old if s.base_offset != new.base_offset]
+            )
 
         def close_old() -> None:
             for seg in old:

@@ -194,6 +194,17 @@ def delete_snapshots_before(directory: Path | str, offset: int) -> None:
             snap.delete()
 
 
+def delete_snapshots_at(directory: Path | str, offsets: list[int]) -> None:
+    """Remove the snapshots at ``offsets`` (the base offsets of segments a clean merged
+    away) but the newest one (Kafka's ``deleteProducerSnapshots`` in
+    ``UnifiedLog.replaceSegments``); a clean never rewrites a snapshot."""
+    doomed = set(offsets)
+    snaps = list_snapshots(directory)
+    for snap in snaps[:-1]:
+        if snap.offset in doomed:
+            snap.delete()
+
+
 def delete_snapshots_above(directory: Path | str, offset: int) -> None:
     """Remove the snapshots past ``offset`` (the log end after truncation): they
     describe batches the log no longer has (Kafka's ``truncateAndReload``)."""

@@ -25,6 +25,7 @@ from kompakt.log.producer_snapshot import (
     SnapshotEntry,
     decode,
     delete_snapshots_above,
+    delete_snapshots_at,
     delete_snapshots_before,
     list_snapshots,
     load_latest,
@@ -139,6 +140,14 @@ def test_snapshots_below_the_log_start_go_but_the_newest_one(tmp_path: Path):
     assert [s.offset for s in list_snapshots(tmp_path)] == [30]
     delete_snapshots_above(tmp_path, 29)
     assert list_snapshots(tmp_path) == []
+
+
+def test_a_clean_deletes_the_snapshots_of_merged_away_segments_but_the_newest(tmp_path: Path):
+    """Kafka's ``UnifiedLog.replaceSegments`` -> ``deleteProducerSnapshots``."""
+    for off in (10, 20, 30):
+        ProducerSnapshotFile(tmp_path, off).write([])
+    delete_snapshots_at(tmp_path, [10, 30])
+    assert [s.offset for s in list_snapshots(tmp_path)] == [20, 30]
 
 
 def test_recovery_that_truncates_the_log_deletes_snapshots_past_the_new_end(tmp_path: Path):
