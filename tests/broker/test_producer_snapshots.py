@@ -283,7 +283,10 @@ def test_confluent_idempotent_retry_after_delete_records_and_restart_is_a_duplic
         # a small segment.bytes: the next append after the producer's batch rolls
         new = NewTopic(topic, 1, 1, config={"segment.bytes": "100"})
         admin.create_topics([new])[topic].result(timeout)
-        p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True})
+        # linger.ms: the five records go as one batch even on a busy machine (flush sends)
+        p = Producer(
+            {"bootstrap.servers": b.bootstrap, "enable.idempotence": True, "linger.ms": 1000}
+        )
         for i in range(5):
             p.produce(topic, b"v%d" % i, b"k%d" % i)
         assert p.flush(timeout) == 0
