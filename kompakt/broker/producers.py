@@ -13,8 +13,15 @@ idempotent producers:
 - An older epoch than the last seen is INVALID_PRODUCER_EPOCH; a newer epoch must
   start at sequence 0; otherwise the first sequence must follow the last one (wrapping at
   Int32.MAX) or the batch is OUT_OF_ORDER_SEQUENCE_NUMBER.
-- State is kept in memory and rebuilt lazily, per partition, from the producer fields of
-  the batches in its log the first time an idempotent producer writes to it after start.
+- State is kept in memory and built lazily, per partition, the first time an idempotent
+  producer writes to it after start (or retention is about to delete its head): from the
+  latest producer snapshot at or below the log end (:mod:`kompakt.log.producer_snapshot`,
+  Kafka's ``<offset>.snapshot`` files), then the producer fields of the batches after it.
+  Once built, the log writes a snapshot at each roll, before head segments go and at a
+  clean shutdown, so the state outlives the batches it was built from (KIP-360). As in
+  Kafka, a snapshot keeps only each producer's last batch: after a restart, a retry of
+  that batch is a duplicate, a retry of an older one OUT_OF_ORDER_SEQUENCE_NUMBER.
+  Producers idle for ``producer.id.expiration.ms`` are neither written nor loaded.
 """
 
 from __future__ import annotations
@@ -26,8 +33,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kompakt.cleaner.transactions import PRODUCER_ID_EXPIRATION_MS
 from kompakt.errors import KompaktError
 from kompakt.log.partition_log import PartitionLog
+from kompakt.log.producer_snapshot import NO_OFFSET, SnapshotEntry, load_latest
 from kompakt.record.header import NO_PRODUCER_ID, Header
 
 NUM_BATCHES_TO_RETAIN = 5
@@ -59,6 +68,9 @@ class BatchMeta:
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    timestamp: int = -1
+    """Of the producer's last batch or marker (Kafka's ``ProducerStateEntry.lastTimestamp``,
+    what ``producer.id.expiration.ms`` counts from)."""
 
     @property
     def last_seq(self) -> int:
@@ -67,6 +79,11 @@ class ProducerEntry:
 
 def _next_seq(seq: int) -> int:
     return 0 if seq == INT32_MAX else seq + 1
+
+
+def _decrement_seq(seq: int, by: int) -> int:
+    """Kafka's ``DefaultRecordBatch.decrementSequence`` (wrapping at Int32.MAX)."""
+    return INT32_MAX - (by - seq) + 1 if seq < by else seq - by
 
 
 def _last_seq(h: Header) -> int:
@@ -122,7 +139,8 @@ class PartitionProducers:
             # ABORT as an open transaction that would hold the LSO back for ever
             e = self.entries.get(pid)
             if e is None or h.producer_epoch > e.epoch:
-                self.entries[pid] = ProducerEntry(h.producer_epoch)
+                e = self.entries[pid] = ProducerEntry(h.producer_epoch)
+            e.timestamp = h.max_timestamp
             return
         e = self.entries.get(pid)
         if e is None or h.producer_epoch != e.epoch:
@@ -137,6 +155,51 @@ class PartitionProducers:
                 h.max_timestamp,
             )
         )
+        e.timestamp = h.max_timestamp
+
+    def load(self, entry: SnapshotEntry) -> None:
+        """One producer from a snapshot: its epoch and last batch (Kafka's
+        ``loadProducerEntry``; the snapshot holds no older batches)."""
+        e = ProducerEntry(entry.epoch, timestamp=entry.timestamp)
+        if entry.last_offset >= 0:
+            e.batches.append(
+                BatchMeta(
+                    _decrement_seq(entry.last_sequence, entry.offset_delta),
+                    entry.last_sequence,
+                    entry.last_offset - entry.offset_delta,
+                    entry.last_offset,
+                    entry.timestamp,
+                )
+            )
+        self.entries[entry.producer_id] = e
+
+    def snapshot(self, ongoing: dict[int, int], now: int) -> list[SnapshotEntry]:
+        """The entries of a snapshot (Kafka's ``writeSnapshot``): each producer's last
+        batch, and the first offset of its open transaction (``ongoing``, from the log's
+        transaction tracker); a producer idle past ``producer.id.expiration.ms`` without
+        an open transaction is left out (Kafka's ``isProducerExpired``)."""
+        out = []
+        for pid, e in list(self.entries.items()):
+            txn = ongoing.get(pid, NO_OFFSET)
+            if _expired(e.timestamp, txn, now):
+                continue
+            last = e.batches[-1] if e.batches else None
+            out.append(
+                SnapshotEntry(
+                    producer_id=pid,
+                    epoch=e.epoch,
+                    last_sequence=last.last_seq if last else -1,
+                    last_offset=last.last_offset if last else NO_OFFSET,
+                    offset_delta=last.last_offset - last.first_offset if last else 0,
+                    timestamp=e.timestamp,
+                    current_txn_first_offset=txn,
+                )
+            )
+        return out
+
+
+def _expired(timestamp: int, txn_first_offset: int, now: int) -> bool:
+    return txn_first_offset < 0 and now - timestamp >= PRODUCER_ID_EXPIRATION_MS
 
 
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -191,24 +254,44 @@ class ProducerStateManager:
         self._block_end = end
 
     def for_log(self, plog: PartitionLog) -> PartitionProducers:
-        """The partition's state, rebuilt from its log on first use (call under plog.lock)."""
+        """The partition's state, built on first use (call under plog.lock): from the
+        latest snapshot at or below the log end, if one is readable (a corrupt one is
+        logged, deleted and the next older one tried), then the batches after it (Kafka's
+        ``LogLoader.rebuildProducerState``). From then on the log writes snapshots of it."""
         key = id(plog)
         with self._lock:
             found = self._partitions.get(key)
             if found is not None and found[0] is plog:
                 return found[1]
         state = PartitionProducers()
-        for b in plog.iter_batches(0):
+        start = 0
+        loaded = load_latest(plog.dir, plog.log_end_offset)
+        if loaded is not None:
+            start, entries = loaded
+            now = plog.clock()
+            for entry in entries:
+                if not _expired(entry.timestamp, entry.current_txn_first_offset, now):
+                    state.load(entry)
+        for b in plog.iter_batches(start):
             h = b.header
-            if h.producer_id > NO_PRODUCER_ID:
+            if h.producer_id > NO_PRODUCER_ID and h.base_offset >= start:
                 state.update(h, h.base_offset)
         with self._lock:
             self._partitions[key] = (plog, state)
+        plog.producer_state = self._snapshot_entries
         return state
+
+    def _snapshot_entries(self, plog: PartitionLog) -> list[SnapshotEntry] | None:
+        with self._lock:
+            found = self._partitions.get(id(plog))
+        if found is None or found[0] is not plog:
+            return None
+        return found[1].snapshot(plog.transactions.snapshot(), plog.clock())
 
     def forget(self, plog: PartitionLog) -> None:
         with self._lock:
             self._partitions.pop(id(plog), None)
+        plog.producer_state = None
 
 
 def _read_block_end(path: Path) -> int:

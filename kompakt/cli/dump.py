@@ -5,7 +5,9 @@ batch by batch from the raw bytes: a batch whose CRC fails is printed with
 ``crcValid: false``; a batch whose framing is broken (impossible length, cut off) ends
 that file with an error line giving its position. ``.index``, ``.timeindex`` and
 ``.txnindex`` files print their entries (a ``.txnindex`` entry as Kafka's tool prints an
-``AbortedTxn``: version, producerId, firstOffset, lastOffset, lastStableOffset). Any error makes the command exit 1 after printing everything else.
+``AbortedTxn``: version, producerId, firstOffset, lastOffset, lastStableOffset), and a
+producer-state ``.snapshot`` its producers (as Kafka's ``dumpProducerIdSnapshot``). Any
+error makes the command exit 1 after printing everything else.
 """
 
 from __future__ import annotations
@@ -201,8 +203,42 @@ def dump_txn_index(path: Path) -> FileDump:
     return out
 
 
+def dump_producer_snapshot(path: Path) -> FileDump:
+    """The producers of a ``.snapshot`` (Kafka's ``DumpLogSegments.dumpProducerIdSnapshot``:
+    the entry, then its last batch when it has one); a corrupt file is one error."""
+    from kompakt.log.producer_snapshot import CorruptSnapshotError, decode
+
+    out = FileDump(str(path), "snapshot", _base_offset(path))
+    try:
+        entries = decode(path.read_bytes())
+    except CorruptSnapshotError as exc:
+        out.errors.append({"position": None, "error": str(exc)})
+        return out
+    for e in entries:
+        row = {
+            "producerId": e.producer_id,
+            "producerEpoch": e.epoch,
+            "coordinatorEpoch": e.coordinator_epoch,
+            "currentTxnFirstOffset": e.current_txn_first_offset,
+            "lastTimestamp": e.timestamp,
+        }
+        if e.last_offset >= 0:
+            first = e.last_sequence - e.offset_delta
+            row.update(
+                firstSequence=first if first >= 0 else first + 2**31,
+                lastSequence=e.last_sequence,
+                lastOffset=e.last_offset,
+                offsetDelta=e.offset_delta,
+                timestamp=e.timestamp,
+            )
+        out.entries.append(row)
+    return out
+
+
 def dump_file(path: Path, deep: bool) -> FileDump:
     name = path.name
+    if name.endswith(".snapshot"):
+        return dump_producer_snapshot(path)
     if name.endswith(".txnindex"):
         return dump_txn_index(path)
     if name.endswith(".log"):
@@ -215,7 +251,7 @@ def dump_file(path: Path, deep: bool) -> FileDump:
     out.errors.append(
         {
             "position": None,
-            "error": "unsupported file type (use .log, .index, .timeindex or .txnindex)",
+            "error": "unsupported file type (use .log, .index, .timeindex, .txnindex or .snapshot)",
         }
     )
     return out
@@ -285,7 +321,7 @@ def _show(s: str | None) -> str:
 
 def dump(
     files: Annotated[
-        list[Path], typer.Argument(help=".log, .index, .timeindex or .txnindex files.")
+        list[Path], typer.Argument(help=".log, .index, .timeindex, .txnindex or .snapshot files.")
     ],
     deep: Annotated[
         bool, typer.Option("--deep", help="Also print every record of each batch.")
@@ -321,7 +357,7 @@ def dump(
                         **({"batches": d.batches} if d.type == "log" else {}),
                         **(
                             {"entries": d.entries}
-                            if d.type in ("index", "timeindex", "txnindex")
+                            if d.type in ("index", "timeindex", "txnindex", "snapshot")
                             else {}
                         ),
                         "errors": d.errors,

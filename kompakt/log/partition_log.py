@@ -30,6 +30,14 @@ from kompakt.log.clock import Clock
 from kompakt.log.config import TopicConfig
 from kompakt.log.loader import LogLoader
 from kompakt.log.open_segments import OpenSegments
+from kompakt.log.producer_snapshot import (
+    ProducerSnapshotFile,
+    SnapshotEntry,
+    delete_snapshots_above,
+    delete_snapshots_at,
+    delete_snapshots_before,
+    load_latest,
+)
 from kompakt.log.segment import (
     DELETED_SUFFIX,
     SWAP_SUFFIX,
@@ -114,6 +122,11 @@ class PartitionLog:
         # their batches can still be read: the idempotent producers' state is built from
         # them first, as Kafka keeps producer state when the log start moves (KIP-360)
         self.before_head_removal: Callable[[PartitionLog], None] | None = None
+        # the entries of a producer-state snapshot (kompakt.log.producer_snapshot), set by
+        # whoever keeps the producer state once it has built it (the broker); a snapshot
+        # is then written at each roll, before head segments go and at close (Kafka's
+        # ProducerStateManager.takeSnapshot)
+        self.producer_state: Callable[[PartitionLog], list[SnapshotEntry] | None] | None = None
 
     def io_failed(self, exc: OSError, what: str) -> None:
         """Report an I/O error on this log's files to whoever watches its dir."""
@@ -159,7 +172,7 @@ class PartitionLog:
 
     def _load_transactions(self, cleaned: int = 0) -> None:
         """Rebuild the open transactions from the batch headers (Kafka's ``LogLoader``
-        rebuilding the ``ProducerStateManager``; kompakt keeps no producer snapshots)
+        rebuilding the ``ProducerStateManager``)
         and repair each ``.txnindex`` from the same walk: rewritten when the loader
         recovered its segment or its tail is torn (as Kafka's ``LogSegment.recover``
         rebuilds it), completed when an abort the batches show is missing (a lost
@@ -181,6 +194,12 @@ class PartitionLog:
         first = max(0, bisect.bisect_right(self._bases, cleaned) - 1)
         stale = [i for i, seg in enumerate(self.segments) if seg.txn_index_stale]
         walked = self.segments[min([first, *stale]) :]
+        # producer snapshots past a truncated end or below the log start (but the newest)
+        # describe batches the log no longer has (Kafka's LogLoader, removeStraySnapshots);
+        # done here, on first use but before the first append moves the end past them
+        delete_snapshots_above(self.dir, self.log_end_offset)
+        delete_snapshots_before(self.dir, self.log_start_offset)
+        self._seed_open_transactions(walked[0].base_offset, cleaned)
         expected = replay_segments(walked, self._transactions, cleaned)
         for seg in walked:
             want = expected[seg.base_offset]
@@ -206,6 +225,27 @@ class PartitionLog:
                     len(missing),
                 )
                 idx.replace(sorted(idx.entries + missing, key=lambda e: e.last_offset))
+
+    def _seed_open_transactions(self, walk_from: int, cleaned: int) -> None:
+        """Start from the open transactions of the latest producer snapshot whose first
+        offset lies before the walk (``walk_from``) (the snapshot's
+        ``current_txn_first_offset``s, as Kafka's ``loadProducerEntry`` fills
+        ``ongoingTxns``): one whose first batches retention deleted still holds the
+        last stable offset back after a restart. The walk finds the others itself.
+        Only a snapshot at or past the walk's start and the cleaner checkpoint is used:
+        every marker after it is replayed, none removed by the cleaner, and none of a
+        seeded producer lies between the walk's start and the snapshot (its transaction
+        was open all along)."""
+        loaded = load_latest(self.dir, self.log_end_offset)
+        if loaded is None or loaded[0] < max(walk_from, cleaned):
+            return
+        self._transactions.restore(
+            {
+                e.producer_id: e.current_txn_first_offset
+                for e in loaded[1]
+                if 0 <= e.current_txn_first_offset < walk_from
+            }
+        )
 
     def _add(self, seg: LogSegment) -> None:
         i = bisect.bisect_left(self._bases, seg.base_offset)
@@ -350,6 +390,7 @@ class PartitionLog:
             try:
                 old.flush()
                 old.on_become_inactive()
+                self.take_producer_snapshot(base)  # LocalLog.roll -> takeSnapshot
                 seg = LogSegment(
                     self.dir,
                     base,
@@ -363,6 +404,18 @@ class PartitionLog:
             self._add(seg)
             log.debug("%s: rolled new segment at offset %d", self.name, base)
             return seg
+
+    def take_producer_snapshot(self, offset: int | None = None) -> None:
+        """Write the producer state as the ``<offset>.snapshot`` (default: the log end),
+        if anyone keeps one (:attr:`producer_state`). The batches below ``offset`` must
+        be flushed first: a snapshot past the end recovered after a crash is deleted."""
+        if self.producer_state is None:
+            return
+        entries = self.producer_state(self)
+        if entries is None:  # the keeper no longer has this log's state
+            return
+        at = self.log_end_offset if offset is None else offset
+        ProducerSnapshotFile(self.dir, at).write(entries)
 
     def flush(self, now_ms: int | None = None) -> None:
         """fsync every segment with data past the recovery point, which then moves to
@@ -548,6 +601,10 @@ class PartitionLog:
         _ = self.transactions  # rebuilt while the removed batches still exist
         if self.before_head_removal is not None:
             self.before_head_removal(self)
+        if self.producer_state is not None:
+            # the state built from the doomed batches survives a restart too (KIP-360)
+            self.flush()
+            self.take_producer_snapshot()
         if len(doomed) == len(self.segments):
             new = self.roll(now=now)
             if doomed[-1] is new:  # an empty active segment stays as the new one
@@ -557,6 +614,7 @@ class PartitionLog:
         for seg in doomed:
             self._remove(seg)
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        delete_snapshots_before(self.dir, self.log_start_offset)
         paths: list[Path] = []
         for seg in doomed:
             seg.close()
@@ -602,6 +660,11 @@ class PartitionLog:
             new.handles = self.handles  # made by an engine: counts against the cap now
             new.change_suffix("")
             fsync_dir(self.dir)
+            # the snapshots of merged-away segments go (Kafka's UnifiedLog.replaceSegments
+            # -> deleteProducerSnapshots): one a segment, plus the newest, as after a roll
+            delete_snapshots_at(
+                self.dir, [s.base_offset for s in old if s.base_offset != new.base_offset]
+            )
 
         def close_old() -> None:
             for seg in old:
@@ -624,7 +687,15 @@ class PartitionLog:
         return f"{self.topic}-{self.partition}"
 
     def close(self) -> None:
+        """Flush and close every segment, then write the producer-state snapshot at the
+        log end (Kafka's ``UnifiedLog.close``: a clean shutdown's snapshot saves the
+        replay at the next start)."""
         with self.lock:
+            if self.offline is None:
+                try:  # a crash before the flush below: the loader deletes it (past the end)
+                    self.take_producer_snapshot()
+                except (OSError, KafkaStorageError) as exc:  # costs only a replay at start
+                    log.warning("%s: cannot write the producer snapshot: %s", self.name, exc)
             for seg in self.segments:
                 try:
                     seg.flush()
