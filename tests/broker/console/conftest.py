@@ -73,15 +73,17 @@ def readonly_broker(tmp_path_factory):
     b.stop()
 
 
-# -- the browser: one headless Chromium per test session, shared by the browser modules --
+# -- the browser: headless Chromium for the browser test modules ------------------------
 CHROMIUM = os.environ.get("KOMPAKT_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = Path(__file__).resolve().parents[3] / "test-output" / "console"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     """Debian's Chromium driven by Playwright (``executable_path``: no downloaded browser;
-    ``scripts/ensure-chromium.sh`` installs it), started once for every browser test."""
+    ``scripts/ensure-chromium.sh`` installs it), one per browser test module: not per
+    session, because Playwright's sync API keeps an event loop running in the main
+    thread while it is open, and later tests' ``asyncio.run`` (aiokafka) would fail."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} missing: run scripts/ensure-chromium.sh")
     sync_api = pytest.importorskip("playwright.sync_api")
