@@ -29,7 +29,8 @@ Faults, drawn from a seeded RNG and aimed at a phase:
   probability, then stops), aimed at a fetch
   (group members and extra readers fetch through the window), a local clean (the
   background cleaner runs all the time) or a Spark clean (``POST /v1/compact`` on a warm
-  session; libfiu reaches the broker's side of it, not Spark's reused Python workers).
+  session: libfiu fails the broker's side of it, and :class:`reliability.fiu.WorkerReads`
+  the reads of Spark's Python workers, preloaded through ``spark.executorEnv``).
   During the window clients may get errors; every record anyone reads must still be the
   one acknowledged at that offset (readers check CRCs: a bad batch is a violation).
   After it, the broker must be up and serving, or have exited on its own (a clean exit:
@@ -78,7 +79,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reliability.fiu import Fiu, FiuError
+from reliability.fiu import Fiu, FiuError, WorkerReads
 from reliability.fiu import missing as fiu_missing
 from reliability.kit import (
     BrokerProcess,
@@ -540,11 +541,14 @@ class Campaign:
             weights.pop("spark-clean", None)  # none, or only on the schedule
         self.skipped: dict[str, str] = {}
         self.fiu: Fiu | None = None
+        self.worker_reads: WorkerReads | None = None  # the Spark workers' segment reads
         forced_kinds = {v.split(":")[0] for v in settings.forced.values()}
         if weights.get("read-io-error", 0) > 0 or "read-io-error" in forced_kinds:
             why = fiu_missing()
             if why is None:
                 self.fiu = Fiu(self.work / "fiu")
+                if settings.engine != "local":
+                    self.worker_reads = WorkerReads(self.work / "fiu")
             else:
                 self.skipped["read-io-error"] = why
                 weights.pop("read-io-error", None)
@@ -552,6 +556,8 @@ class Campaign:
         self.weights = [weights[k] for k in self.kinds]
         overrides = dict(BROKER_OVERRIDES)
         overrides["kompakt.cleaner.engine"] = "spark" if settings.engine == "spark" else "local"
+        if self.worker_reads is not None:
+            overrides.update(self.worker_reads.spark_overrides())
         self.broker = BrokerProcess(
             self.work / "data", overrides, wrapper=self.fiu.wrapper() if self.fiu else []
         )
@@ -772,6 +778,8 @@ class Campaign:
         t = round(time.monotonic() - self.t0, 2)
         try:
             self.fiu.enable(pid, probability=prob)
+            if phase == "spark-clean" and self.worker_reads is not None:
+                self.worker_reads.enable(prob)  # the executors read through the same disk
         except FiuError as exc:  # the harness failed, not the broker: said, not judged
             self.read_io["not injected"] += 1
             return Fault(t, "read-io-error", phase, False, f"not injected: {exc}")
@@ -783,6 +791,8 @@ class Campaign:
         else:
             time.sleep(hold)  # fault: the disk fails reads this long
         lost = ""
+        if self.worker_reads is not None:
+            self.worker_reads.disable()
         try:
             if self.broker.alive():
                 self.fiu.disable(pid)

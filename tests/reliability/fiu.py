@@ -34,8 +34,15 @@ its environment once it has started, so Spark's JVM and Python workers run witho
 libfiu (under libfiu's POSIX preload the JVM could not start its Python daemon, EBUSY;
 and the workers, forked and reused by ``pyspark.daemon``, have no control thread). A
 read-io-error during a Spark clean fails the broker's side of it (the producer
-summary, the swap), not the executors' reads. The control pipes go under a directory of
+summary, the swap) through libfiu, the executors' reads through :class:`WorkerReads`
+below. The control pipes go under a directory of
 the caller's (``fiu-run -f``) so a SIGKILL leaves nothing in ``/tmp``.
+
+The executors' reads are failed by a second build of the same file with
+``-DFLAG_SWITCH`` (:class:`WorkerReads`), which needs no libfiu: Spark starts its Python daemon with it
+(``spark.executorEnv.LD_PRELOAD``), the forked workers inherit it, and a switch file
+(created with the probability in it, then removed) turns the failures on and off in
+every worker at once.
 """
 
 from __future__ import annotations
@@ -53,6 +60,9 @@ SEGMENT_MMAP = "kompakt/segment/mmap"
 SEGMENT_READS = (PREAD, SEGMENT_MMAP)
 FIU_LIB = Path("/usr/lib/fiu")  # where Debian's libfiu0 puts its preload libraries
 SHIM_SOURCE = Path(__file__).with_name("fiu_segment_reads.c")
+FLAG_ENV = (
+    "KOMPAKT_FAIL_READS_FLAG"  # the switch file fiu_segment_reads.c looks for (-DFLAG_SWITCH)
+)
 # python -c LAUNCHER SCRIPT ARGS... (or PYTHON -m MODULE ARGS...): run the Python
 # script SCRIPT (``kompakt``) or MODULE in this process, libfiu already loaded, without
 # handing the preload to its children
@@ -89,15 +99,48 @@ class FiuError(RuntimeError):
 
 def build_segment_reads(out_dir: Path) -> Path:
     """Compile ``fiu_segment_reads.c`` into ``out_dir`` (raises :class:`FiuError`)."""
+    return _compile(SHIM_SOURCE, Path(out_dir) / "fiu_segment_reads.so", ["-l:libfiu.so.0"])
+
+
+def _compile(source: Path, out: Path, libs: list[str]) -> Path:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        raise FiuError("no C compiler to build the segment read points")
-    out = Path(out_dir) / "fiu_segment_reads.so"
-    args = [cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(SHIM_SOURCE), "-l:libfiu.so.0"]
-    r = subprocess.run([*args, "-ldl"], capture_output=True, text=True)
+        raise FiuError(f"no C compiler to build {source.name}")
+    args = [cc, "-shared", "-fPIC", "-O2", "-o", str(out), str(source), *libs, "-ldl"]
+    r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
-        raise FiuError(f"building the segment read points failed: {r.stderr.strip()[:300]}")
+        raise FiuError(f"building {source.name} failed: {r.stderr.strip()[:300]}")
     return out
+
+
+class WorkerReads:
+    """Segment read errors in Spark's Python workers (``fiu_segment_reads.c`` -DFLAG_SWITCH),
+    switched by a file rather than by pid: :meth:`spark_overrides` go into the broker's
+    config, :meth:`enable` and :meth:`disable` flip every worker at once."""
+
+    def __init__(self, work_dir: Path):
+        self.dir = Path(work_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # the same points, switched by a file instead of libfiu (FLAG_SWITCH)
+        self.shim = _compile(SHIM_SOURCE, self.dir / "worker_segment_reads.so", ["-DFLAG_SWITCH"])
+        self.flag = self.dir / "fail-reads"
+        self.flag.unlink(missing_ok=True)
+
+    def spark_overrides(self) -> dict[str, str]:
+        """Broker config: Spark's ``spark.executorEnv.*`` reach its Python daemon and the
+        workers it forks (local mode too)."""
+        return {
+            "spark.executorEnv.LD_PRELOAD": str(self.shim),
+            f"spark.executorEnv.{FLAG_ENV}": str(self.flag),
+        }
+
+    def enable(self, probability: float) -> None:
+        tmp = self.flag.with_name(self.flag.name + ".tmp")
+        tmp.write_text(f"{probability:.3f}")
+        os.replace(tmp, self.flag)  # a worker reads the whole value or none
+
+    def disable(self) -> None:
+        self.flag.unlink(missing_ok=True)
 
 
 class Fiu:

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from reliability.fault_campaign import check_partition, storage_error_partitions
-from reliability.fiu import PREAD, Fiu, missing
+from reliability.fiu import PREAD, Fiu, WorkerReads, missing
 from reliability.kit import (
     BrokerProcess,
     Model,
@@ -141,15 +141,15 @@ def settle(b: BrokerProcess, topics: list[str], mark: int) -> str:
     return "up"
 
 
-def compact(b: BrokerProcess, topic: str) -> tuple[int, dict]:
+def compact(b: BrokerProcess, topic: str, engine: str = "local") -> tuple[int, dict]:
     req = urllib.request.Request(
         f"http://127.0.0.1:{b.admin_port}/v1/compact",
-        data=json.dumps({"topic": topic, "partition": 0, "engine": "local"}).encode(),
+        data=json.dumps({"topic": topic, "partition": 0, "engine": engine}).encode(),
         method="POST",
         headers={"Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
+        with urllib.request.urlopen(req, timeout=300) as resp:  # a Spark start, loaded
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
@@ -294,3 +294,47 @@ def test_injection_reaches_segment_reads_only(tmp_path: Path, fiu: Fiu) -> None:
     out = proc.stdout.readline().split()
     assert proc.wait(60) == 0
     assert out == ["5", "5", "ok", "ok", "2"], out  # EIO twice, the rest untouched
+
+
+@pytest.mark.timeout(600)
+def test_a_spark_worker_that_cannot_read_a_segment_takes_the_dir_offline(
+    tmp_path: Path,
+) -> None:
+    """The executors read segments themselves (``mmap`` in the survivors digest): a read
+    error there reaches the broker as the Python worker's traceback text, and the clean
+    fails as Kafka's cleaner does on an IOException, taking the log dir offline (here the
+    only dir, so the broker halts with exit code 1). Nothing acknowledged changes, no
+    ``.cleaned``/``.swap`` file is left, and after the restart a Spark clean succeeds.
+    The workers get the read errors from :class:`reliability.fiu.WorkerReads` (Spark's
+    ``spark.executorEnv.LD_PRELOAD``), switched by a file."""
+    reads = WorkerReads(tmp_path / "fiu")
+    b = BrokerProcess(
+        tmp_path / "data",
+        {**OVERRIDES, "log.cleaner.enable": "false", **reads.spark_overrides()},
+    )
+    config = {"cleanup.policy": "compact", "segment.bytes": "4096", "min.compaction.lag.ms": "0"}
+    with b:
+        create_topic(b.bootstrap, CLEAN_TOPIC, 1, config)
+        model = Model()
+        produce(b, model, CLEAN_TOPIC, keys=20, n=300)
+        status, doc = compact(b, CLEAN_TOPIC, "spark")  # Spark warm, workers forked
+        assert status == 200, doc
+        produce(b, model, CLEAN_TOPIC, keys=20, n=300)
+        mark = len(b.log_text())
+        reads.enable(1.0)
+        try:
+            status, doc = compact(b, CLEAN_TOPIC, "spark")
+        finally:
+            reads.disable()
+        assert status == 503 and "KAFKA_STORAGE_ERROR" in doc["error"], (status, doc)
+        log_text = b.log_text()[mark:]
+        assert "Input/output error" in log_text and "offline" in log_text
+        wait_for(lambda: not b.alive(), "the broker's halt with no log dir left", timeout=60)
+        assert b.proc is not None and b.proc.returncode == 1, b.log_tail()
+        assert leftovers(b.data_dir) == []
+        check_data_dir(b.data_dir)
+        b.start(60)
+        status, doc = compact(b, CLEAN_TOPIC, "spark")
+        assert status == 200 and doc["results"][0]["status"] == "cleaned", doc
+        records = read_partition(b.bootstrap, CLEAN_TOPIC, 0, timeout=60)
+        check_compacted(model, (CLEAN_TOPIC, 0), records)

@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from kompakt.broker.console import common
 from kompakt.errors import InvalidConfigError, InvalidTopicError, KompaktError, UnknownTopicError
+from kompakt.log.dir_failure import find_disk_error
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,15 @@ async def run_compact(request: Request, req: Any) -> Response:
     except KompaktError as exc:
         return common.json_response(HTTPStatus.CONFLICT, {"error": str(exc)})
     except Exception as exc:
+        disk = find_disk_error(exc)
+        if disk is not None:  # the log dir went offline (its ERROR is logged once there)
+            return common.json_response(
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                {
+                    "error": f"KAFKA_STORAGE_ERROR: the clean failed reading or writing the log "
+                    f"dir: {disk.strerror or disk}"
+                },
+            )
         log.exception("admin compact failed")
         return common.json_response(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(exc)})
 
