@@ -16,9 +16,15 @@ from kompakt.log.checkpoint import fsync_dir
 
 def write_json_atomically(path: Path, body: Any) -> None:
     """Replace ``path`` with ``body`` as indented, key-sorted JSON, durably."""
+    write_text_atomically(path, json.dumps(body, indent=1, sort_keys=True))
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``, durably (``meta.properties``: Kafka writes it the
+    same way, a torn one would cost the dir its cluster and directory ids)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(body, f, indent=1, sort_keys=True)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -56,7 +56,7 @@ from kompakt.log.checkpoint import CheckpointError, OffsetCheckpointFile, fsync_
 from kompakt.log.clock import Clock, system_clock
 from kompakt.log.config import BrokerDefaults, TopicConfig
 from kompakt.log.dir_failure import SPACE_ERRNOS, LogDirFailureChannel, find_disk_error
-from kompakt.log.durable import write_json_atomically
+from kompakt.log.durable import write_json_atomically, write_text_atomically
 from kompakt.log.names import invalid_topic_reason, validate_no_collision, validate_topic_name
 from kompakt.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS, OpenSegments
 from kompakt.log.partition_log import PartitionLog
@@ -381,15 +381,16 @@ class LogManager:
                 if not meta_path.exists():
                     wrote = True
                     d.directory_id = _new_directory_id()
-                    meta_path.write_text(
+                    write_text_atomically(
+                        meta_path,
                         f"#kompakt\nversion=1\nnode.id={node_id}\ncluster.id={cluster_id}\n"
-                        f"directory.id={d.directory_id}\n"
+                        f"directory.id={d.directory_id}\n",
                     )
                 elif d.directory_id is None:  # Kafka's broker adds it to an older file
                     text = meta_path.read_text()
                     d.directory_id = _new_directory_id()
                     sep = "\n" if text and not text.endswith("\n") else ""
-                    meta_path.write_text(f"{text}{sep}directory.id={d.directory_id}\n")
+                    write_text_atomically(meta_path, f"{text}{sep}directory.id={d.directory_id}\n")
             except OSError as exc:
                 self._fail_at_start(d, exc, f"writing {META_FILE}")
         self.cluster_id = cluster_id if cluster or wrote else "kompakt"
