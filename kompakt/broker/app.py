@@ -124,9 +124,9 @@ class Broker:
             authz.install(self.registry, self.state, build_authorizer(cfg, self.logs.dir))
             self.state.notifier = AppendNotifier(asyncio.get_running_loop())
             self.state.producers = ProducerStateManager(self.logs.dir)
-            # a retried batch whose original's segment retention deleted since the start
-            # must still be found a duplicate: build the state before such a deletion
-            self.logs.head_removal_listeners.append(self.state.producers.for_log)
+            # a retried batch whose original retention or a clean removed since the start
+            # must still be found a duplicate: build the state before such a removal
+            self.logs.batch_removal_listeners.append(self.state.producers.for_log)
             start_coordinator(self.state, self.logs.clock)  # loaded below or on first use
             start_txn_coordinator(self.state, self.logs.clock)
             specs = await asyncio.to_thread(listener_specs, cfg, self.state)

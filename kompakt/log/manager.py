@@ -254,9 +254,9 @@ class LogManager:
         self.broker_config = BrokerDefaults.of(broker_config)
         self.clock = clock or system_clock
         self.failures = LogDirFailureChannel()
-        self.head_removal_listeners: list[Callable[[PartitionLog], object]] = []
-        """Told before segments leave a log's head (retention, DeleteRecords), while their
-        batches can still be read (the broker builds its producer state from them)."""
+        self.batch_removal_listeners: list[Callable[[PartitionLog], object]] = []
+        """Told before batches leave a log (retention, DeleteRecords, a clean's swap),
+        while they can still be read (the broker builds its producer state from them)."""
         self.lock = threading.RLock()
         self.deleter = FileDeleter(self.clock)
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -558,15 +558,15 @@ class LogManager:
     # -- log dirs: placement and failure ---------------------------------------------------
     def _adopt(self, tp: tuple[str, int], plog: PartitionLog, d: LogDir) -> None:
         plog.on_io_error = self._on_log_io_error
-        plog.before_head_removal = self._before_head_removal
+        plog.before_batch_removal = self._before_batch_removal
         self._logs[tp] = plog
         self._dir_of[tp] = d
         if d.directory_id is not None and plog.offline is None:
             self._assigned[tp] = d.directory_id  # an offline one keeps its recorded dir
         d.partitions += 1
 
-    def _before_head_removal(self, plog: PartitionLog) -> None:
-        for listener in list(self.head_removal_listeners):
+    def _before_batch_removal(self, plog: PartitionLog) -> None:
+        for listener in list(self.batch_removal_listeners):
             listener(plog)
 
     def _forget(self, tp: tuple[str, int]) -> PartitionLog | None:

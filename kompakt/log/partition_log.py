@@ -118,10 +118,11 @@ class PartitionLog:
         # told of an I/O error in append, roll or flush (the log manager's
         # LogDirFailureChannel); called with (log, error, what was being done)
         self.on_io_error: Callable[[PartitionLog, OSError, str], None] | None = None
-        # called (under the log's lock) before segments leave the head of the log, while
-        # their batches can still be read: the idempotent producers' state is built from
-        # them first, as Kafka keeps producer state when the log start moves (KIP-360)
-        self.before_head_removal: Callable[[PartitionLog], None] | None = None
+        # called (under the log's lock) before batches leave the log (segments leaving
+        # its head, a clean's swap), while they can still be read: the idempotent
+        # producers' state is built from them first, as Kafka keeps producer state when
+        # the log start moves (KIP-360) and builds it at load, before any clean
+        self.before_batch_removal: Callable[[PartitionLog], None] | None = None
         # the entries of a producer-state snapshot (kompakt.log.producer_snapshot), set by
         # whoever keeps the producer state once it has built it (the broker); a snapshot
         # is then written at each roll, before head segments go and at close (Kafka's
@@ -599,8 +600,8 @@ class PartitionLog:
         if not doomed:
             return
         _ = self.transactions  # rebuilt while the removed batches still exist
-        if self.before_head_removal is not None:
-            self.before_head_removal(self)
+        if self.before_batch_removal is not None:
+            self.before_batch_removal(self)
         if self.producer_state is not None:
             # the state built from the doomed batches survives a restart too (KIP-360)
             self.flush()
@@ -642,6 +643,13 @@ class PartitionLog:
         """
         with self.lock:
             _ = self.transactions  # rebuilt before the markers the clean removed go
+            if self.before_batch_removal is not None:
+                # a batch retried after a restart must still be found a duplicate when
+                # this clean removes its original (the fault campaign, seed 112526: a
+                # clean right after a restart dropped a batch whose answer the kill
+                # lost; the state built after it did not know the batch, and the retry
+                # was appended again, 7 offsets later)
+                self.before_batch_removal(self)
             live = {id(s) for s in self.segments}
             if not old or any(id(s) not in live for s in old):
                 raise SegmentsChangedError(

@@ -57,7 +57,7 @@ def open_broker_state(data: Path) -> tuple[LogManager, ProducerStateManager]:
     """What a broker start builds: the logs, the producer state, the KIP-360 hook."""
     logs = LogManager(data)
     producers = ProducerStateManager(data)
-    logs.head_removal_listeners.append(producers.for_log)
+    logs.batch_removal_listeners.append(producers.for_log)
     return logs, producers
 
 

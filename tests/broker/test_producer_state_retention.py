@@ -35,7 +35,7 @@ def _header(data: bytes):
 def _restart(data: Path) -> tuple[LogManager, ProducerStateManager]:
     logs = LogManager(data)
     producers = ProducerStateManager(data)
-    logs.head_removal_listeners.append(producers.for_log)
+    logs.batch_removal_listeners.append(producers.for_log)
     return logs, producers
 
 
@@ -77,3 +77,48 @@ def test_without_a_listener_the_state_would_be_lost(tmp_path: Path):
         plog = logs.get_log("ev", 0)
         assert logs.apply_retention() == 1
         assert producers.for_log(plog).check(_header(_batch(0, 10, old))) is None
+
+
+def _keyed_batch(first_seq: int, keys: list[bytes], ts: int) -> bytes:
+    return build_simple_batch(
+        [(k, b"%s-%d" % (k, first_seq)) for k in keys],
+        timestamp=ts,
+        producer_id=PID,
+        producer_epoch=EPOCH,
+        base_sequence=first_seq,
+    )
+
+
+def test_a_retried_batch_is_a_duplicate_after_a_clean_removed_its_original(tmp_path: Path):
+    """Kafka builds producer state at load, before any clean; kompakt builds it on first
+    use, so a clean's swap first lets the broker build it from the batches it removes.
+
+    Found by the 1,000-fault campaign (seed 112526): two batches of one producer were
+    appended just before a SIGKILL, their answers lost; after the restart the
+    background cleaner removed the first (its keys overwritten by the second) before the
+    producer's retry arrived, the state built then knew only the second batch, and the
+    retry of the first was appended again, 7 offsets later."""
+    from kompakt.cleaner import Cleaner, LocalEngine
+
+    data = tmp_path / "data"
+    now = int(time.time() * 1000)
+    keys = [b"a", b"b", b"c"]
+    with LogManager(data) as logs:
+        logs.create_topic("kv", 1, {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"})
+        plog = logs.get_log("kv", 0)
+        plog.append(_keyed_batch(0, keys, now))  # offsets 0-2: the first batch
+        plog.append(_keyed_batch(3, keys, now))  # offsets 3-5: overwrites every key
+        plog.roll()  # both sealed: cleanable
+        plog.append(build_simple_batch([(b"z", b"z")], timestamp=now))
+    logs, producers = _restart(data)  # the state is not built yet
+    with logs:
+        plog = logs.get_log("kv", 0)
+        report = Cleaner(logs, engine=LocalEngine(1 << 20)).compact_now("kv", 0)
+        assert report.results[0].status == "cleaned", report
+        remaining = [b.header.base_offset for s in plog.segments for b in s.iter_batches()]
+        assert 0 not in remaining  # the first batch is gone from the log
+        # the producer retries the first batch (sequences 0-2): a duplicate, answered
+        # with the original's offsets, not appended again
+        original = producers.for_log(plog).check(_header(_keyed_batch(0, keys, now)))
+        assert original is not None, "the retry would be appended a second time"
+        assert (original.first_offset, original.last_offset) == (0, 2)
