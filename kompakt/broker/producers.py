@@ -18,9 +18,14 @@ idempotent producers:
   latest producer snapshot at or below the log end (:mod:`kompakt.log.producer_snapshot`,
   Kafka's ``<offset>.snapshot`` files), then the producer fields of the batches after it.
   Once built, the log writes a snapshot at each roll, before head segments go and at a
-  clean shutdown, so the state outlives the batches it was built from (KIP-360). As in
-  Kafka, a snapshot keeps only each producer's last batch: after a restart, a retry of
-  that batch is a duplicate, a retry of an older one OUT_OF_ORDER_SEQUENCE_NUMBER.
+  clean shutdown, so the state outlives the batches it was built from (KIP-360). A
+  snapshot holds an entry for each of a producer's last 5 batches, oldest first (Kafka
+  writes only the last; its reader keeps the last entry of a producer id, so it reads
+  our files as its own): after a restart a retry of any of them is still a duplicate,
+  where Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER for all but the last (with segments
+  small enough to roll between two in-flight batches, an idempotent client that resets
+  its producer id on that answer, as librdkafka does, would send the earlier batch
+  again as a new one).
   Producers idle for ``producer.id.expiration.ms`` are neither written nor loaded.
 """
 
@@ -158,9 +163,13 @@ class PartitionProducers:
         e.timestamp = h.max_timestamp
 
     def load(self, entry: SnapshotEntry) -> None:
-        """One producer from a snapshot: its epoch and last batch (Kafka's
-        ``loadProducerEntry``; the snapshot holds no older batches)."""
-        e = ProducerEntry(entry.epoch, timestamp=entry.timestamp)
+        """One snapshot entry (Kafka's ``loadProducerEntry``): a producer's epoch and one
+        of its batches; the entries of one producer come oldest first, and a later one
+        of the same epoch adds its batch to the earlier ones."""
+        e = self.entries.get(entry.producer_id)
+        if e is None or e.epoch != entry.epoch:
+            e = ProducerEntry(entry.epoch)
+        e.timestamp = entry.timestamp
         if entry.last_offset >= 0:
             e.batches.append(
                 BatchMeta(
@@ -174,27 +183,32 @@ class PartitionProducers:
         self.entries[entry.producer_id] = e
 
     def snapshot(self, ongoing: dict[int, int], now: int) -> list[SnapshotEntry]:
-        """The entries of a snapshot (Kafka's ``writeSnapshot``): each producer's last
-        batch, and the first offset of its open transaction (``ongoing``, from the log's
-        transaction tracker); a producer idle past ``producer.id.expiration.ms`` without
-        an open transaction is left out (Kafka's ``isProducerExpired``)."""
+        """The entries of a snapshot (Kafka's ``writeSnapshot``): an entry for each
+        batch a producer's state retains, oldest first (its last batch last: the one
+        Kafka's reader keeps), with the first offset of its open transaction
+        (``ongoing``, from the log's transaction tracker); a producer idle past
+        ``producer.id.expiration.ms`` without an open transaction is left out (Kafka's
+        ``isProducerExpired``)."""
         out = []
         for pid, e in list(self.entries.items()):
             txn = ongoing.get(pid, NO_OFFSET)
             if _expired(e.timestamp, txn, now):
                 continue
-            last = e.batches[-1] if e.batches else None
-            out.append(
-                SnapshotEntry(
-                    producer_id=pid,
-                    epoch=e.epoch,
-                    last_sequence=last.last_seq if last else -1,
-                    last_offset=last.last_offset if last else NO_OFFSET,
-                    offset_delta=last.last_offset - last.first_offset if last else 0,
-                    timestamp=e.timestamp,
-                    current_txn_first_offset=txn,
+            batches: list[BatchMeta | None] = list(e.batches) or [None]
+            for i, b in enumerate(batches):
+                last = i == len(batches) - 1
+                out.append(
+                    SnapshotEntry(
+                        producer_id=pid,
+                        epoch=e.epoch,
+                        last_sequence=b.last_seq if b else -1,
+                        last_offset=b.last_offset if b else NO_OFFSET,
+                        offset_delta=b.last_offset - b.first_offset if b else 0,
+                        # the producer's own time on its last entry (what expiry counts)
+                        timestamp=e.timestamp if last or b is None else b.timestamp,
+                        current_txn_first_offset=txn,
+                    )
                 )
-            )
         return out
 
 

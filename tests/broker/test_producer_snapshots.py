@@ -4,9 +4,10 @@ the batches it was built from: Kafka's producer-state snapshots.
 Kafka's ``ProducerStateManager`` writes ``<offset>.snapshot`` at each segment roll
 (``LocalLog.roll`` -> ``takeSnapshot``) and at a clean shutdown, and at load starts from
 the latest snapshot at or below the log end, replaying only the batches after it
-(``LogLoader.rebuildProducerState``). A snapshot keeps each producer's last batch only:
-after a restart a retry of that batch is a duplicate (answered with the original's
-offset), a retry of an older one OUT_OF_ORDER_SEQUENCE_NUMBER (``ProducerStateEntry``).
+(``LogLoader.rebuildProducerState``). Kafka's snapshot keeps each producer's last batch
+only; kompakt's keeps an entry for each of the last five (Kafka's reader keeps the last
+one), so after a restart a retry of any of them is a duplicate, answered with the
+original's offset.
 
 Real ``LogManager``s on tmp dirs, the broker's own append path
 (``kompakt.broker.handlers.produce._append``) and, at the end, a real broker restarted
@@ -113,26 +114,37 @@ def test_a_crash_after_retention_keeps_the_state_of_the_deleted_batches(tmp_path
         assert dup is not None and (dup.first_offset, dup.last_offset) == (0, 9)
 
 
-def test_only_the_last_batch_is_in_a_snapshot_an_older_retry_is_out_of_order(tmp_path: Path):
-    """``ProducerStateEntry`` from a snapshot holds one batch (Kafka's snapshot schema)."""
+def test_a_snapshot_keeps_the_last_five_batches_and_kafka_reads_the_last(tmp_path: Path):
+    """In flight together, two batches may be split by a roll: the snapshot written
+    there must let a retry of the first be a duplicate after a restart. Kafka's schema
+    has one batch per entry and Kafka writes only the last; kompakt writes an entry per
+    retained batch (``NUM_BATCHES_TO_RETAIN``), oldest first, so Kafka's reader, which
+    keeps the last entry of a producer id, still sees the last batch. A retry older
+    than the five is OUT_OF_ORDER_SEQUENCE_NUMBER, as in memory."""
     data = tmp_path / "data"
     ts = now_ms() - 60_000
     logs, producers = open_broker_state(data)
     with logs:
         logs.create_topic("ev", 1, {"retention.ms": "1000"})
         plog = logs.get_log("ev", 0)
-        produce(plog, producers, idem(0, 5, ts))
-        produce(plog, producers, idem(5, 5, ts))
+        for i in range(7):  # sequences 0-34, offsets 0-34, five records a batch
+            produce(plog, producers, idem(i * 5, 5, ts))
         plog.roll()
         produce(plog, producers, plain([(b"x", b"y")], now_ms()))
         assert logs.apply_retention() == 1
+    snap = list_snapshots(data / "ev-0")[-1]  # the newest (at the clean shutdown)
+    entries = snap.read()
+    assert [e.last_offset for e in entries] == [14, 19, 24, 29, 34]
+    kafka_view = {e.producer_id: e for e in entries}  # Kafka's loadFromSnapshot: put()
+    assert kafka_view[PID].last_offset == 34 and kafka_view[PID].last_sequence == 34
     logs, producers = open_broker_state(data)
     with logs:
         state = producers.for_log(logs.get_log("ev", 0))
-        dup = state.check(header(idem(5, 5, ts)))
-        assert dup is not None and (dup.first_offset, dup.last_offset) == (5, 9)
+        for i in range(2, 7):
+            dup = state.check(header(idem(i * 5, 5, ts)))
+            assert dup is not None and (dup.first_offset, dup.last_offset) == (i * 5, i * 5 + 4)
         with pytest.raises(OutOfOrderSequenceError):
-            state.check(header(idem(0, 5, ts)))
+            state.check(header(idem(5, 5, ts)))
 
 
 def test_restart_after_compaction_removed_the_producers_records(tmp_path: Path):
