@@ -25,6 +25,7 @@ import pytest
 import typer
 from cli_kit import assert_one_line_error
 from confluent_kafka import Producer
+from shared_kit import wait_for
 from tree_kit import changed, snapshot
 from typer.testing import CliRunner
 
@@ -208,9 +209,29 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
         # a group with committed offsets (this also creates __consumer_offsets)
         r = run_cli(["consume", "t", "--group", "g", "-b", b.bootstrap])
         assert r.exit_code == 0, r.output
+        _wait_for_group_empty(b, "g")
         yield b
     finally:
         b.stop()
+
+
+def _wait_for_group_empty(b: BrokerThread, group: str) -> None:
+    """The consumer left: the coordinator's rebalance with no member ends in Empty and
+    writes that to ``__consumer_offsets`` in the background; the tests snapshot the data
+    dir only once that write is done (a loaded machine once let it land mid-test, as if
+    a refused verb had written it)."""
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    coordinator = b.broker.state.extra["group_coordinator"]
+
+    def settled() -> bool:
+        (desc,) = admin.describe_consumer_groups([group]).values()
+        empty = desc.result(10).state == ConsumerGroupState.EMPTY
+        return empty and not coordinator._tasks  # no group record still being written
+
+    wait_for(settled, f"group {group} to be Empty, its record written", timeout=30)
 
 
 def _produce(bootstrap: str, topic: str, n: int) -> None:
