@@ -464,14 +464,12 @@ class LogManager:
                         "clean" if self.was_clean_shutdown else "unclean: recovering",
                     )
                 d = located.get(tp) or self._home_of(tp)
+                where = (d.path / f"{meta.name}-{part}", meta.name, part, config)
                 plog = None
                 if not self.failures.is_offline(d.path):
                     try:
                         plog = PartitionLog(
-                            d.path / f"{meta.name}-{part}",
-                            meta.name,
-                            part,
-                            config,
+                            *where,
                             clock=self.clock,
                             needs_recovery=not d.was_clean_shutdown,
                             recovery_point=recovery.get(tp),
@@ -484,10 +482,7 @@ class LogManager:
                         self._fail_at_start(d, exc, f"loading {meta.name}-{part}")
                 if plog is None:  # its dir is offline: touch nothing there
                     plog = PartitionLog(
-                        d.path / f"{meta.name}-{part}",
-                        meta.name,
-                        part,
-                        config,
+                        *where,
                         clock=self.clock,
                         offline=self.failures.error_of(d.path) or "log dir offline",
                     )

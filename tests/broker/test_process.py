@@ -14,7 +14,7 @@ from shared_kit import free_port, wait_for_port
 REPO = Path(__file__).resolve().parents[2]
 
 
-def start(data_dir, port):
+def start(data_dir, port, preexec_fn=None):
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -31,6 +31,7 @@ def start(data_dir, port):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=preexec_fn,
     )
     try:
         wait_for_port(port, proc, 20)
@@ -160,25 +161,8 @@ def test_a_low_open_files_limit_is_raised_to_what_the_segment_cap_needs(tmp_path
     def low_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
 
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kompakt.broker",
-            "--override",
-            f"listeners=PLAINTEXT://127.0.0.1:{port}",
-            "--override",
-            f"log.dirs={tmp_path / 'data'}",
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=low_limit,
-    )
+    proc = start(tmp_path / "data", free_port(), preexec_fn=low_limit)
     try:
-        wait_for_port(port, proc, 20)
         assert _soft_nofile(proc.pid) == max(256, want)
     finally:
         proc.send_signal(signal.SIGTERM)
