@@ -16,7 +16,9 @@ librdkafka's ``noautocreate`` scenario), runs every selected test number in its 
 
 The exit status is 0 only when every ``pass`` test passed. ``fail-known`` tests run and are
 reported but do not gate; a ``skip`` or ``fail-known`` test that passes is reported as an
-"unexpected pass" (flip it to ``pass``).
+"unexpected pass" (flip it to ``pass``). A test with a client-side race shown by its own
+output (``CLIENT_RACES``: 0086 on a busy machine) runs alone after the others and is run
+again, at most three times in all, only while its log shows that race.
 
     scripts/librdkafka_tests.py                      # the whole expected list
     scripts/librdkafka_tests.py --tests 0001,0013    # just these (skip entries too)
@@ -86,6 +88,38 @@ OUTCOMES = ("pass", "skip", "fail-known")
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\x1b\(B")
 SUMMARY_ROW = re.compile(r"^\|\s*(\S+)\s*\|\s*([A-Z ]+?)\s*\|\s*([0-9.]+)s\s*\|(.*)$")
 FAILURE = re.compile(r'### Test "([^"]+)" failed at ([^ ]+) at [^#]*###\s*\n(.*)')
+
+
+@dataclass(frozen=True)
+class ClientRace:
+    """A failure of librdkafka's test whose own output shows it came from the client.
+
+    Such a test runs alone, after the others, and is run again (``attempts`` in all) only
+    while its log holds ``evidence``; a failure without it, or a last attempt that fails,
+    fails the run, so a kompakt bug that breaks the test still does.
+    """
+
+    evidence: re.Pattern[str]
+    why: str
+    attempts: int = 3
+
+
+CLIENT_RACES = {
+    # 0086's remote test waits for its first ProduceRequest, purges the queue and expects
+    # messages 0-9 (one batch.num.messages=10 batch) to be left in flight. The 20 messages
+    # wait in the unassigned queue until the topic's metadata arrives; then
+    # rd_kafka_topic_assign_uas moves them to partition 0 one at a time, while that
+    # partition's leader connection is already up (one broker: the bootstrap connection
+    # becomes node 1). On a busy machine that broker thread sends a first batch before the
+    # rest are moved; with debug=msg the client logs "Produce MessageSet with 1
+    # message(s)" before any byte reaches the broker. Fewer than 10 left in flight after
+    # the purge is that race: how many messages a ProduceRequest carries is the client's
+    # choice. Kafka's own single broker meets it the same way.
+    "0086": ClientRace(
+        evidence=re.compile(r"expected 10 messages remaining, not [1-9]\b"),
+        why="librdkafka's first ProduceRequest held a partial batch (client race)",
+    ),
+}
 
 
 def say(msg: str) -> None:
@@ -615,20 +649,36 @@ def main(argv: list[str] | None = None) -> int:
 
         def job(item: tuple[str, str, list[RdkTest]]) -> Result:
             n, sc, ts = item
-            r = run_one(
-                tdir, n, ts, brokers[sc], confs[sc], logs, base_env, args.timeout, args.quick
-            )
+
+            def once() -> Result:
+                return run_one(
+                    tdir, n, ts, brokers[sc], confs[sc], logs, base_env, args.timeout, args.quick
+                )
+
+            r = once()
+            race = CLIENT_RACES.get(n)
+            for attempt in range(2, (race.attempts if race else 1) + 1):
+                text = r.log.read_text(errors="replace")
+                if r.status != "FAILED" or not race.evidence.search(text):
+                    break
+                kept = r.log.rename(r.log.with_suffix(f".try{attempt - 1}.log"))
+                r = once()
+                note = f"attempt {attempt}; in attempt {attempt - 1} {race.why} (log {kept.name})"
+                r.detail = f"{note}; {r.detail}" if r.detail else note
             exp = expected.get(n)
             with lock:
                 say(
                     f"  {n} {sc:<12} {r.status:<8} {fmt_secs(r.seconds)}"
                     f"  (expected {exp.outcome if exp else 'unlisted'})"
-                    + (f"  {r.detail}" if r.status != "PASSED" and r.detail else "")
+                    + (f"  {r.detail}" if r.detail and (r.status != "PASSED" or race) else "")
                 )
             return r
 
+        # a test with a known client race runs alone, where the machine is least busy
+        pooled = [j for j in jobs if j[0] not in CLIENT_RACES]
         with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            results = list(pool.map(job, jobs))
+            results = list(pool.map(job, pooled))
+        results += [job(j) for j in jobs if j[0] in CLIENT_RACES]
     finally:
         for b in brokers.values():
             b.stop()
