@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import os
 import re
 import shlex
@@ -494,6 +495,22 @@ def localhost_is_loopback() -> bool:
     return any(info[4][0] == "127.0.0.1" for info in infos)
 
 
+# test-runner processes (each in its own session) now running, killed on Ctrl-C
+RUNNING: set[subprocess.Popen] = set()
+RUNNING_LOCK = threading.Lock()
+STOPPING = threading.Event()
+
+
+def kill_running() -> None:
+    """Stop every test-runner now running, and start no more."""
+    STOPPING.set()
+    with RUNNING_LOCK:
+        procs = list(RUNNING)
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def run_one(
     tdir: Path,
     number: str,
@@ -518,15 +535,26 @@ def run_one(
     with open(log, "wb") as out:
         out.write(f"$ {shlex.join(cmd)}  (cwd {tdir})\n".encode())
         out.flush()
-        proc = subprocess.Popen(
-            cmd, cwd=tdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        with RUNNING_LOCK:
+            if STOPPING.is_set():
+                return Result(number, broker.scenario, "SKIPPED", 0.0, log, "interrupted")
+            proc = subprocess.Popen(
+                cmd, cwd=tdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            RUNNING.add(proc)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             os.killpg(proc.pid, signal.SIGKILL)
             rc = proc.wait()
+        except BaseException:  # Ctrl-C while the main thread waits here
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        finally:
+            with RUNNING_LOCK:
+                RUNNING.discard(proc)
     seconds = time.monotonic() - t0
     states, details = parse_output(log.read_text(errors="replace"), names)
     sub = {n: states.get(n, "NO RESULT") for n in names}
@@ -700,9 +728,16 @@ def main(argv: list[str] | None = None) -> int:
 
         # a test with a known client race runs alone, where the machine is least busy
         pooled = [j for j in jobs if j[0] not in CLIENT_RACES]
-        with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        pool = concurrent.futures.ThreadPoolExecutor(max(1, args.jobs))
+        try:
             results = list(pool.map(job, pooled))
-        results += [job(j) for j in jobs if j[0] in CLIENT_RACES]
+            results += [job(j) for j in jobs if j[0] in CLIENT_RACES]
+        except KeyboardInterrupt:
+            kill_running()
+            pool.shutdown(wait=True, cancel_futures=True)
+            say(f"interrupted: test-runners and brokers stopped; logs in {logs}")
+            return 130
+        pool.shutdown()
     finally:
         for b in brokers.values():
             b.stop()
