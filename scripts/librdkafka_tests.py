@@ -486,6 +486,13 @@ def parse_output(text: str, names: list[str]) -> tuple[dict[str, str], dict[str,
     return states, details
 
 
+def write_test_conf(path: Path, bootstrap: str, *extra: str) -> Path:
+    """A test-runner conf (``RDKAFKA_TEST_CONF``): every test's client settings."""
+    lines = [f"bootstrap.servers={bootstrap}", "test.topic.random=true", *extra]
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return path
+
+
 def localhost_is_loopback() -> bool:
     """Whether ``localhost`` names 127.0.0.1 here (for a ClientRace's alias)."""
     try:
@@ -684,8 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for sc, b in brokers.items():
             b.start()
-            confs[sc] = workdir / f"test-{sc}.conf"
-            confs[sc].write_text(f"bootstrap.servers={b.bootstrap}\ntest.topic.random=true\n")
+            confs[sc] = write_test_conf(workdir / f"test-{sc}.conf", b.bootstrap)
         say(
             f"running {len(jobs)} test-runner processes ({args.jobs} at a time, "
             f"TEST_KAFKA_VERSION={args.kafka_version}); logs in {logs}"
@@ -697,10 +703,10 @@ def main(argv: list[str] | None = None) -> int:
             race = CLIENT_RACES.get(n)
             conf = confs[sc]
             if race and race.via_alias and localhost_is_loopback():
-                conf = workdir / f"test-{sc}-{n}.conf"
-                conf.write_text(
-                    f"bootstrap.servers=localhost:{brokers[sc].port}\n"
-                    "broker.address.family=v4\ntest.topic.random=true\n"
+                conf = write_test_conf(
+                    workdir / f"test-{sc}-{n}.conf",
+                    f"localhost:{brokers[sc].port}",
+                    "broker.address.family=v4",
                 )
 
             def once() -> Result:

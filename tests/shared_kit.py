@@ -1,5 +1,5 @@
 """Helpers every test package shares, written once: waiting on a condition, free ports,
-unique names, data-dir snapshots.
+unique names, data-dir snapshots, loading a script as a module.
 
 Tests wait for evidence, never for a fixed time (Kafka's ``TestUtils.waitUntilTrue``):
 a sleep that hopes something happened either slows every run or fails on a loaded
@@ -9,6 +9,7 @@ machine, and an assertion after it may hold even if the awaited thing never happ
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 import itertools
 import socket
@@ -149,3 +150,13 @@ async def until_parked(task: asyncio.Task[Any], timeout: float = 10.0) -> None:
         if loop.time() > deadline:
             raise AssertionError(f"{task!r} never started")
         await asyncio.sleep(0)  # one loop step: lets the task run to its first await
+
+
+def load_script(name: str, path: Path) -> Any:
+    """A benchmark or script file (not a package module) imported as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(mod)
+    return mod

@@ -13,14 +13,12 @@ what a READ_COMMITTED reader sees afterwards.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from shared_kit import unique
+from shared_kit import load_script, unique
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 
@@ -29,16 +27,7 @@ TIMEOUT = 20
 SMALL = {"transaction.state.log.num.partitions": 2, "offsets.topic.num.partitions": 2}
 
 
-def load_eos() -> Any:
-    spec = importlib.util.spec_from_file_location("eos", REPO / "benchmarks" / "eos.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["eos"] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-eos = load_eos()
+eos = load_script("eos", REPO / "benchmarks" / "eos.py")
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_kit import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "librdkafka_tests.py"
@@ -65,23 +66,13 @@ def test_librdkafka_core_integration_tests_pass_against_kompakt(tmp_path):
     assert "failed 0" in res.stdout, summary
 
 
-def load_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("librdkafka_tests", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses resolve their module while the class is made
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_only_0086s_partial_first_batch_counts_as_its_client_race():
     """0086 is rerun only when the purge left 1-9 messages in flight (the client's batch).
 
     The first line is what a CI run printed; the others are failures a broker could cause
     (nothing in flight, everything, a wrong delivery error alone) and are not rerun.
     """
-    race = load_script().CLIENT_RACES["0086"]
+    race = load_script("librdkafka_tests", SCRIPT).CLIENT_RACES["0086"]
     seen = 'Test assertion failed: "waitmsgs->cnt == exp_remain": remote:272: expected 10 messages remaining, not 1'  # noqa: E501
     assert race.evidence.search(seen)
     for other in (

@@ -9,26 +9,17 @@ while the background cleaner (in-process engine) cleans 64 KiB segments. No kill
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
+
+from shared_kit import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 SECONDS = float(os.environ.get("KOMPAKT_SOAK_SECONDS", "60"))
 
 
-def load_soak():
-    spec = importlib.util.spec_from_file_location("soak", REPO / "benchmarks" / "soak.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["soak"] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_sustained_load_is_flat_and_loses_nothing(tmp_path: Path) -> None:
-    soak = load_soak()
+    soak = load_script("soak", REPO / "benchmarks" / "soak.py")
     result = soak.run_soak(SECONDS, rate=700, interval=3.0, work_dir=tmp_path)
     print(result.headline())
     soak.write_outputs(result, tmp_path / "out")
