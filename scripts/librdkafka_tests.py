@@ -393,17 +393,25 @@ class Broker:
     port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
+    # only a data dir this run made is removed at the end: a --workdir the user named may
+    # already hold a folder of that name (kompakt refuses it if it is not a data dir)
+    made_data_dir: bool = False
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def data_dir(self) -> Path:
+        return self.workdir / f"data-{self.scenario}"
+
+    @property
     def log_path(self) -> Path:
         return self.workdir / f"broker-{self.scenario}.log"
 
     def start(self) -> None:
-        data = self.workdir / f"data-{self.scenario}"
+        data = self.data_dir
+        self.made_data_dir = not data.exists()
         cmd = [
             *kompakt_serve(),
             "--override", f"listeners=PLAINTEXT://{self.bootstrap}",
@@ -748,8 +756,9 @@ def main(argv: list[str] | None = None) -> int:
         for b in brokers.values():
             b.stop()
         if not args.keep:
-            for sc in brokers:
-                shutil.rmtree(workdir / f"data-{sc}", ignore_errors=True)
+            for b in brokers.values():
+                if b.made_data_dir:
+                    shutil.rmtree(b.data_dir, ignore_errors=True)
 
     return report(results, expected, integration, wanted, args, time.monotonic() - t_start, logs)
 
