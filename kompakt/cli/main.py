@@ -119,12 +119,22 @@ app.command("export")(export.export)
 app.command("serve")(serve.serve)
 
 
+def _keep_caches_out_of_the_working_dir() -> None:
+    """kio registers Hypothesis strategies when Hypothesis is installed (the test
+    extras), and Hypothesis then caches its unicode tables in ``./.hypothesis``: a folder
+    left in whatever directory the user ran ``kompakt`` from. Send it to the user's cache
+    dir instead, unless they chose a place."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(cache / "kompakt" / "hypothesis"))
+
+
 def main() -> None:
     """Console-script entry point (``kompakt = kompakt.cli.main:main``).
 
     Ctrl-C outside a command (while arguments are parsed, modules imported, or the
     output is flushed at exit) is handled like inside one.
     """
+    _keep_caches_out_of_the_working_dir()
     try:
         app(prog_name="kompakt")
     except KeyboardInterrupt:

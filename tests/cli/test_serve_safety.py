@@ -159,3 +159,29 @@ def test_python_m_kompakt_broker_refuses_a_folder_that_is_not_a_data_dir(tmp_pat
     assert len(seen) == 1 and seen[0].startswith("error: "), "".join(seen)
     assert "is not empty and not a kompakt data dir" in seen[0]
     assert snapshot(tmp_path) == before
+
+
+def test_serve_leaves_no_hypothesis_folder_in_the_working_dir(tmp_path: Path):
+    """With the test extras installed, kio imports Hypothesis, whose unicode cache went to
+    ``./.hypothesis`` of wherever ``kompakt serve`` ran; it goes to the cache dir now."""
+    work = tmp_path / "my-project"
+    work.mkdir()
+    notes = tmp_path / "notes"  # not a data dir: serve refuses it, after importing kio
+    notes.mkdir()
+    (notes / "todo.txt").write_text("keep me")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env.pop("HYPOTHESIS_STORAGE_DIRECTORY", None)
+    script = Path(sys.executable).with_name("kompakt")
+    r = subprocess.run(
+        [str(script), "serve", "--override", f"log.dirs={notes}"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 1, r.stderr
+    assert "not a kompakt data dir" in r.stderr
+    assert list(work.iterdir()) == []
+    assert (tmp_path / "cache" / "kompakt" / "hypothesis").is_dir()
+    assert (notes / "todo.txt").read_text() == "keep me"
