@@ -572,11 +572,10 @@ class Cleaner:
                 if dest is not None and dest.suffix == CLEANED_SUFFIX:
                     dest.delete_files()
         stats.add_groups(total)
-        if dry_run:
-            stats.segments_after = len(segments) - len(to_clean) + len(run.groups)
-        else:
+        # what this clean made of the log it started from (a segment rolled meanwhile is not)
+        stats.segments_after = len(segments) - len(to_clean) + len(run.groups)
+        if not dry_run:
             self._update_checkpoint(tp, run.dirty.end_offset)
-            stats.segments_after = len(plog.segments_snapshot())
             self.compactions_total += 1
             self.cleaned_bytes_total += stats.bytes_read
         stats.duration_s = time.monotonic() - t0

@@ -32,7 +32,7 @@ class CleanStats:
     batches_copied: int = 0
     map_records_read: int = 0
     map_bytes_read: int = 0
-    map_utilization: float = 0.0
+    map_utilization: float | None = None  # None: the engine keeps no offset map (Spark)
     map_entries: int = 0
     partial: bool = False
     segments_before: int = 0
@@ -54,13 +54,17 @@ class CleanStats:
         """Like Kafka's ``Cleaner`` summary."""
         kind = "Dry run of clean" if self.dry_run else "Cleaned"
         reduction = 100 * (1 - self.bytes_written / self.bytes_read) if self.bytes_read else 0
+        # Kafka's "Buffer utilization": only an engine with an offset map has one to report
+        fill = (
+            "" if self.map_utilization is None else f"; map {100 * self.map_utilization:.1f}% full"
+        )
         return (
             f"{kind} {self.topic}-{self.partition} offsets [{self.first_dirty_offset}, "
             f"{self.end_offset}) with engine {self.engine}: {self.bytes_read / 1e6:.1f} MB, "
             f"{self.records_read} records read, {self.bytes_written / 1e6:.1f} MB, "
             f"{self.records_written} records written ({reduction:.1f}% size reduction), "
             f"{self.tombstones_removed} tombstones removed, in {self.duration_s:.3f} s "
-            f"({self.mb_per_s:.1f} MB/s); map {100 * self.map_utilization:.1f}% full"
+            f"({self.mb_per_s:.1f} MB/s){fill}"
             f"{' (partial pass)' if self.partial else ''}; segments "
             f"{self.segments_before} -> {self.segments_after}"
         )
@@ -95,7 +99,7 @@ class DirtyRange:
 
     end_offset: int
     lookup: LatestLookup | None = None  # the in-process engine's offset map
-    map_utilization: float = 0.0
+    map_utilization: float | None = None  # None: no offset map (the Spark engine joins)
     map_entries: int = 0
     records_read: int = 0
     bytes_read: int = 0

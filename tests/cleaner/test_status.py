@@ -7,6 +7,7 @@ from cleaner_kit import append, open_manager
 
 from kompakt.cleaner import Cleaner, LocalEngine
 from kompakt.cleaner.cleanable import log_to_clean
+from kompakt.cleaner.stats import CleanStats, DirtyRange
 from kompakt.cleaner.status import CleaningStatus
 
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "600"}
@@ -74,3 +75,49 @@ def test_an_uncleanable_partition_reports_its_reason(tmp_path, clock):
         [(_plog, s)] = list(CleaningStatus(m).partitions())
         assert s.uncleanable_reason == plog.uncleanable_reason
         assert s.to_json()["uncleanable_reason"] == plog.uncleanable_reason
+
+
+def test_the_clean_line_counts_the_segments_it_rewrote_not_those_rolled_meanwhile(
+    tmp_path, clock, caplog
+):
+    """``segments N -> M`` is what this clean did to the log it started from: a producer
+    rolling new segments while it runs (the broker's log is live) made a clean that
+    merged 4 segments into 1 say ``segments 4 -> 9``."""
+    with open_manager(tmp_path, clock) as m:
+        m.create_topic("c", 1, COMPACT)
+        plog = m.get_log("c", 0)
+        for i in range(20):
+            append(plog, [(b"k%d" % (i % 4), b"v" * 100)])
+        before = len(plog.segments_snapshot())
+        rolled = []
+
+        def producer_meanwhile(_plog):
+            def tick(done: int, total: int) -> None:
+                if not rolled:  # once: a live producer appends and rolls during the clean
+                    for i in range(30):
+                        append(plog, [(b"new%d" % i, b"v" * 100)])
+                    rolled.append(len(plog.segments_snapshot()))
+
+            return tick
+
+        cleaner = Cleaner(m, engine=LocalEngine(1 << 20))
+        with caplog.at_level("INFO", logger="kompakt.cleaner.cleaner"):
+            doc = cleaner.compact_now("c", progress=producer_meanwhile).to_json()
+        stats = doc["results"][0]["stats"]
+        assert rolled and rolled[0] > before  # the producer did roll during the clean
+        assert stats["segments_before"] == before
+        assert stats["segments_after"] <= before  # merged: never more than it started with
+        assert f"segments {before} -> {stats['segments_after']}" in caplog.text
+
+
+def test_a_clean_without_an_offset_map_claims_no_map_fill():
+    """Kafka's cleaner reports its offset map's "Buffer utilization"; the Spark engine
+    has no map (it joins), so its clean line says nothing of one and its JSON has null,
+    while the local engine's map fill is reported."""
+    spark = CleanStats("c", 0, "spark")
+    spark.add_dirty(DirtyRange(end_offset=10))  # what the Spark engine returns
+    assert "map" not in spark.log_line()
+    assert spark.to_json()["map_utilization"] is None
+    local = CleanStats("c", 0, "local")
+    local.add_dirty(DirtyRange(end_offset=10, map_utilization=0.25, map_entries=4))
+    assert "; map 25.0% full;" in local.log_line()
