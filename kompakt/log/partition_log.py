@@ -80,13 +80,19 @@ class PartitionLog:
         cleaned_offset: int = 0,
         handles: OpenSegments | None = None,
         offline: str | None = None,
+        read_only: bool = False,
     ):
         """``offline`` (the reason) makes the stand-in of a partition whose log dir was
         unusable at start (Kafka's ``loadLogs`` skips such a dir): nothing on disk is
         made or read, it holds no segments, and every use answers KAFKA_STORAGE_ERROR
-        (:meth:`check_online`) until a restart finds the dir again."""
+        (:meth:`check_online`) until a restart finds the dir again.
+
+        ``read_only`` (a dry run) loads and recovers in memory and never writes: no
+        folder, index, ``.txnindex`` or snapshot is made, rebuilt or removed on disk,
+        and :meth:`close` only closes (:class:`~kompakt.log.loader.LogLoader`)."""
         self.dir = Path(directory)
-        if offline is None:
+        self.read_only = read_only
+        if offline is None and not read_only:
             self.dir.mkdir(parents=True, exist_ok=True)
         self.topic = topic
         self.partition = partition
@@ -150,7 +156,9 @@ class PartitionLog:
         }
 
     def _load(self, needs_recovery: bool, recovery_point: int | None, cleaned: int) -> None:
-        loader = LogLoader(self.dir, self.segment_kwargs(), self.clock, self.handles)
+        loader = LogLoader(
+            self.dir, self.segment_kwargs(), self.clock, self.handles, self.read_only
+        )
         for seg in loader.load(needs_recovery, recovery_point):
             self._add(seg)
 
@@ -198,8 +206,9 @@ class PartitionLog:
         # producer snapshots past a truncated end or below the log start (but the newest)
         # describe batches the log no longer has (Kafka's LogLoader, removeStraySnapshots);
         # done here, on first use but before the first append moves the end past them
-        delete_snapshots_above(self.dir, self.log_end_offset)
-        delete_snapshots_before(self.dir, self.log_start_offset)
+        if not self.read_only:
+            delete_snapshots_above(self.dir, self.log_end_offset)
+            delete_snapshots_before(self.dir, self.log_start_offset)
         self._seed_open_transactions(walked[0].base_offset, cleaned)
         expected = replay_segments(walked, self._transactions, cleaned)
         for seg in walked:
@@ -237,7 +246,7 @@ class PartitionLog:
         every marker after it is replayed, none removed by the cleaner, and none of a
         seeded producer lies between the walk's start and the snapshot (its transaction
         was open all along)."""
-        loaded = load_latest(self.dir, self.log_end_offset)
+        loaded = load_latest(self.dir, self.log_end_offset, delete_corrupt=not self.read_only)
         if loaded is None or loaded[0] < max(walk_from, cleaned):
             return
         self._transactions.restore(
@@ -535,12 +544,12 @@ class PartitionLog:
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) of the largest timestamp."""
+        """ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) of the first record holding
+        the largest timestamp, found in the first segment that holds it (Kafka 3.8,
+        KAFKA-16310); the segment owns the walk into its batch."""
         with self.lock:
             best = max(self.segments, key=lambda s: s.max_timestamp)
-        if best.max_timestamp < 0:
-            return None
-        return best.offset_of_max_timestamp, best.max_timestamp
+        return best.max_timestamp_and_offset()
 
     # -- retention -----------------------------------------------------------------------
     def delete_records_before(self, offset: int) -> int:
@@ -699,6 +708,10 @@ class PartitionLog:
         log end (Kafka's ``UnifiedLog.close``: a clean shutdown's snapshot saves the
         replay at the next start)."""
         with self.lock:
+            if self.read_only:
+                for seg in self.segments:
+                    seg.close()
+                return
             if self.offline is None:
                 try:  # a crash before the flush below: the loader deletes it (past the end)
                     self.take_producer_snapshot()

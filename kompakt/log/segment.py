@@ -17,6 +17,8 @@ import os
 import threading
 from pathlib import Path
 
+import numpy as np
+
 from kompakt.errors import CorruptRecordError
 from kompakt.log.index import IndexCorruptError, OffsetIndex, TimeIndex
 from kompakt.log.open_segments import OpenSegments
@@ -29,6 +31,7 @@ from kompakt.record.header import (
     batch_size,
     read_header,
 )
+from kompakt.record.scan import scan_records
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,12 @@ class LogSegment:
     the indexes are sanity-checked when first mapped (rebuilt from the ``.log`` when they
     fail, as the loader would have). Every use of the files holds ``lock``, which the
     cap tries before closing them.
+
+    ``read_only`` (a log opened read-only, e.g. for a dry run): loaded lazily, nothing is
+    created or written; the ``.log`` is opened ``O_RDONLY``, the indexes are read into
+    memory and a recovery rebuilds them and cuts a torn tail there only
+    (:meth:`truncate_to_position` moves :attr:`size`, not the file's end). A missing
+    ``.log`` (an empty partition) reads as an empty segment.
     """
 
     def __init__(
@@ -106,8 +115,12 @@ class LogSegment:
         writable: bool = True,
         handles: OpenSegments | None = None,
         lazy: bool = False,
+        read_only: bool = False,
     ):
         self.dir = directory if isinstance(directory, Path) else Path(directory)
+        self.read_only = read_only
+        lazy = lazy or read_only
+        writable = writable and not read_only
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.suffix = suffix
@@ -127,9 +140,13 @@ class LogSegment:
         self._txn_index: TransactionIndex | None = None
         self._txn_absent = False
         if lazy:
-            st = os.stat(self.log_path)
-            self.size = st.st_size
-            mtime_ms = int(st.st_mtime * 1000)
+            try:
+                st = os.stat(self.log_path)
+                self.size, mtime_ms = st.st_size, int(st.st_mtime * 1000)
+            except FileNotFoundError:
+                if not read_only:
+                    raise
+                self.size, mtime_ms = 0, created_ms or 0
         else:
             with self.lock:
                 fd = self._open_log(os.O_CREAT)
@@ -143,7 +160,7 @@ class LogSegment:
         """Set by the loader when the ``.txnindex`` must be rebuilt from the batches."""
         self._bytes_since_index = 0
         self._max_timestamp = -1
-        self._offset_of_max_timestamp = base_offset
+        self._shallow_offset_of_max_timestamp = base_offset
         self._rolling_timestamp: int | None = None  # first batch's max timestamp
         self.created_ms = created_ms if created_ms is not None else mtime_ms
         self._last_offset: int | None = None  # last offset of the last batch, once known
@@ -171,6 +188,7 @@ class LogSegment:
                         lazy=self._lazy,
                         lock=self.lock,
                         on_open=self._index_opened,
+                        memory=self.read_only,
                     )
                     made._closed = self._closed
                     setattr(self, attr, made)
@@ -192,7 +210,7 @@ class LogSegment:
             with self.lock:
                 if self._txn_index is None:
                     self._txn_index = TransactionIndex(
-                        self._index_path(TXNINDEX_SUFFIX), self.base_offset
+                        self._index_path(TXNINDEX_SUFFIX), self.base_offset, self.read_only
                     )
                     if self._txn_absent:
                         self._txn_index.mark_absent()
@@ -229,7 +247,8 @@ class LogSegment:
         if fd is None:
             if self._closed:
                 raise OSError(errno.EBADF, f"segment {self.log_path.name} is closed")
-            fd = self._fd = os.open(self.log_path, os.O_RDWR | flags, 0o644)
+            mode = os.O_RDONLY if self.read_only else os.O_RDWR | flags
+            fd = self._fd = os.open(self.log_path, mode, 0o644)
             if self.handles is not None and not self.suffix:
                 self.handles.touch(self)
         return fd
@@ -314,9 +333,30 @@ class LogSegment:
         return self._max_timestamp
 
     @property
-    def offset_of_max_timestamp(self) -> int:
+    def shallow_offset_of_max_timestamp(self) -> int:
+        """The last offset of the first batch holding :attr:`max_timestamp` (Kafka's
+        ``shallowOffsetOfMaxTimestampSoFar``): what the time index stores, kept per batch
+        so an append reads no record."""
         self._times()
-        return self._offset_of_max_timestamp
+        return self._shallow_offset_of_max_timestamp
+
+    def max_timestamp_and_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record holding :attr:`max_timestamp`, or None
+        without one (ListOffsets MAX_TIMESTAMP since KAFKA-16310, Kafka 3.8: the batch
+        from :attr:`shallow_offset_of_max_timestamp` whose maxTimestamp matches, then its
+        first record with that timestamp, ``RecordBatch.offsetOfMaxTimestamp``). Control
+        records count, as Kafka's walk of the batch does."""
+        with self.lock:
+            ts = self.max_timestamp
+            if ts < 0:
+                return None
+            _o, pos = self.offset_index.lookup(self._shallow_offset_of_max_timestamp)
+        for b in self.iter_batches(pos):
+            if b.header.max_timestamp == ts:
+                scan = scan_records(b.buffer, verify_crc=False, include_control=True)
+                hits = np.flatnonzero(scan.timestamp == ts)
+                return (int(scan.offset[hits[0]]), ts) if len(hits) else None
+        return None
 
     @property
     def rolling_timestamp(self) -> int | None:
@@ -340,7 +380,7 @@ class LogSegment:
             self._last_offset = h.last_offset
             self._whole_batches_end = b.position + h.size
             if h.max_timestamp > self._max_timestamp:
-                self._max_timestamp, self._offset_of_max_timestamp = (
+                self._max_timestamp, self._shallow_offset_of_max_timestamp = (
                     h.max_timestamp,
                     h.last_offset,
                 )
@@ -350,9 +390,9 @@ class LogSegment:
         ts, off = self.time_index.last_entry
         if ts >= 0 and (
             ts > self._max_timestamp
-            or (ts == self._max_timestamp and off < self._offset_of_max_timestamp)
+            or (ts == self._max_timestamp and off < self._shallow_offset_of_max_timestamp)
         ):
-            self._max_timestamp, self._offset_of_max_timestamp = ts, off
+            self._max_timestamp, self._shallow_offset_of_max_timestamp = ts, off
         first = self.read_header_at(0)
         if first is not None:
             self._rolling_timestamp = first.max_timestamp if first.max_timestamp >= 0 else None
@@ -369,7 +409,12 @@ class LogSegment:
         return self.last_modified_ms()
 
     def last_modified_ms(self) -> int:
-        return int(os.stat(self.log_path).st_mtime * 1000)
+        try:
+            return int(os.stat(self.log_path).st_mtime * 1000)
+        except FileNotFoundError:
+            if not self.read_only:
+                raise
+            return self.created_ms  # the empty segment of an empty partition, read-only
 
     def set_last_modified_ms(self, ms: int) -> None:
         os.utime(self.log_path, ns=(ms * 1_000_000, ms * 1_000_000))
@@ -405,7 +450,7 @@ class LogSegment:
             saved = (
                 self._rolling_timestamp,
                 self._max_timestamp,
-                self._offset_of_max_timestamp,
+                self._shallow_offset_of_max_timestamp,
                 self._bytes_since_index,
                 self._last_offset,
                 self.offset_index.entries,
@@ -423,11 +468,11 @@ class LogSegment:
                         self._rolling_timestamp = h.max_timestamp
                     if h.max_timestamp > self._max_timestamp:
                         self._max_timestamp = h.max_timestamp
-                        self._offset_of_max_timestamp = h.last_offset
+                        self._shallow_offset_of_max_timestamp = h.last_offset
                     if self._bytes_since_index > self.index_interval_bytes:
                         self.offset_index.append(h.last_offset, start + rel_pos)
                         self.time_index.maybe_append(
-                            self._max_timestamp, self._offset_of_max_timestamp
+                            self._max_timestamp, self._shallow_offset_of_max_timestamp
                         )
                         self._bytes_since_index = 0
                     self._bytes_since_index += h.size
@@ -436,7 +481,7 @@ class LogSegment:
                 (
                     self._rolling_timestamp,
                     self._max_timestamp,
-                    self._offset_of_max_timestamp,
+                    self._shallow_offset_of_max_timestamp,
                     self._bytes_since_index,
                     self._last_offset,
                     off_entries,
@@ -473,7 +518,7 @@ class LogSegment:
         with self.lock:
             if self.max_timestamp >= 0:
                 self.time_index.maybe_append(
-                    self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
+                    self.max_timestamp, self.shallow_offset_of_max_timestamp, skip_full_check=True
                 )
             self.offset_index.trim_to_valid_size()
             self.time_index.trim_to_valid_size()
@@ -488,6 +533,9 @@ class LogSegment:
 
     def truncate_to_position(self, position: int) -> None:
         with self.lock:
+            if self.read_only:  # readers stop at the size: the cut is in memory only
+                self.size = min(self.size, position)
+                return
             os.ftruncate(self._log_fd(), position)
             self._unflushed = True
             self.size = position
@@ -566,7 +614,7 @@ class LogSegment:
             return self._recover()
 
     def _recover(self) -> int:
-        self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
+        self._max_timestamp, self._shallow_offset_of_max_timestamp = -1, self.base_offset
         self._rolling_timestamp = None
         self._last_offset = None
         valid = 0
@@ -585,13 +633,15 @@ class LogSegment:
                 if self._rolling_timestamp is None and h.max_timestamp >= 0:
                     self._rolling_timestamp = h.max_timestamp
                 if h.max_timestamp > self._max_timestamp:
-                    self._max_timestamp, self._offset_of_max_timestamp = (
+                    self._max_timestamp, self._shallow_offset_of_max_timestamp = (
                         h.max_timestamp,
                         h.last_offset,
                     )
                 if since_index > self.index_interval_bytes:
                     self.offset_index.append(h.last_offset, b.position)
-                    self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+                    self.time_index.maybe_append(
+                        self._max_timestamp, self._shallow_offset_of_max_timestamp
+                    )
                     since_index = 0
                 since_index += h.size
                 valid = b.position + h.size
@@ -608,7 +658,7 @@ class LogSegment:
             self.truncate_to_position(valid)
         if self._max_timestamp >= 0:
             self.time_index.maybe_append(
-                self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
+                self._max_timestamp, self._shallow_offset_of_max_timestamp, skip_full_check=True
             )
         return truncated
 

@@ -197,6 +197,23 @@ def test_delete_records_and_offsets(broker, topic_name):
         assert broker.logs.get_log(topic_name, 0).log_start_offset == 4
 
 
+def test_list_offsets_max_timestamp_is_the_record_holding_it(broker, topic_name):
+    """KAFKA-16310 (Kafka 3.8): OffsetSpec.max_timestamp answers the first record with
+    the largest timestamp; one linger-held batch at T, T+9, T+2, T+9 -> offset 1."""
+    from confluent_kafka.admin import OffsetSpec
+
+    create(broker, topic_name)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 500})
+    for i, dt in enumerate((0, 9, 2, 9)):
+        p.produce(topic_name, b"v", b"k%d" % i, partition=0, timestamp=1_000_000 + dt)
+    p.flush(TIMEOUT)
+    assert len(list(broker.logs.get_log(topic_name, 0).iter_batches())) == 1
+    tp = TopicPartition(topic_name, 0)
+    a = admin(broker)
+    got = a.list_offsets({tp: OffsetSpec.max_timestamp()})[tp].result(TIMEOUT)
+    assert (got.offset, got.timestamp) == (1, 1_000_009)
+
+
 def test_internal_topics_refuse_delete_records_and_are_flagged_internal(broker, topic_name):
     """Kafka's ReplicaManager: "Cannot delete records of internal topic" (error 17);
     Metadata's is_internal is Topic.isInternal (the fixed set), not a '__' prefix."""
