@@ -274,11 +274,15 @@ class AdminServer:
     def port(self) -> int:
         return self.sock.getsockname()[1]
 
+    @property
+    def url(self) -> str:
+        """Where a client reaches the endpoint: https when it serves TLS, the port bound."""
+        host = self.sock.getsockname()[0]
+        return f"{self.scheme}://{f'[{host}]' if ':' in host else host}:{self.port}"
+
     def start(self) -> None:
         self.thread.start()
-        log.info(
-            "admin endpoint listening on %s://%s:%d", self.scheme, *self.sock.getsockname()[:2]
-        )
+        log.info("admin endpoint listening on %s", self.url)
 
     def stop(self) -> None:
         self.server.should_exit = True

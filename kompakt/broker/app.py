@@ -184,7 +184,7 @@ class Broker:
         self._start_spark()
         log.info(
             "kompakt broker listening on %s (advertised %s), node.id=%d, "
-            "cluster.id=%s, log.dirs=%s, admin on http://%s:%d",
+            "cluster.id=%s, log.dirs=%s, admin on %s",
             ", ".join(
                 f"{s.name}://{s.host}:{self.server.ports[s.name]}" for s in self.server.listeners
             ),
@@ -192,8 +192,7 @@ class Broker:
             cfg.node_id,
             self.logs.cluster_id,
             ",".join(str(d) for d in cfg.data_dirs),
-            ahost,
-            self.admin.port,
+            self.admin.url,
         )
 
     def _on_log_dir_failure(self, path: Any, reason: str) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import ssl
 import urllib.error
 import urllib.request
 
 import pytest
 
+from kompakt.broker.app import BrokerThread
 from kompakt.broker.config import BrokerConfig
 from kompakt.errors import InvalidConfigError
 
@@ -89,3 +91,29 @@ def test_console_pages_are_open_but_its_actions_need_basic_credentials(secure_br
     assert _request(secure_broker, certs, "GET", "/") == 200
     assert _request(secure_broker, certs, "POST", "/console/compact") == 401
     assert _request(secure_broker, certs, "POST", "/console/compact", "alice", "alice-scram") == 403
+
+
+def test_the_start_lines_name_the_admin_endpoint_https_when_it_serves_tls(tmp_path, certs, caplog):
+    """The start line tells a user where to point a browser or curl: an admin listener
+    serving TLS is https://, as Kafka's start line prints each listener with its own
+    security protocol (it said http:// for an https endpoint)."""
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "kompakt.admin.listener": "https://127.0.0.1:0",
+        "log.dirs": str(tmp_path / "data"),
+        "kompakt.cleaner.engine": "local",
+        "ssl.keystore.location": str(certs.server_pem),
+    }
+    with caplog.at_level(logging.INFO, logger="kompakt.broker"):
+        with BrokerThread(BrokerConfig.from_mapping(props)) as b:
+            url = f"https://127.0.0.1:{b.admin_port}"
+            assert _request(b, certs, "GET", "/metrics") == 200
+    [start] = [
+        r.getMessage() for r in caplog.records if "kompakt broker listening" in r.getMessage()
+    ]
+    assert start.endswith(f"admin on {url}"), start
+    [admin] = [
+        r.getMessage() for r in caplog.records if "admin endpoint listening" in r.getMessage()
+    ]
+    assert admin.endswith(url), admin
+    assert "http://" not in start + admin
