@@ -25,6 +25,30 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+# -- one local SparkSession for the whole test session (Spark start-up costs ~10 s) ----
+
+SPARK_TEST_CONFIG = {
+    "kompakt.spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "1g",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+}
+
+
+@pytest.fixture(scope="session")
+def spark():
+    import kompakt.pipeline as pipeline
+    from kompakt.pipeline.standalone import FAST_START_JAVA_OPTS
+
+    session = pipeline.session(
+        {**SPARK_TEST_CONFIG, "spark.driver.extraJavaOptions": FAST_START_JAVA_OPTS}
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    pipeline.stop()
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     """Kafka's ``MockTime``: logs and cleaners read this, tests advance it."""

@@ -23,3 +23,37 @@ def data(pid: int, *values: bytes, key: bytes = b"k", transactional: bool = True
 def marker(pid: int, kind: int) -> bytes:
     """Producer ``pid``'s COMMIT or ABORT control batch."""
     return build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=TS)
+
+
+def read_committed(plog) -> list[tuple[int, bytes, bytes | None]]:
+    """(offset, key, value) of what a READ_COMMITTED consumer receives from ``plog``,
+    by the consumer's own algorithm: the fetch answers batches below the last stable
+    offset with the log's aborted transactions over them (``.txnindex``), and the
+    consumer (librdkafka's / Kafka's ``Fetcher``) skips a transactional batch of a
+    producer from an aborted transaction's first offset until that producer's ABORT
+    marker. Markers a clean removed change nothing here: the index decides."""
+    from kompakt.record.header import CONTROL_ABORT, CONTROL_KEY
+
+    lso = plog.last_stable_offset
+    pending = sorted(
+        plog.collect_aborted_transactions(plog.log_start_offset, lso), key=lambda t: t.first_offset
+    )
+    aborting: set[int] = set()
+    out = []
+    for b in plog.iter_batches():
+        h = b.header
+        if h.base_offset >= lso:
+            break
+        while pending and pending[0].first_offset <= h.last_offset:
+            aborting.add(pending.pop(0).producer_id)
+        if h.is_control:
+            recs = b.records()
+            if recs and CONTROL_KEY.unpack(bytes(recs[0].key))[1] == CONTROL_ABORT:
+                aborting.discard(h.producer_id)
+            continue
+        if h.is_transactional and h.producer_id in aborting:
+            continue
+        for r in b.records():
+            if r.offset >= plog.log_start_offset:
+                out.append((r.offset, bytes(r.key), None if r.value is None else bytes(r.value)))
+    return out

@@ -539,7 +539,9 @@ class Cleaner:
                     ltc,
                     segments,
                     start_offset,
-                    summarize_producers(segments, now),
+                    summarize_producers(
+                        segments, now, plog.collect_aborted_transactions(0, plog.log_end_offset)
+                    ),
                     now,
                     dry_run,
                     check_done,

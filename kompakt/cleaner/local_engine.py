@@ -126,10 +126,15 @@ class LocalEngine:
         results: list[GroupResult] = []
         total = sum(s.size for g in groups for s in g) or 1
         done = 0
+        # one transaction pass through every group, as Kafka's doClean
+        txn = TxnTracker(
+            ctx.producers.aborted_between(groups[0][0].base_offset, groups[-1][-1].next_offset)
+            if groups
+            else ()
+        )
         try:
             for group in groups:
                 sources = [(s.base_offset, s.log_path, s.size) for s in group]
-                end = group[-1].next_offset
                 results.append(
                     write_cleaned_group(
                         plog.dir,
@@ -138,7 +143,7 @@ class LocalEngine:
                         ctx,
                         plog.segment_kwargs(),
                         dry_run,
-                        end,
+                        txn,
                         self._check_done,
                         self._io,
                     )

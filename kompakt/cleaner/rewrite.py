@@ -18,7 +18,7 @@ import numpy as np
 
 from kompakt.cleaner import rule
 from kompakt.cleaner.transactions import ProducerSummary, TxnTracker, control_type_of
-from kompakt.log.txn_index import AbortedTxn as LogAbortedTxn
+from kompakt.log.txn_index import AbortedTxn
 from kompakt.record import codecs
 from kompakt.record.decode import RecordBatch
 from kompakt.record.encode import assemble_batch, build_batch_like, build_empty_batch
@@ -79,7 +79,7 @@ class Sink:
     def append(self, data: bytes | memoryview, headers: list[tuple[int, Header]]) -> None:
         pass
 
-    def update_txn_index(self, txn: LogAbortedTxn) -> None:
+    def update_txn_index(self, txn: AbortedTxn) -> None:
         pass
 
 
@@ -201,7 +201,7 @@ def clean_segment(
                 # marker's AbortedTxn is appended to the cleaned segment's index
                 for aborted in txn.retained_aborts:
                     if sink is not None:
-                        sink.update_txn_index(aborted.index_entry())
+                        sink.update_txn_index(aborted)
                 txn.retained_aborts.clear()
             discard = rule.control_batch_discardable(can_discard, int(horizon[b]), ctx.now)
         else:
@@ -271,17 +271,19 @@ def clean_group(
     lookup: LatestLookup,
     ctx: RoundContext,
     sink: Sink | None,
-    group_start: int,
-    group_end: int,
+    txn: TxnTracker,
     check_done: Callable[[], None] | None = None,
     io: IoReport | None = None,
 ) -> GroupStats:
     """Clean a group's source segments (in offset order) into one sink.
 
-    ``check_done`` is polled before each segment and raises to stop the clean (Kafka's
-    ``Cleaner.checkDone``)."""
+    ``txn`` is the clean's one transaction pass (Kafka's ``CleanedTransactionMetadata``,
+    one per ``doClean``, fed by every group in order): it goes on from the groups before
+    and on to the next. A fresh tracker per group forgot that a COMMIT marker starting
+    the group closes data read before it, let the marker go and, once the producer
+    aborted a later transaction, lost the committed record. ``check_done`` is polled
+    before each segment and raises to stop the clean (Kafka's ``Cleaner.checkDone``)."""
     stats = GroupStats()
-    txn = TxnTracker(ctx.producers.aborted_between(group_start, group_end))
     for data in sources:
         if check_done is not None:
             check_done()

@@ -18,11 +18,17 @@ from typing import Any
 import numpy as np
 
 from kompakt.cleaner.rewrite import GroupStats, IoReport, LatestLookup, RoundContext, clean_group
-from kompakt.cleaner.transactions import ProducerSummary, SummaryBuilder, control_type_of
+from kompakt.cleaner.transactions import (
+    ProducerSummary,
+    SummaryBuilder,
+    TxnTracker,
+    control_type_of,
+)
 from kompakt.errors import CorruptRecordError
 from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_files
-from kompakt.record.header import CONTROL_BIT
-from kompakt.record.scan import scan_batch_headers, scan_records
+from kompakt.log.txn_index import AbortedTxn
+from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
+from kompakt.record.scan import BatchHeaders, scan_batch_headers, scan_records
 
 
 def segment_buffer(path: str | os.PathLike, size: int | None = None) -> np.ndarray:
@@ -35,25 +41,55 @@ def segment_buffer(path: str | os.PathLike, size: int | None = None) -> np.ndarr
     return np.frombuffer(m, np.uint8)
 
 
-def summarize_producers(segments: Sequence[LogSegment], now: int) -> ProducerSummary:
-    """One pass over the batch headers of ``segments``: what Kafka reads from its
-    ``.txnindex`` and producer snapshots (aborted transactions, last producer records)."""
+def summarize_producers(
+    segments: Sequence[LogSegment], now: int, aborted: Sequence[AbortedTxn]
+) -> ProducerSummary:
+    """One pass over the batch headers of ``segments`` for what Kafka reads from its
+    producer snapshots (each producer's last records), with ``aborted``, the log's
+    aborted transactions over them (``PartitionLog.collect_aborted_transactions``)."""
     builder = SummaryBuilder()
     counts: dict[int, int] = {}
     for seg in segments:
         if not seg.size:
             continue
-        buf = segment_buffer(seg.log_path, seg.size)
-        h = scan_batch_headers(buf)
+        h = scan_batch_headers(segment_buffer(seg.log_path, seg.size))
         counts[seg.base_offset] = int(h.record_count.sum())
-        controls = {}
-        for i in np.nonzero((h.attributes & CONTROL_BIT) != 0)[0]:
-            pos, size = int(h.position[i]), int(h.size[i])
-            controls[pos] = control_type_of(buf[pos : pos + size]) if h.record_count[i] else None
-        builder.add(h, controls)
-    summary = builder.finish(now)
+        builder.add(h)
+    summary = builder.finish(now, aborted)
     summary.segment_records = counts
     return summary
+
+
+def control_types(buf: np.ndarray, h: BatchHeaders) -> dict[int, int | None]:
+    """Marker type of each control batch of a segment, by position (None: empty)."""
+    out: dict[int, int | None] = {}
+    for i in np.flatnonzero((h.attributes & CONTROL_BIT) != 0):
+        pos, size = int(h.position[i]), int(h.size[i])
+        out[pos] = control_type_of(buf[pos : pos + size]) if h.record_count[i] else None
+    return out
+
+
+def tracker_states(
+    groups: Sequence[Sequence[LogSegment]], aborted: Sequence[AbortedTxn]
+) -> list[TxnTracker]:
+    """The clean's one :class:`TxnTracker` as it reaches the start of each group (Kafka's
+    ``Cleaner.doClean`` carries one ``CleanedTransactionMetadata`` through every
+    group): what a group rewritten on its own (a Spark task) starts from. Read from
+    batch headers and markers only; the last group's segments are not read."""
+    txn = TxnTracker(aborted)
+    out = []
+    for i, group in enumerate(groups):
+        out.append(txn.copy())
+        if i + 1 == len(groups):
+            break
+        for seg in group:
+            if not seg.size:
+                continue
+            buf = segment_buffer(seg.log_path, seg.size)
+            h = scan_batch_headers(buf)
+            if (h.attributes & (CONTROL_BIT | TRANSACTIONAL_BIT)).any():
+                txn.on_headers(h, control_types(buf, h))
+    return out
 
 
 def new_cleaned_segment(directory: Path, base: int, **seg_kwargs: Any) -> LogSegment:
@@ -70,7 +106,7 @@ def write_cleaned_group(
     ctx: RoundContext,
     seg_kwargs: dict[str, Any],
     dry_run: bool,
-    group_end: int,
+    txn: TxnTracker,
     check_done: Callable[[], None] | None = None,
     io: IoReport | None = None,
 ) -> tuple[GroupStats, LogSegment | None]:
@@ -78,17 +114,18 @@ def write_cleaned_group(
 
     Flushed and with the last source's mtime, as Kafka leaves it before the swap. The
     half-written file is removed if anything fails (an abort raised by ``check_done``
-    too). ``io`` is the I/O throttle's report (bytes read and written).
+    too). ``txn`` is the clean's transaction pass as it reaches this group, carried on
+    by the rewrite. ``io`` is the I/O throttle's report (bytes read and written).
     """
     bufs = (segment_buffer(path, size) for _base, path, size in sources)
     first = sources[0][0]
     if dry_run:
         hold_for_tests(first, check_done)
-        return clean_group(list(bufs), lookup, ctx, None, first, group_end, check_done, io), None
+        return clean_group(list(bufs), lookup, ctx, None, txn, check_done, io), None
     dest = new_cleaned_segment(directory, first, **seg_kwargs)
     try:
         hold_for_tests(first, check_done)
-        stats = clean_group(list(bufs), lookup, ctx, dest, first, group_end, check_done, io)
+        stats = clean_group(list(bufs), lookup, ctx, dest, txn, check_done, io)
         dest.on_become_inactive()
         dest.flush()
         mtime = int(os.stat(sources[-1][1]).st_mtime * 1000)

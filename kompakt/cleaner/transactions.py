@@ -1,19 +1,29 @@
 """Producer and transaction state the cleaner needs (Kafka ``CleanedTransactionMetadata``).
 
-Kafka reads aborted transactions from ``.txnindex`` and active producers from its
-producer-state snapshots. kompakt derives both from batch headers of the log: a
-transactional batch opens a transaction of its producer, the next marker (control
-batch) closes it, and an ABORT marker makes the range aborted.
+Aborted transactions come from the log's ``.txnindex`` (the log owns them: Kafka's
+``collectAbortedTransactions``), written when each ABORT marker was appended, so a
+COMMIT marker a clean removed can never make a committed record look aborted. A
+producer's last records come from one pass over the batch headers (Kafka keeps them in
+its producer-state snapshots).
+
+:class:`TxnTracker` is one pass of Kafka's ``CleanedTransactionMetadata`` through the
+batches of a clean, carried across every segment group of that clean as Kafka's
+``Cleaner.doClean`` carries one instance across its ``cleanSegments`` calls: a COMMIT
+marker that starts a group still knows the data of its transaction was read in the
+group before. An engine that rewrites groups apart (Spark tasks) starts each group
+from :func:`states_at`, the tracker as the pass reaches that group.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from kompakt.log.txn_index import AbortedTxn as LogAbortedTxn
+from kompakt.log.txn_index import AbortedTxn
 from kompakt.record.decode import RecordBatch
 from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
 from kompakt.record.scan import BatchHeaders
@@ -21,20 +31,6 @@ from kompakt.record.scan import BatchHeaders
 ABORT = 0
 COMMIT = 1
 PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
-
-
-@dataclass(frozen=True)
-class AbortedTxn:
-    producer_id: int
-    first_offset: int
-    last_offset: int  # offset of the ABORT marker
-    last_stable_offset: int = -1  # the partition's LSO once aborted (-1: not known)
-
-    def index_entry(self) -> LogAbortedTxn:
-        """The ``.txnindex`` entry a cleaned segment keeps for it (Kafka's cleaner
-        appends the ``AbortedTxn`` of every ABORT marker it retains)."""
-        lso = self.last_stable_offset if self.last_stable_offset >= 0 else self.last_offset + 1
-        return LogAbortedTxn(self.producer_id, self.first_offset, self.last_offset, lso)
 
 
 @dataclass(frozen=True)
@@ -47,7 +43,8 @@ class LastRecord:
 
 @dataclass
 class ProducerSummary:
-    """What one pass over a log's headers tells the cleaner about producers."""
+    """What the cleaner knows of a log's producers: their last records (one pass over
+    the batch headers) and the aborted transactions (the log's ``.txnindex``)."""
 
     last_records: dict[int, LastRecord] = field(default_factory=dict)
     aborted: list[AbortedTxn] = field(default_factory=list)
@@ -74,15 +71,13 @@ def control_type(batch: RecordBatch) -> int | None:
 
 
 class SummaryBuilder:
-    """Feed batch headers in log order; ``finish(now)`` gives the summary."""
+    """Feed batch headers in log order; ``finish(now, aborted)`` gives the summary."""
 
     def __init__(self) -> None:
         self._last: dict[int, tuple[int | None, int, int]] = {}  # pid -> (data off, epoch, ts)
         self._open: dict[int, int] = {}  # pid -> first offset of its open transaction
-        self.aborted: list[AbortedTxn] = []
 
-    def add(self, headers: BatchHeaders, control_types: dict[int, int | None]) -> None:
-        """``control_types`` maps a control batch's position to its marker type."""
+    def add(self, headers: BatchHeaders) -> None:
         pid = headers.producer_id
         if not (pid >= 0).any():
             return
@@ -94,24 +89,25 @@ class SummaryBuilder:
             if attrs[i] & CONTROL_BIT:
                 prev = self._last.get(p)
                 self._last[p] = (prev[0] if prev else None, epoch, ts)
-                first = self._open.pop(p, None)
-                ctype = control_types.get(int(headers.position[i]))
-                if ctype == ABORT and first is not None:
-                    marker = int(headers.base_offset[i])
-                    lso = min(self._open.values(), default=marker + 1)
-                    self.aborted.append(AbortedTxn(p, first, marker, lso))
+                self._open.pop(p, None)
             else:
                 self._last[p] = (int(headers.last_offset[i]), epoch, ts)
                 if attrs[i] & TRANSACTIONAL_BIT and p not in self._open:
                     self._open[p] = int(headers.base_offset[i])
 
-    def finish(self, now: int, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> ProducerSummary:
+    def finish(
+        self,
+        now: int,
+        aborted: Sequence[AbortedTxn] = (),
+        expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+    ) -> ProducerSummary:
+        """``aborted``: the log's aborted transactions over the summarised range."""
         last = {
             p: LastRecord(off, epoch)
             for p, (off, epoch, ts) in self._last.items()
             if p in self._open or ts >= now - expiration_ms
         }
-        return ProducerSummary(last, sorted(self.aborted, key=lambda t: t.first_offset))
+        return ProducerSummary(last, sorted(aborted, key=lambda t: t.first_offset))
 
 
 def control_type_of(buffer: bytes | memoryview) -> int | None:
@@ -122,7 +118,7 @@ def control_type_of(buffer: bytes | memoryview) -> int | None:
 class TxnTracker:
     """Kafka's ``CleanedTransactionMetadata`` over one pass through batches in order."""
 
-    def __init__(self, aborted: list[AbortedTxn]):
+    def __init__(self, aborted: Iterable[AbortedTxn]):
         self._queue = deque(sorted(aborted, key=lambda t: t.first_offset))
         self._aborted: dict[int, list] = {}  # pid -> [txn, last observed batch offset]
         self._committed: set[int] = set()
@@ -165,3 +161,24 @@ class TxnTracker:
             return True
         self._committed.add(producer_id)
         return False
+
+    def copy(self) -> TxnTracker:
+        """This pass's state as it stands (a group's starting state for a Spark task)."""
+        return copy.deepcopy(self)
+
+    def on_headers(self, headers: BatchHeaders, control_types: dict[int, int | None]) -> None:
+        """Feed a segment's batches by their headers alone, as a rewrite would read them
+        (``control_types``: a control batch's position to its marker type, None when
+        empty). The decisions need nothing else, so this gives the tracker's state at
+        the next segment without reading a record."""
+        attrs = headers.attributes
+        # a plain batch changes nothing a later decision reads: only transactional and
+        # control batches are fed (aborted entries are taken from the queue by offset)
+        for i in np.flatnonzero(attrs & (CONTROL_BIT | TRANSACTIONAL_BIT)):
+            pid = int(headers.producer_id[i])
+            last = int(headers.last_offset[i])
+            if attrs[i] & CONTROL_BIT:
+                self.on_control_batch(pid, last, control_types.get(int(headers.position[i])))
+                self.retained_aborts.clear()
+            else:
+                self.on_batch(pid, last, bool(attrs[i] & TRANSACTIONAL_BIT))

@@ -34,7 +34,7 @@ from typing import Any
 
 from kompakt.cleaner.engine import CleanJob, EngineRun, GroupResult
 from kompakt.cleaner.rewrite import GroupStats, RoundContext
-from kompakt.cleaner.segment_io import write_cleaned_group
+from kompakt.cleaner.segment_io import tracker_states, write_cleaned_group
 from kompakt.cleaner.stats import DirtyRange
 from kompakt.cleaner.throttle import Throttler
 from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_file
@@ -59,7 +59,7 @@ def _group_cleaner(
             ctx,
             seg_kwargs,
             dry_run,
-            task.end,
+            task.txn,
             None,
             throttle.maybe_throttle if throttle is not None else None,
         )
@@ -132,12 +132,18 @@ class SparkEngine:
 
             return job.throttle.share(min(n_tasks, max(1, sc.defaultParallelism)), report)
 
+        aborted = job.producers.aborted_between(start, end)
+        # each task starts from the clean's one transaction pass as it reaches its group
+        states = tracker_states(
+            groups, job.producers.aborted_between(start, groups[-1][-1].next_offset)
+        )
         tasks = [
-            GroupTask(plog.topic, part, str(plog.dir), i, tuple(bases[i]), g[-1].next_offset, None)
-            for i, g in enumerate(groups)
+            GroupTask(
+                plog.topic, part, str(plog.dir), i, tuple(bases[i]), g[-1].next_offset, None, txn
+            )
+            for i, (g, txn) in enumerate(zip(groups, states, strict=True))
         ]
         with spark_job(spark, f"kompakt clean {plog.name}", job.progress, job.check_done):
-            aborted = job.producers.aborted_between(start, end)
             reads = survivors.plan_reads(plog.dir, [b for g in bases for b in g])
             try:
                 if survivors.task_bytes_total(reads) <= survivors.SINGLE_TASK_BYTES:

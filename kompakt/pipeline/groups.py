@@ -19,6 +19,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from kompakt.cleaner.transactions import TxnTracker
 from kompakt.pipeline.survivors import Superseded
 
 
@@ -34,6 +35,7 @@ class GroupTask:
     bases: tuple[int, ...]
     end: int  # next offset after the group's last segment
     superseded: Superseded | None  # this group's slice only (None: decided in the task)
+    txn: TxnTracker | None = None  # the clean's transaction pass as it reaches the group
 
 
 GroupCleaner = Callable[[GroupTask], Mapping[str, Any]]

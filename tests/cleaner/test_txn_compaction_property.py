@@ -31,7 +31,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
 from cleaner_kit import T0, ManualClock, leftovers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -302,24 +301,6 @@ def test_aborted_data_goes_and_its_marker_only_after_the_horizon(tmp_path: Path)
 
 
 # -- the Spark engine on a few examples ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def spark():
-    import kompakt.pipeline as pipeline
-    from kompakt.pipeline.standalone import FAST_START_JAVA_OPTS
-
-    session = pipeline.session(
-        {
-            "kompakt.spark.master": "local[2]",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.driver.memory": "1g",
-            "spark.driver.extraJavaOptions": FAST_START_JAVA_OPTS,
-        }
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    return session
 
 
 def files(root: Path) -> dict[str, bytes]:

@@ -1,4 +1,4 @@
-"""One local SparkSession for the whole test session (Spark start-up costs ~10 s)."""
+"""Fixtures of the Spark pipeline tests (the session-wide ``spark`` is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,27 +6,6 @@ import time
 
 import pytest
 from manual_clock import ManualClock
-
-from kompakt.pipeline.standalone import FAST_START_JAVA_OPTS
-
-SPARK_TEST_CONFIG = {
-    "kompakt.spark.master": "local[2]",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
-    "spark.driver.memory": "1g",
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
-    "spark.driver.extraJavaOptions": FAST_START_JAVA_OPTS,
-}
-
-
-@pytest.fixture(scope="session")
-def spark():
-    import kompakt.pipeline as pipeline
-
-    session = pipeline.session(SPARK_TEST_CONFIG)
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    pipeline.stop()
 
 
 @pytest.fixture

@@ -347,7 +347,13 @@ def inspect_key(
                 f"min.cleanable.dirty.ratio {cfg.min_cleanable_dirty_ratio}: the background "
                 "cleaner waits; 'compact now' would clean as shown"
             )
-        producers = summarize_producers(segments, now) if dirty_bases else None
+        producers = (
+            summarize_producers(
+                segments, now, plog.collect_aborted_transactions(0, plog.log_end_offset)
+            )
+            if dirty_bases
+            else None
+        )
         if producers is not None:
             _note_partial_map(rep, map_entries, producers, dirty)
     else:
