@@ -461,6 +461,23 @@ for _name in (
         )
     )
 
+# Kafka's SASL login keys (DynamicListenerConfig.ReconfigurableConfigs): typed and stored
+# as Kafka does, dynamic per broker, read by nothing here.
+_NO_LOGIN = "kompakt serves no GSSAPI (Kerberos) or OAUTHBEARER login to refresh."
+for _name, _type, _default, _doc in (
+    ("sasl.kerberos.service.name", "string", None, "Kerberos principal name Kafka runs as."),
+    ("sasl.kerberos.kinit.cmd", "string", "/usr/bin/kinit", "Kerberos kinit command path."),
+    ("sasl.kerberos.ticket.renew.window.factor", "double", 0.8, "Ticket renewal point."),
+    ("sasl.kerberos.ticket.renew.jitter", "double", 0.05, "Jitter of the renewal point."),
+    ("sasl.kerberos.min.time.before.relogin", "long", 60000, "Least time between relogins."),
+    ("sasl.kerberos.principal.to.local.rules", "list", ("DEFAULT",), "Principal name rules."),
+    ("sasl.login.refresh.window.factor", "double", 0.8, "Login refresh point."),
+    ("sasl.login.refresh.window.jitter", "double", 0.05, "Jitter of the refresh point."),
+    ("sasl.login.refresh.min.period.seconds", "int", 60, "Least time between refreshes."),
+    ("sasl.login.refresh.buffer.seconds", "int", 300, "Time kept before expiry."),
+):
+    _KEYS.append(BrokerKey(_name, _type, _default, _doc, ignored=_NO_LOGIN, hidden=True))
+
 BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in _KEYS}
 
 # Kafka's DynamicBrokerConfig.AllDynamicConfigs, as far as kompakt has the keys:
@@ -478,8 +495,18 @@ CLEANER_DYNAMIC_KEYS: frozenset[str] = frozenset(
         "log.cleaner.backoff.ms",
     }
 )
-DYNAMIC_KEYS: frozenset[str] = CLEANER_DYNAMIC_KEYS | frozenset(
-    d.broker_synonym for d in CONFIG_DEFS.values() if d.broker_synonym
+# Kafka's PerBrokerConfigs that kompakt has: the SASL login keys of its listener configs,
+# refused at the cluster default ("broker id must be specified").
+PER_BROKER_KEYS: frozenset[str] = frozenset(
+    k.name for k in _KEYS if k.name.startswith(("sasl.kerberos.", "sasl.login."))
+)
+# DynamicThreadPool.ReconfigurableConfigs: kompakt has no such pools, the values are kept.
+THREAD_POOL_KEYS = frozenset({"num.io.threads", "num.recovery.threads.per.data.dir"})
+DYNAMIC_KEYS: frozenset[str] = (
+    CLEANER_DYNAMIC_KEYS
+    | PER_BROKER_KEYS
+    | THREAD_POOL_KEYS
+    | frozenset(d.broker_synonym for d in CONFIG_DEFS.values() if d.broker_synonym)
 )
 # Dynamic broker configs live in the data dir beside kompakt-topics.json (Kafka keeps
 # them in its metadata log): {"cluster_default": {...}, "brokers": {"<node id>": {...}}}.
@@ -510,18 +537,35 @@ def broker_key(name: str) -> BrokerKey:
     return BrokerKey(name, syn.type, syn.default, d.doc, syn.validator, d.ignored)
 
 
-def check_dynamic_keys(keys: Iterable[str]) -> None:
-    """Kafka's ``DynamicBrokerConfig.validateConfigs`` name checks: unknown keys and keys
-    that need a restart are refused, naming them all."""
+def is_known_key(name: str) -> bool:
+    """A key kompakt has a definition of (a listener-prefixed one included)."""
+    if name in BROKER_KEYS or name in BROKER_LOG_KEYS:
+        return True
+    try:
+        listener_key_type(name)
+    except InvalidConfigError:
+        return False
+    return True
+
+
+def check_dynamic_keys(keys: Iterable[str], per_broker: bool = True) -> None:
+    """Kafka's ``DynamicBrokerConfig.validateConfigs`` name checks, naming them all: a key
+    that needs a restart is refused, a per-broker key at the cluster default too. A key
+    Kafka does not know passes, as there (``DynamicConfig.Broker`` allows custom props):
+    it is stored and shown, and nothing reads it."""
     keys = list(keys)
-    unknown = [k for k in keys if k not in BROKER_KEYS and k not in BROKER_LOG_KEYS]
-    if unknown:
-        raise InvalidConfigError(f"Unknown broker config key: {unknown[0]}")
-    static = sorted(k for k in keys if k not in DYNAMIC_KEYS)
+    static = sorted(k for k in keys if is_known_key(k) and k not in DYNAMIC_KEYS)
     if static:
         raise InvalidConfigError(
             f"Cannot update these configs dynamically: Set({', '.join(static)})"
         )
+    if not per_broker:
+        only = sorted(k for k in keys if k in PER_BROKER_KEYS)
+        if only:
+            raise InvalidConfigError(
+                "Cannot update these configs at default cluster level, broker id must be "
+                f"specified: Set({', '.join(only)})"
+            )
 
 
 _LISTENER = re.compile(r"^([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:/]*):(\d+)$")
@@ -805,8 +849,9 @@ class BrokerConfig:
         cluster default resource ("") only the dynamic default values, as Kafka's
         ``ConfigHelper.createBrokerConfigEntry``."""
         rows: list[BrokerConfigEntry] = []
+        dynamic = {**self.dynamic_default, **self.dynamic_broker}
         for d in _KEYS:
-            if d.hidden and d.name not in self.raw:
+            if d.hidden and d.name not in self.raw and d.name not in dynamic:
                 continue
             default = to_string(d.default)
             rows.append(self._entry(d.name, to_string(self.values.get(d.name)), default, d))
@@ -828,6 +873,9 @@ class BrokerConfig:
                     "A per-listener override (listener.name.<listener>.<key>).",
                 )
             )
+        for k in sorted(k for k in dynamic if not is_known_key(k)):
+            d = BrokerKey(k, "string", None, "Not a key kompakt knows: kept, read by nothing.")
+            rows.append(self._entry(k, dynamic[k], None, d))
         for k, v in sorted(self.spark.items()):
             rows.append(
                 BrokerConfigEntry(
@@ -876,8 +924,9 @@ class BrokerConfig:
     ) -> BrokerConfig:
         """A new config with these dynamic layers, validated by the static rules (every
         value, and the log defaults as a whole); ``self`` is not changed."""
-        check_dynamic_keys([*default, *per_broker])
-        merged = {**self.raw, **default, **per_broker}
+        check_dynamic_keys(default, per_broker=False)
+        check_dynamic_keys(per_broker)
+        merged = {**self.raw, **_known(default), **_known(per_broker)}
         fresh = BrokerConfig.from_mapping(merged, self.source_file)
         fresh.raw = dict(self.raw)
         fresh.dynamic_default = dict(default)
@@ -945,6 +994,11 @@ class BrokerConfig:
         except InvalidConfigError as exc:
             raise InvalidConfigError(f"dynamic broker configs in {path}: {exc}") from exc
         self.adopt(fresh)
+
+
+def _known(values: Mapping[str, str]) -> dict[str, str]:
+    """The keys of a dynamic layer that kompakt has a definition of."""
+    return {k: v for k, v in values.items() if is_known_key(k)}
 
 
 def _log_keys(values: Mapping[str, str]) -> dict[str, str]:

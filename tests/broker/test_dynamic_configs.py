@@ -381,3 +381,41 @@ def test_describe_configs_documentation_says_which_keys_kompakt_ignores(broker):
     assert "Ignored by kompakt: kompakt runs one cleaner thread" in docs["log.cleaner.threads"]
     assert "Ignored" not in docs["flush.ms"]
     assert "Ignored" not in docs["log.cleaner.backoff.ms"]
+
+
+def test_sasl_login_key_is_dynamic_per_broker_as_in_kafka(broker, data_dir):
+    """DynamicListenerConfig.ReconfigurableConfigs: sasl.kerberos.min.time.before.relogin
+    (librdkafka's 0081) is accepted for this broker, typed as Kafka's LONG, and refused at
+    the cluster default: "Cannot update these configs at default cluster level, broker id
+    must be specified" (DynamicBrokerConfig.validateConfigs, INVALID_REQUEST)."""
+    key = "sasl.kerberos.min.time.before.relogin"
+    res = ConfigResource(BROKER, "1", set_config={key: "58000"})
+    a = admin(broker)
+    a.alter_configs([res])[res].result(TIMEOUT)
+    d = describe(broker, BROKER, "1")[key]
+    assert (d.value, d.source) == ("58000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    with pytest.raises(KafkaException) as err:
+        incremental(broker, "", (key, "58000", SET))
+    assert err.value.args[0].code() == INVALID_REQUEST
+    assert "broker id must be specified" in err.value.args[0].str()
+    with pytest.raises(KafkaException) as err:
+        incremental(broker, "1", (key, "soon", SET))
+    assert err.value.args[0].code() == INVALID_REQUEST and key in err.value.args[0].str()
+    stored = json.loads((data_dir / DYNAMIC_CONFIGS_FILE).read_text())
+    assert stored["brokers"]["1"] == {key: "58000"}
+
+
+def test_unknown_key_is_kept_as_kafka_keeps_custom_broker_configs(broker, data_dir):
+    """DynamicConfig.Broker.validate allows custom props (customPropsAllowed): an unknown
+    key is stored, described (read-only, as Kafka marks keys outside AllDynamicConfigs)
+    and survives a restart; a known static key is still refused."""
+    incremental(broker, "", ("my.plugin.setting", "7", SET))
+    d = describe(broker, BROKER, "", raw=True)["my.plugin.setting"]
+    assert (d.value, d.source) == ("7", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    broker.stop()
+    again = start_test_broker(data_dir, log_retention_hours="100")
+    try:
+        d = describe(again, BROKER, "1", raw=True)["my.plugin.setting"]
+        assert d.value == "7" and d.is_read_only
+    finally:
+        again.stop()

@@ -7,12 +7,14 @@ default resource ("") or this broker ("<node.id>"), as Kafka's ``DynamicBrokerCo
 and ``ConfigAdminManager`` do: persisted in the data dir, effective at once (topics
 without their own value follow a changed default), validated like the static config,
 and refused as a whole (INVALID_REQUEST) when any key is read-only or any value bad.
+A key Kafka does not know is kept, as Kafka keeps custom broker configs (logged here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,7 +23,7 @@ from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
 
-from kompakt.broker.config import BrokerConfig, broker_key
+from kompakt.broker.config import BrokerConfig, broker_key, is_known_key
 from kompakt.broker.handlers.common import error_of
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
@@ -34,6 +36,8 @@ from kompakt.log.config import (
     to_string,
 )
 from kompakt.log.names import invalid_topic_reason
+
+log = logging.getLogger(__name__)
 
 
 class ResourceType(enum.IntEnum):
@@ -318,6 +322,10 @@ def _alter_broker(
             except InvalidConfigError as exc:
                 raise _InvalidRequest(str(exc)) from exc
             if not validate_only:
+                for key in sorted(k for k in layer if k not in current and not is_known_key(k)):
+                    log.warning(
+                        "dynamic broker config %s is not a key kompakt knows: kept, unused", key
+                    )
                 fresh.save_dynamic()
                 cfg.adopt(fresh)
                 ctx.logs.reconfigure_defaults(cfg.log_config)
