@@ -88,6 +88,8 @@ class KafkaServer:
         self.port = self.listeners[0].port
         self.ports: dict[str, int] = {}
         self.max_request_bytes = int(state.config.get("socket.request.max.bytes"))
+        delay_ms = int(state.config.get("connection.failed.authentication.delay.ms"))
+        self.failed_auth_delay = delay_ms / 1000
         self._server: asyncio.base_events.Server | None = None
         self._servers: list[asyncio.base_events.Server] = []
         self._conns: dict[asyncio.Task, _Connection] = {}
@@ -203,7 +205,7 @@ class KafkaServer:
 
     def _sasl_step(self, conn: _Connection, protocol: KafkaConnection, req: Request) -> Any:
         """A request on a SASL connection not yet authenticated: the authenticator's
-        answer as (bytes or None to close, done) or None to let the handler answer."""
+        answer as (bytes, close, delayed) or None to let the handler answer."""
         assert conn.sasl is not None
         outcome = conn.sasl.on_request(req.api.api_key, req.api_version, req.body)
         if outcome.passthrough:
@@ -220,7 +222,7 @@ class KafkaServer:
             conn.principal = conn.sasl.principal or ANONYMOUS
             protocol.max_request_bytes = self.max_request_bytes
             log.debug("%s authenticated as %s on %s", conn.peer, conn.principal, conn.spec.name)
-        return out, outcome.close
+        return out, outcome.close, outcome.delayed
 
     async def _serve(self, conn: _Connection) -> None:
         max_bytes = self.max_request_bytes
@@ -256,7 +258,9 @@ class KafkaServer:
                     if conn.sasl is not None and not conn.sasl.complete:
                         step = self._sasl_step(conn, protocol, event)
                     if step is not None:
-                        out, close = step
+                        out, close, delayed = step
+                        if delayed:  # the answer and the close wait, the other connections not
+                            await asyncio.sleep(self.failed_auth_delay)
                         self._observe(event.name, t0, close)
                         if out:
                             conn.writer.write(out)

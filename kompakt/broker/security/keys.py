@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from kompakt.errors import InvalidConfigError
+from kompakt.log.config.values import at_least
 
 PASSWORD = "password"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -19,6 +20,7 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 # Kafka's, kompakt serves neither and says so at start.
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SASL_SERVER_MAX_RECEIVE_SIZE = 524288  # Kafka's BrokerSecurityConfigs default
+FAILED_AUTHENTICATION_DELAY_MS = 100  # Kafka's SocketServerConfigs default
 
 
 def _choice(*values: str):
@@ -144,6 +146,15 @@ SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
         SASL_SERVER_MAX_RECEIVE_SIZE,
         "Largest frame accepted before authentication completes.",
         None,
+    ),
+    (
+        "connection.failed.authentication.delay.ms",
+        "int",
+        FAILED_AUTHENTICATION_DELAY_MS,
+        "Kafka's delay before a connection that failed SASL authentication gets its "
+        "error and is closed, which slows a password guesser down. Keep it below Kafka's "
+        "connections.max.idle.ms (10 minutes), as Kafka asks.",
+        at_least(0),
     ),
     (
         "kompakt.admin.auth",

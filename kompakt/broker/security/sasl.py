@@ -6,7 +6,8 @@ mechanism is done. Anything else before that closes the connection (Kafka throws
 ``InvalidRequestException`` from the authenticator); a SaslAuthenticate before a handshake
 is answered ILLEGAL_SASL_STATE; a mechanism not enabled is answered
 UNSUPPORTED_SASL_MECHANISM with the enabled list and the connection closed; bad
-credentials are SASL_AUTHENTICATION_FAILED with a message, then the connection closed.
+credentials are SASL_AUTHENTICATION_FAILED with a message, then the connection closed;
+these failure answers wait ``connection.failed.authentication.delay.ms`` (KIP-306).
 The legacy flow after a v0 handshake (raw tokens without Kafka framing) is not served:
 every maintained client (librdkafka, the Java client, kafka-python, aiokafka) uses
 SaslAuthenticate when the broker advertises it.
@@ -187,6 +188,14 @@ class SaslOutcome:
     close: bool = False  # close the connection after sending
     passthrough: bool = False  # let the normal handler answer (ApiVersions)
     failure: str | None = None  # reason to count/log, if this was a failed attempt
+
+    @property
+    def delayed(self) -> bool:
+        """Kafka answers an authentication failure (bad credentials, a mechanism not
+        enabled, an illegal SASL state) and closes only after
+        ``connection.failed.authentication.delay.ms``, to slow a guesser down; a request
+        before authentication (its ``InvalidRequestException``) is closed at once."""
+        return self.close and self.body is not None
 
 
 class SaslAuthenticator:

@@ -1,5 +1,6 @@
 """TLS and SASL listeners with real clients (Kafka's SslTransportLayer and
-SaslServerAuthenticator rules), on one broker for the module (see conftest)."""
+SaslServerAuthenticator rules), on one broker for the module (see conftest); the failed
+authentication delay on a broker of its own."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import time
 import uuid
 import warnings
 
@@ -17,7 +19,10 @@ from kio.schema.errors import ErrorCode
 from raw_kafka import API, decode_response, encode_request
 from shared_kit import wait_for
 
+from kompakt.broker.app import BrokerThread
+from kompakt.broker.config import BrokerConfig
 from kompakt.broker.security.scram_store import SCRAM_FILE
+from kompakt.errors import InvalidConfigError
 
 PLAIN_USERS = {"alice": "alice-secret"}
 SCRAM_PASSWORD = "alice-scram"
@@ -417,3 +422,84 @@ def test_a_failed_login_raises_in_the_client_not_hangs(secure_broker, certs):
     conf = _client_conf(secure_broker, certs, "SASL_SSL", "PLAIN", "wrong")
     with pytest.raises(KafkaException):
         AdminClient(conf).list_topics(timeout=5)
+
+
+# -- connection.failed.authentication.delay.ms ------------------------------------------------
+DELAY_MS = 1500
+
+
+@pytest.fixture(scope="module")
+def slow_failure_broker(tmp_path_factory):
+    """A SASL_PLAINTEXT broker whose failed logins wait DELAY_MS before their answer."""
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "kompakt.admin.listener": "http://127.0.0.1:0",
+        "log.dirs": str(tmp_path_factory.mktemp("slow-failure")),
+        "kompakt.cleaner.engine": "local",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            'org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";'
+        ),
+        "connection.failed.authentication.delay.ms": str(DELAY_MS),
+    }
+    with BrokerThread(BrokerConfig.from_mapping(props)) as b:
+        b.ports = dict(b.broker.server.ports)
+        yield b
+
+
+def _timed(s, api_key, version, body):
+    t0 = time.monotonic()
+    out = _call(s, api_key, version, body)
+    return out, time.monotonic() - t0
+
+
+def test_a_failed_login_is_answered_and_closed_after_the_failed_authentication_delay(
+    slow_failure_broker,
+):
+    """Kafka's connection.failed.authentication.delay.ms (KIP-306's delayed close): the
+    SaslAuthenticate error comes after the delay, then the connection closes; another
+    client meanwhile is served at once, and a good login is not delayed."""
+    b = slow_failure_broker
+    with _connect(b, "SASL_PLAINTEXT") as s:
+        assert _call(s, API.sasl_handshake, 1, {"mechanism": "PLAIN"}).error_code == 0
+        s.sendall(encode_request(API.sasl_authenticate, 2, {"auth_bytes": b"\0alice\0wrong"}))
+        t0 = time.monotonic()
+        with _connect(b, "PLAINTEXT") as other:  # the wait holds only the failed connection
+            assert _api_versions(other).error_code == ErrorCode.none
+            assert time.monotonic() - t0 < DELAY_MS / 1000
+        frame = _recv(s)
+        waited = time.monotonic() - t0
+        assert frame is not None
+        auth = decode_response(API.sasl_authenticate, 2, frame)[1]
+        assert auth.error_code == ErrorCode.sasl_authentication_failed
+        assert waited >= DELAY_MS / 1000
+        assert _closed(s)
+    with _connect(b, "SASL_PLAINTEXT") as s:
+        assert _call(s, API.sasl_handshake, 1, {"mechanism": "PLAIN"}).error_code == 0
+        auth, took = _timed(s, API.sasl_authenticate, 2, {"auth_bytes": b"\0alice\0alice-secret"})
+        assert auth.error_code == ErrorCode.none
+        assert took < DELAY_MS / 1000
+
+
+def test_a_mechanism_not_enabled_is_delayed_but_a_request_before_authentication_is_not(
+    slow_failure_broker,
+):
+    """Kafka delays every AuthenticationException of the SASL exchange (here
+    UnsupportedSaslMechanismException); a request before authentication is an
+    InvalidRequestException, closed at once."""
+    b = slow_failure_broker
+    with _connect(b, "SASL_PLAINTEXT") as s:
+        hs, took = _timed(s, API.sasl_handshake, 1, {"mechanism": "SCRAM-SHA-256"})
+        assert hs.error_code == ErrorCode.unsupported_sasl_mechanism
+        assert took >= DELAY_MS / 1000
+    with _connect(b, "SASL_PLAINTEXT") as s:
+        t0 = time.monotonic()
+        s.sendall(encode_request(API.metadata, 12, {"topics": None}))
+        assert _recv(s) is None
+        assert time.monotonic() - t0 < DELAY_MS / 1000
+
+
+def test_failed_authentication_delay_has_kafkas_default_and_bounds():
+    assert BrokerConfig.from_mapping({}).get("connection.failed.authentication.delay.ms") == 100
+    with pytest.raises(InvalidConfigError, match="connection.failed.authentication.delay.ms"):
+        BrokerConfig.from_mapping({"connection.failed.authentication.delay.ms": "-1"})
