@@ -11,7 +11,10 @@ is heavy and the local engine must not need it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from kompakt.cleaner.cleaner import Cleaner, Clock
@@ -70,7 +73,32 @@ def warm_up_spark(
 ) -> tuple[float, float]:
     """Start the Spark engine ahead of its first clean (``kompakt.spark.start=eager``):
     :func:`kompakt.pipeline.engine.warm_up`, reached through the registry so the broker
-    never imports the pipeline. Returns (session seconds, warm-up clean seconds)."""
+    never imports the pipeline. Returns (session seconds, warm-up clean seconds). The
+    warm-up's throwaway topic is no news to the broker's log: this thread's lines below
+    WARNING are kept out of it meanwhile (a failing warm-up still says so)."""
     from kompakt.pipeline.engine import warm_up
 
-    return warm_up(settings, busy)
+    with _quiet_thread(logging.WARNING):
+        return warm_up(settings, busy)
+
+
+@contextlib.contextmanager
+def _quiet_thread(below: int) -> Iterator[None]:
+    """Drop the calling thread's log records under level ``below`` at every handler
+    (levels are process-wide: raising one would silence the broker's other threads)."""
+    me = threading.get_ident()
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.thread != me or record.levelno >= below
+
+    loggers = [logging.getLogger()] + [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]
+    handlers = {h for lg in loggers for h in lg.handlers}
+    for h in handlers:
+        h.addFilter(keep)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            h.removeFilter(keep)

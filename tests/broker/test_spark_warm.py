@@ -1,9 +1,9 @@
 """The broker starts Spark at start-up (``kompakt.spark.start=eager``, the default with
 the Spark engine) in a background thread, quietly: the Kafka port is up before Spark
 is, one "Spark ready" line is logged, no log4j line or ``[Stage`` bar reaches the
-broker's log, the first background clean does not wait for the JVM to start, and a
-SIGTERM during the warm-up is a clean, prompt stop. ``lazy`` and the local engine
-start nothing.
+broker's log, nor a line of the warm-up's throwaway topic, the first background clean
+does not wait for the JVM to start, and a SIGTERM during the warm-up is a clean, prompt
+stop. ``lazy`` and the local engine start nothing.
 """
 
 from __future__ import annotations
@@ -142,6 +142,9 @@ def test_serve_warms_spark_quietly_and_cleans_without_waiting_for_the_jvm(tmp_pa
     assert noise == [], "\n".join(noise)
     for marker in SPARK_MARKERS:
         assert not any(marker in ln for ln in broker.lines + broker.out), marker
+    # the warm-up's throwaway topic is not the user's: none of its lines in the broker log
+    warm_up = [ln for ln in broker.lines if "warm-up" in ln and "Spark ready" not in ln]
+    assert warm_up == [], "\n".join(warm_up)
 
 
 def test_sigterm_during_spark_warm_up_stops_cleanly_and_promptly(tmp_path: Path):
