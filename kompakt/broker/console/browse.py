@@ -256,6 +256,7 @@ class KeyReport:
     notes: list[str] = field(default_factory=list)
     bytes_scanned: int = 0
     complete: bool = True
+    where: str = ""  # which partition was read and why (kompakt.broker.console.key_find)
 
     @property
     def removed(self) -> int:
@@ -275,6 +276,7 @@ class KeyReport:
             "removed_by_next_clean": self.removed,
             "notes": self.notes,
             "complete": self.complete,
+            "where": self.where,
         }
 
 

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from kompakt.broker.console import browse, common
+from kompakt.broker.console import browse, common, key_find
 from kompakt.errors import KompaktError
 
 FORM_LIMIT = 16 * 1024
@@ -77,7 +77,7 @@ def keys_page(request: Request) -> Response:
     ctx: dict[str, Any] = {
         "title": "kompakt · key inspector",
         "topic": topic,
-        "partition": partition or "0",
+        "partition": partition,
         "key": key_text,
         "encoding": encoding,
         "encodings": browse.KEY_ENCODINGS,
@@ -90,16 +90,17 @@ def keys_page(request: Request) -> Response:
         ctx["topics"] = _topics(broker)
         if not topic and not key_text:
             return _page(request, "keys.html", **ctx)
-        plog = browse.partition_log(broker.logs, topic, partition)
+        browse.partition_log(broker.logs, topic, partition or "0")  # input checks first
         key = browse.parse_key(key_text, encoding)
         keys = ("kompakt.cleaner.engine", "log.cleaner.dedupe.buffer.size")
         settings = {k: str(broker.config.get(k)) for k in keys}
         settings["log.cleaner.io.buffer.load.factor"] = str(
             broker.config.get("log.cleaner.io.buffer.load.factor")
         )
-        ctx["report"] = browse.inspect_key(
+        ctx["report"] = key_find.find_key(
             broker.logs,
-            plog,
+            topic,
+            partition,
             key,
             _now(broker),
             map_entries=browse.key_map_entries(settings),

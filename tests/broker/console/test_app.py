@@ -192,3 +192,29 @@ def test_every_response_says_its_server_time(console_url):
     for path in ("/", "/v1/partitions", "/topics/users/0", "/no/such/page"):
         timing = get(console_url, path, headers=HTML).headers["server-timing"]
         assert timing.startswith("app;dur=") and float(timing.split("=")[1]) >= 0
+
+
+@pytest.mark.parametrize(
+    "key, partition, how",
+    [
+        ("user-03", 1, "where Kafka's default partitioner (murmur2"),
+        ("user-01", 1, "found by reading every partition"),  # produced to partition 1
+    ],
+)
+def test_key_inspector_without_a_partition_finds_the_key_and_says_where(
+    console_url, key, partition, how
+):
+    """No partition typed: the partition Kafka's default partitioner picks
+    (toPositive(murmur2(key)) % partitions) first, then every other one; the page says
+    which partition answered (user-01 is in partition 1, not the form's old default 0)."""
+    from html import unescape
+
+    page = get(console_url, f"/keys?topic=users&key={key}", headers=HTML)
+    text = unescape(page.text)
+    assert page.status_code == 200
+    assert "No record of this key" not in text
+    assert f"users-{partition}</a>" in text and how in text
+    missing = unescape(get(console_url, "/keys?topic=users&key=nobody", headers=HTML).text)
+    assert "No partition of users holds this key (all 2 read" in missing
+    asked = get(console_url, f"/keys?topic=users&partition=0&key={key}", headers=HTML).text
+    assert "Partition 0, as asked." in asked and "No record of this key" in asked

@@ -383,3 +383,29 @@ def test_config_edit_needs_the_admin_endpoints_basic_credentials(tmp_path):
         assert b.logs.topic_meta("secured").overrides["delete.retention.ms"] == "777"
     finally:
         b.stop()
+
+
+def test_key_found_by_murmur2_partition_then_every_partition(broker):
+    """No partition given: the one Kafka's default partitioner (murmur2, as librdkafka's
+    murmur2_random and the Java producer) picks is read first; a key produced to another
+    partition is found by reading the rest; one in none says so."""
+    from kompakt.broker.console.key_find import find_key
+    from kompakt.record.partitioner import partition_for_key
+
+    create(broker, "spread", 4, COMPACTED)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "partitioner": "murmur2_random"})
+    p.produce("spread", b"v1", b"home")
+    p.produce("spread", b"v2", b"moved", partition=3)
+    p.flush(30)
+    home = partition_for_key(b"home", 4)
+    rep = find_key(broker.logs, "spread", "", b"home", now_ms())
+    assert rep.partition == home and [r.value for r in rep.records] == [b"v1"]
+    assert "default partitioner (murmur2" in rep.where
+    assert partition_for_key(b"moved", 4) != 3
+    rep = find_key(broker.logs, "spread", None, b"moved", now_ms())
+    assert rep.partition == 3 and [r.value for r in rep.records] == [b"v2"]
+    assert "found by reading every partition" in rep.where
+    rep = find_key(broker.logs, "spread", "", b"nobody", now_ms())
+    assert not rep.records and rep.complete and "all 4 read" in rep.where
+    rep = find_key(broker.logs, "spread", "", b"moved", now_ms(), max_scan_bytes=0)
+    assert not rep.records and not rep.complete and "not all 4 read" in rep.where
