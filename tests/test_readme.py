@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import re
+import shutil
+import socket
+import ssl
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -42,27 +47,13 @@ def _section(title: str) -> str:
     return text[start : text.index("\n## ", start + 1)]
 
 
-def test_readme_secure_deployment_server_properties_start_a_broker(tmp_path):
-    """The "Secure deployment" server.properties parses, and its listeners come up with
-    the README's TLS keys (paths swapped for certificates made here, ports for free ones)
-    and take a SCRAM login by the README's confluent-kafka client config."""
-    import trustme
-    from confluent_kafka.admin import AdminClient
-
-    from kompakt.broker.app import BrokerThread
-    from kompakt.broker.config import BrokerConfig
+def _secure_props(server_block: str, tmp_path: Path) -> dict[str, str]:
+    """The README's secure server.properties with its paths swapped for files under
+    ``tmp_path``, its ports for free ones and its public address for loopback."""
     from kompakt.log.config import read_properties
 
-    section = _section("Secure deployment")
-    server_block, client_block = re.findall(r"```properties\n(.*?)```", section, re.S)
-    section_python = re.findall(r"```python\n(.*?)```", section, re.S)
     (tmp_path / "server.properties").write_text(server_block)
     props = dict(read_properties(tmp_path / "server.properties"))
-    ca = trustme.CA()
-    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
-        str(tmp_path / "server.pem")
-    )
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     swap = {
         "/etc/kompakt/server.pem": str(tmp_path / "server.pem"),
         "/etc/kompakt/ca.pem": str(tmp_path / "ca.pem"),
@@ -78,6 +69,28 @@ def test_readme_secure_deployment_server_properties_start_a_broker(tmp_path):
         props[k] = v
     props["advertised.listeners"] = ""
     props["kompakt.cleaner.engine"] = "local"
+    return props
+
+
+def test_readme_secure_deployment_server_properties_start_a_broker(tmp_path):
+    """The "Secure deployment" server.properties parses, and its listeners come up with
+    the README's TLS keys (paths swapped for certificates made here, ports for free ones)
+    and take a SCRAM login by the README's confluent-kafka client config."""
+    import trustme
+    from confluent_kafka.admin import AdminClient
+
+    from kompakt.broker.app import BrokerThread
+    from kompakt.broker.config import BrokerConfig
+
+    section = _section("Secure deployment")
+    server_block, client_block = re.findall(r"```properties\n(.*?)```", section, re.S)
+    section_python = re.findall(r"```python\n(.*?)```", section, re.S)
+    ca = trustme.CA()
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "server.pem")
+    )
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    props = _secure_props(server_block, tmp_path)
     with BrokerThread(BrokerConfig.from_mapping(props)) as b:
         port = b.broker.server.ports["EXTERNAL"]
         ns: dict = {}
@@ -96,3 +109,57 @@ def test_readme_secure_deployment_server_properties_start_a_broker(tmp_path):
     assert kcat["security.protocol"] == "SASL_SSL" and kcat["sasl.mechanisms"] == "SCRAM-SHA-512"
     exec(section_python[1], ns)
     assert ns["kafka_python_client"]["security_protocol"] == "SASL_SSL"
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_readme_certificate_recipe_and_super_user_command_config_work(tmp_path):
+    """The "Secure deployment" openssl recipe, run as written, makes certificates the
+    README's broker serves (strict X.509 checks, as Python 3.13's default context makes)
+    and a client certificate mutual TLS maps to User:CN=alice; with the ACLs section's
+    authorizer on, the CLI is refused on PLAINTEXT and works with the README's super
+    user file through --command-config."""
+    from confluent_kafka.admin import AdminClient
+
+    from kompakt.broker.app import BrokerThread
+    from kompakt.broker.config import BrokerConfig
+
+    secure = _section("Secure deployment")
+    (recipe,) = re.findall(r"```sh\n(.*?)```", secure, re.S)
+    done = subprocess.run(["bash", "-e", "-c", recipe], cwd=tmp_path, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
+    server_block = re.findall(r"```properties\n(.*?)```", secure, re.S)[0]
+    authorizer_block, admin_block = re.findall(r"```properties\n(.*?)```", _section("ACLs"), re.S)
+    props = _secure_props(server_block + authorizer_block, tmp_path)
+    props["listeners"] += ",MTLS://127.0.0.1:0"
+    props["listener.security.protocol.map"] += ",MTLS:SSL"
+    props["listener.name.mtls.ssl.client.auth"] = "required"
+    admin_file = tmp_path / "admin.properties"
+    admin_file.write_text(admin_block.replace("/etc/kompakt/ca.pem", str(tmp_path / "ca.pem")))
+    with BrokerThread(BrokerConfig.from_mapping(props)) as b:
+        ports = b.broker.server.ports
+        ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        ctx.verify_flags |= ssl.VERIFY_X509_STRICT
+        ctx.load_cert_chain(str(tmp_path / "client.crt"), str(tmp_path / "client.key"))
+        for name in ("localhost", "127.0.0.1"):
+            with socket.create_connection(("127.0.0.1", ports["MTLS"]), timeout=10) as raw:
+                with ctx.wrap_socket(raw, server_hostname=name):
+                    pass
+        mtls = {
+            "bootstrap.servers": f"127.0.0.1:{ports['MTLS']}",
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(tmp_path / "ca.pem"),
+            "ssl.certificate.location": str(tmp_path / "client.crt"),
+            "ssl.key.location": str(tmp_path / "client.key"),
+        }
+        assert AdminClient(mtls).list_topics(timeout=10).brokers
+        assert "User:CN=alice" in [c.principal for c in b.broker.server._conns.values()]
+
+        def kompakt(*args: str) -> subprocess.CompletedProcess:
+            cmd = [sys.executable, "-m", "kompakt.cli.main", *args]
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+        plain = kompakt("acl", "list", "-b", f"127.0.0.1:{ports['INTERNAL']}")
+        assert plain.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in plain.stderr
+        external = f"127.0.0.1:{ports['EXTERNAL']}"
+        ok = kompakt("--command-config", str(admin_file), "acl", "list", "-b", external)
+        assert ok.returncode == 0, ok.stderr
