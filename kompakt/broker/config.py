@@ -56,6 +56,8 @@ from kompakt.log.config import (
 from kompakt.log.durable import write_json_atomically
 from kompakt.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS
 
+from kompakt.broker.spark_keys import check_spark_key  # isort: skip
+
 from kompakt.broker.security.keys import (  # isort: skip
     PASSWORD,
     SECURITY_KEYS,
@@ -645,6 +647,9 @@ class BrokerConfig:
             elif key in BROKER_LOG_KEYS:
                 log_config[key] = text
             elif key.startswith("spark."):
+                unknown = check_spark_key(key)
+                if unknown is not None:
+                    log.warning(unknown)
                 spark[key] = text
             elif key.startswith("listener.name."):
                 check_listener_key(key, text)

@@ -102,3 +102,56 @@ def test_cleaner_throttle_keys_refuse_bad_values_in_kafkas_words(override, messa
     with pytest.raises(InvalidConfigError) as ei:
         BrokerConfig.load(None, [override])
     assert str(ei.value) == message
+
+
+@pytest.mark.parametrize(
+    "key, meant",
+    [
+        ("spark.exectuor.memory", "spark.executor.memory"),
+        ("spark.sq.shuffle.partitions", "spark.sql.shuffle.partitions"),
+        ("spark.drivr.extraJavaOptions", "spark.driver.extraJavaOptions"),
+    ],
+)
+def test_spark_key_in_a_near_miss_of_a_spark_namespace_is_refused(key, meant):
+    """Spark ignores a conf key it does not know, so a typo ran with Spark's default: a
+    namespace that is a near miss of Spark's is refused in one line naming the key meant."""
+    with pytest.raises(InvalidConfigError) as err:
+        BrokerConfig.load(None, [f"{key}=2g"])
+    assert str(err.value).splitlines() == [str(err.value)]
+    assert key in str(err.value) and f"did you mean {meant}?" in str(err.value)
+
+
+def test_spark_key_of_another_namespace_passes_with_a_warning(caplog):
+    """A namespace far from Spark's may be a connector's (spark.cassandra.*): passed on,
+    with a warning line naming it; Spark's own keys pass silently."""
+    c = BrokerConfig.load(
+        None, ["spark.cassandra.connection.host=h", "spark.executor.memory=2g", "spark.ui.port=0"]
+    )
+    assert c.spark["spark.cassandra.connection.host"] == "h"
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "spark.cassandra.connection.host" in warned[0]
+
+
+def test_serve_refuses_a_spark_key_typo_in_one_line_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kompakt.cli.main",
+            "serve",
+            "--override",
+            "spark.exectuor.memory=2g",
+        ]
+        + ["--override", f"log.dirs={data}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "spark.exectuor.memory" in lines[0]
+    assert not data.exists()
