@@ -1,7 +1,8 @@
 """The ``kompakt`` command: the typer app, its sub-commands and the one error handler.
 
 Each verb lives in its own module and is registered below (see "Commands"). Errors a
-user can cause (``KompaktError`` and subclasses, ``OSError``) are turned into one red
+user can cause (``KompaktError`` and subclasses, ``OSError``, the broker's refusal as
+confluent-kafka's ``KafkaException``: ``common.is_user_error``) are turned into one red
 line on stderr, ``error: <message>``, and exit code 1, in :class:`ErrorHandlingGroup`,
 so every command, present and future, gets it without doing anything. Ctrl-C
 (``KeyboardInterrupt``) is one ``interrupted`` line and exit code 130 (128 + SIGINT, as
@@ -19,9 +20,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from kompakt.errors import KompaktError
-
-from .common import INTERRUPTED, describe_exception, print_error
+from .common import INTERRUPTED, describe_exception, is_user_error, print_error
 
 
 def _interrupted() -> None:
@@ -54,7 +53,9 @@ class ErrorHandlingGroup(TyperGroup):
         except KeyboardInterrupt:
             _interrupted()
             raise typer.Exit(INTERRUPTED) from None
-        except (KompaktError, OSError) as exc:
+        except Exception as exc:
+            if not is_user_error(exc):
+                raise
             print_error(describe_exception(exc))
             raise typer.Exit(1) from None
 

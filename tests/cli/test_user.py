@@ -81,3 +81,28 @@ def test_user_created_through_the_broker_can_log_in_with_scram(tmp_path):
         assert r.exit_code == 0, r.output
         r = runner.invoke(app, ["user", "list", "-b", plain, "--json"])
         assert json.loads(r.output) == {}
+
+
+def test_a_refusal_by_acls_is_one_line_for_user_create_and_delete(tmp_path):
+    """Kafka answers AlterUserScramCredentials / DescribeUserScramCredentials of a
+    principal without ALTER / DESCRIBE on the cluster with CLUSTER_AUTHORIZATION_FAILED
+    (``kafka-configs.sh`` prints one ``ClusterAuthorizationException`` line). The CLI
+    printed 45 lines of typer frames; it prints one ``error:`` line and exits 1."""
+    props = {
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "kompakt.admin.listener": "http://127.0.0.1:0",
+        "log.dirs": str(tmp_path),
+        "kompakt.cleaner.engine": "local",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin",  # not the CLI's User:ANONYMOUS
+    }
+    with BrokerThread(BrokerConfig.from_mapping(props)) as b:
+        plain = f"127.0.0.1:{b.broker.server.ports['PLAINTEXT']}"
+        for args, stdin in (
+            (["user", "create", "carol", "-b", plain, "--password-stdin"], "pw\n"),
+            (["user", "delete", "carol", "-b", plain], None),
+        ):
+            r = runner.invoke(app, args, input=stdin)
+            assert r.exit_code == 1, (args, r.output)
+            assert isinstance(r.exception, SystemExit), (args, r.exception)
+            assert r.stderr.splitlines() == ["error: Cluster authorization failed"], args

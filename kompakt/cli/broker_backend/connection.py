@@ -17,6 +17,7 @@ from typing import Any, Self, TypeVar
 from kompakt.errors import KompaktError, TopicExistsError, UnknownTopicError
 
 from ..backend import CliError, ConfigValue
+from ..common import kafka_error_text
 
 DEFAULT_TIMEOUT_S = 10.0
 ADMIN_PORT = 9644
@@ -145,10 +146,7 @@ class BrokerConnection:
             return TopicExistsError(err.str())
         if code in (KE._TRANSPORT, KE._ALL_BROKERS_DOWN, KE._TIMED_OUT, KE._RESOLVE):
             return CliError(f"broker {self.bootstrap} not reachable: {err.str()}")
-        message = err.str()
-        if message.startswith("Broker: "):
-            message = message[len("Broker: ") :]
-        return CliError(message)
+        return CliError(kafka_error_text(err))
 
     def _wait(self, future: concurrent.futures.Future, *, topic: str | None = None) -> Any:
         try:
