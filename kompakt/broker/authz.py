@@ -28,8 +28,8 @@ DeleteGroups               DELETE group
 CreateTopics               CREATE cluster or topic
 DeleteTopics/DeleteRecords DELETE topic
 CreatePartitions           ALTER topic
-DescribeConfigs            DESCRIBE_CONFIGS topic / cluster (broker, broker logger)
-(Incremental)AlterConfigs  ALTER_CONFIGS topic / cluster
+DescribeConfigs            DESCRIBE_CONFIGS topic / group / cluster (broker, broker logger)
+(Incremental)AlterConfigs  ALTER_CONFIGS topic / group / cluster
 InitProducerId             WRITE transactional id; without one IDEMPOTENT_WRITE cluster
                            or WRITE on some topic
 AddPartitionsToTxn         WRITE transactional id, WRITE topic
@@ -639,6 +639,7 @@ def _create_partitions(c: Check, req: Any) -> Decision:
 
 # DescribeConfigs/AlterConfigs resource types (ConfigResource.Type)
 _CONFIG_TOPIC = 2
+_CONFIG_GROUP = 32  # ConfigResource.Type.GROUP
 
 
 def _configs(op: Op, resp_field: str) -> Policy:
@@ -646,14 +647,20 @@ def _configs(op: Op, resp_field: str) -> Policy:
         def allowed(r: Any) -> bool:
             if int(r.resource_type) == _CONFIG_TOPIC:
                 return c.ok(op, TOPIC, r.resource_name)
+            if int(r.resource_type) == _CONFIG_GROUP:  # KafkaApis: the group's own ACLs
+                return c.ok(op, GROUP, r.resource_name)
             return c.cluster(op)  # BROKER, BROKER_LOGGER (unknown types: cluster too)
+
+        def denied(r: Any) -> ErrorCode:
+            kind = int(r.resource_type)
+            if kind == _CONFIG_TOPIC:
+                return TOPIC_DENIED
+            return GROUP_DENIED if kind == _CONFIG_GROUP else CLUSTER_DENIED
 
         kept, refused = _split(req, "resources", allowed)
         extra = [
             {
-                "error_code": TOPIC_DENIED
-                if int(r.resource_type) == _CONFIG_TOPIC
-                else CLUSTER_DENIED,
+                "error_code": denied(r),
                 "error_message": "Authorization failed.",
                 "resource_type": r.resource_type,
                 "resource_name": r.resource_name,

@@ -480,6 +480,28 @@ for _name, _type, _default, _doc in (
 ):
     _KEYS.append(BrokerKey(_name, _type, _default, _doc, ignored=_NO_LOGIN, hidden=True))
 
+# GroupCoordinatorConfig / ShareGroupConfig: the defaults and bounds of GROUP configs
+for _proto, _what in (("consumer", "KIP-848 consumer"), ("share", "KIP-932 share")):
+    for _name, _default in (
+        ("session.timeout.ms", 45000),
+        ("min.session.timeout.ms", 45000),
+        ("max.session.timeout.ms", 60000),
+        ("heartbeat.interval.ms", 5000),
+        ("min.heartbeat.interval.ms", 5000),
+        ("max.heartbeat.interval.ms", 15000),
+    ):
+        _KEYS.append(
+            BrokerKey(
+                f"group.{_proto}.{_name}",
+                "int",
+                _default,
+                f"{_what} groups: the default or bound of a GROUP config ({_proto}.*); "
+                "kompakt's coordinator speaks the classic protocol, so only the GROUP "
+                "configs' validation reads it.",
+                at_least(1),
+            )
+        )
+
 BROKER_KEYS: dict[str, BrokerKey] = {k.name: k for k in _KEYS}
 
 # Kafka's DynamicBrokerConfig.AllDynamicConfigs, as far as kompakt has the keys:
@@ -972,7 +994,7 @@ class BrokerConfig:
             brokers[str(self.node_id)] = dict(self.dynamic_broker)
         else:
             brokers.pop(str(self.node_id), None)
-        body = {"cluster_default": dict(self.dynamic_default), "brokers": brokers}
+        body = {**stored, "cluster_default": dict(self.dynamic_default), "brokers": brokers}
         self.data_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomically(path, body)
 

@@ -23,7 +23,13 @@ from kio.schema.describe_configs.v4.request import DescribeConfigsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
 
-from kompakt.broker.config import BrokerConfig, broker_key, is_known_key
+from kompakt.broker import group_configs
+from kompakt.broker.config import (
+    DYNAMIC_CONFIGS_FILE,
+    BrokerConfig,
+    broker_key,
+    is_known_key,
+)
 from kompakt.broker.handlers.common import error_of
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
@@ -46,6 +52,7 @@ class ResourceType(enum.IntEnum):
     TOPIC = 2
     BROKER = 4
     BROKER_LOGGER = 8
+    GROUP = 32
 
 
 class ConfigSource(enum.IntEnum):
@@ -59,6 +66,8 @@ class ConfigSource(enum.IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
 
 
 class ConfigType(enum.IntEnum):
@@ -181,6 +190,73 @@ def _describe_broker(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) ->
     return res
 
 
+def _group_file(ctx: RequestContext):
+    return ctx.config.data_dir / DYNAMIC_CONFIGS_FILE
+
+
+def _describe_group(ctx: RequestContext, r: Any, docs: bool) -> dict[str, Any]:
+    """Kafka's ``ConfigHelper`` for GROUP: every group key, GROUP_CONFIG when the group
+    has its own value, else the broker default's value as DEFAULT_CONFIG."""
+    res = _describe_result(r)
+    if not r.resource_name:
+        res["error_code"] = ErrorCode.invalid_request
+        res["error_message"] = "Group name must not be empty"
+        return res
+    keys = None if r.configuration_keys is None else set(r.configuration_keys)
+    stored = group_configs.read_all(_group_file(ctx)).get(r.resource_name, {})
+    for e in group_configs.describe(stored, ctx.config):
+        if keys is not None and e.name not in keys:
+            continue
+        source = ConfigSource.GROUP_CONFIG if e.dynamic else ConfigSource.DEFAULT_CONFIG
+        doc = broker_key(group_configs.broker_default(e.name)).doc
+        res["configs"].append(
+            {
+                "name": e.name,
+                "value": e.value,
+                "read_only": False,
+                "config_source": source.value,
+                "is_default": not e.dynamic,
+                "is_sensitive": False,
+                "synonyms": [],
+                "config_type": ConfigType.INT.value,
+                "documentation": doc if docs else None,
+            }
+        )
+    return res
+
+
+def _alter_group(ctx: RequestContext, r: Any, incremental: bool, validate_only: bool) -> dict:
+    """One GROUP resource (``GroupConfig.validate``; the controller refuses the default
+    resource ""): the group's new values validated as a whole, then stored."""
+    if not r.resource_name:
+        return _result(r, ErrorCode.invalid_request, "Default group resources are not allowed.")
+    try:
+        with ctx.logs.lock:
+            path = _group_file(ctx)
+            values: dict[str, str | None] = {}
+            if incremental:
+                values.update(group_configs.read_all(path).get(r.resource_name, {}))
+                for c in r.configs:
+                    op = c.config_operation
+                    if op == OpType.SET:
+                        values[c.name] = c.value
+                    elif op == OpType.DELETE:
+                        values.pop(c.name, None)
+                    elif op in (OpType.APPEND, OpType.SUBTRACT):
+                        raise InvalidConfigError(_list_op_refused(op, c.name))
+                    else:
+                        raise _InvalidRequest(f"Unknown operations type {op}")
+            else:
+                values = {c.name: c.value for c in r.configs}
+            group_configs.validate(values, ctx.config)
+            if not validate_only:
+                kept = {k: str(v) for k, v in values.items()}
+                group_configs.save(path, r.resource_name, kept)
+        return _result(r)
+    except Exception as exc:
+        return _result(r, *error_of(exc))
+
+
 async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
     synonyms = bool(getattr(req, "include_synonyms", False))
     docs = bool(getattr(req, "include_documentation", False))
@@ -192,6 +268,8 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict[str, An
                 out.append(_describe_topic(ctx, r, synonyms, docs))
             elif r.resource_type in (ResourceType.BROKER, ResourceType.BROKER_LOGGER):
                 out.append(_describe_broker(ctx, r, synonyms, docs))
+            elif r.resource_type == ResourceType.GROUP:
+                out.append(_describe_group(ctx, r, docs))
             else:
                 out.append(
                     {
@@ -265,6 +343,10 @@ async def _alter(
                 continue
             if r.resource_type == ResourceType.BROKER:
                 out.append(_alter_broker(ctx, r, broker_layer_for, bool(req.validate_only)))
+                continue
+            if r.resource_type == ResourceType.GROUP:
+                incr = overrides_for is not _replacement
+                out.append(_alter_group(ctx, r, incr, bool(req.validate_only)))
                 continue
             if r.resource_type == ResourceType.BROKER_LOGGER:
                 out.append(
