@@ -133,7 +133,9 @@ def export_latest(
     stopped; ``quiet_interrupt`` silences Spark's log of the cancelled jobs.
 
     CSV has no binary or nested types: there ``key``/``value`` are base64 (lossless, as
-    Spark's JSON writer already does) and ``headers`` a JSON string.
+    Spark's JSON writer already does) and ``headers`` a JSON string. The rows are
+    written as one file per :data:`FILE_BYTES` of data begun (:func:`output_files`), not
+    one per shuffle partition.
     """
     out = check_export_target(out_path, data_dir, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -153,8 +155,9 @@ def export_latest(
     table = table.cache()
 
     def write() -> int:
-        rows = table.count()
-        table.write.format(format).mode("errorifexists").save(str(tmp))
+        rows, size = table.agg(F.count("*"), F.sum(_row_bytes(table))).first()
+        files = output_files(size or 0)
+        table.coalesce(files).write.format(format).mode("errorifexists").save(str(tmp))
         return rows
 
     try:
@@ -168,6 +171,37 @@ def export_latest(
         table.unpersist()
         shutil.rmtree(tmp, ignore_errors=True)
     return rows
+
+
+# Bytes an output file holds at most (before the format's compression): Spark's
+# spark.sql.files.maxPartitionBytes, so that reading the export back takes one task per
+# file. Without it every export had spark.sql.shuffle.partitions (200) files, most of
+# them a few kilobytes, because the latest value per key is a shuffle's output.
+FILE_BYTES = 128 * 1024 * 1024
+_ROW_OVERHEAD = 32  # partition, offset, timestamp and the row's framing, roughly
+
+
+def output_files(data_bytes: int, file_bytes: int = FILE_BYTES) -> int:
+    """How many files an export of ``data_bytes`` is written as: one per ``file_bytes``
+    begun, at least one (an empty export is one file holding the schema)."""
+    return max(1, -(-data_bytes // file_bytes))
+
+
+def _row_bytes(table: DataFrame) -> Any:
+    """A row's size for :func:`output_files`: key, value and headers as written (CSV's
+    headers are JSON text already), plus the fixed columns."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    headers = F.col("headers")
+    if not isinstance(table.schema["headers"].dataType, StringType):
+        headers = F.to_json(headers)
+    return (
+        F.coalesce(F.length("key"), F.lit(0))
+        + F.coalesce(F.length("value"), F.lit(0))
+        + F.coalesce(F.length(headers), F.lit(0))
+        + F.lit(_ROW_OVERHEAD)
+    )
 
 
 class ExportInterrupted(KeyboardInterrupt):

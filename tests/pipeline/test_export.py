@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kompakt.log.manager import LogManager
-from kompakt.pipeline.export import ExportTargetError, export_latest
+from kompakt.pipeline.export import FILE_BYTES, ExportTargetError, export_latest, output_files
 from kompakt.record.encode import build_simple_batch
 
 
@@ -173,3 +173,31 @@ def test_export_latest_refuses_the_data_dir_as_output(spark, manager, data_dir):
         export_latest(spark, data_dir, "users", data_dir, overwrite=True)
     assert manager.topics() == ["users"]
     assert (data_dir / "users-0").is_dir()
+
+
+def test_a_small_export_is_one_file_not_one_per_shuffle_partition(
+    spark, manager, data_dir, tmp_path
+):
+    """5,000 keys were 200 Parquet files (spark.sql.shuffle.partitions) of a few KB each;
+    an export is one file per 128 MB begun (Spark's spark.sql.files.maxPartitionBytes,
+    so reading it back is a task per file)."""
+    manager.create_topic("many", 4, {"cleanup.policy": "compact"})
+    for part in range(4):
+        batch = [(f"k{part}-{i}".encode(), b"v" * 20) for i in range(500)]
+        manager.get_log("many", part).append(build_simple_batch(batch, timestamp=5))
+    assert int(spark.conf.get("spark.sql.shuffle.partitions")) > 1
+    for fmt in ("parquet", "csv"):
+        out = tmp_path / f"many-{fmt}"
+        assert export_latest(spark, data_dir, "many", out, format=fmt) == 2000
+        assert len(list(out.glob("part-*"))) == 1, fmt
+    assert pq.read_table(tmp_path / "many-parquet").num_rows == 2000
+
+
+def test_output_files_is_one_per_128_mb_begun():
+    assert [output_files(n) for n in (0, 1, FILE_BYTES, FILE_BYTES + 1, 5 * FILE_BYTES)] == [
+        1,
+        1,
+        1,
+        2,
+        5,
+    ]
