@@ -27,6 +27,7 @@ test-deps: $(BIN)/python
 	scripts/ensure-kcat.sh
 	scripts/ensure-chromium.sh
 	scripts/ensure-fiu.sh || echo "warning: fiu-utils could not be installed (the fault campaign skips read I/O errors)" >&2
+	scripts/ensure-librdkafka-tests.sh $(BIN)/python || echo "warning: librdkafka's tests could not be built (tests/reliability/test_librdkafka_suite.py skips)" >&2
 
 lint: test-deps
 	$(BIN)/ruff check kompakt tests benchmarks

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import fcntl
 import os
 import re
 import shlex
@@ -173,8 +174,35 @@ def as_root(cmd: list[str]) -> list[str]:
 
 
 def run(cmd: list[str], **kw) -> None:
+    """Run a build step in a process group of its own, killed whole (make and every
+    compiler it started) when the script is interrupted or stopped meanwhile."""
     say(f"$ {shlex.join(cmd)}")
-    subprocess.run(cmd, check=True, **kw)
+    proc = subprocess.Popen(cmd, process_group=0, **kw)
+    try:
+        rc = proc.wait()
+    except BaseException:
+        kill_group(proc)
+        raise
+    if rc:
+        raise subprocess.CalledProcessError(rc, cmd)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``'s process group (it leads one: ``process_group=0``) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (tmp, fsync, rename): a build killed while
+    writing its stamp must not leave one that a later run could take as complete."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def have_deb_src() -> bool:
@@ -220,13 +248,37 @@ def build_stamp() -> str:
     return f"{DEB_VERSION} {' '.join(CONFIGURE_ARGS)} {' '.join(BUILD_DEPS)}\n"
 
 
-def prepare(build_jobs: int) -> Path:
-    """Fetch Debian's librdkafka source into the cache and build test-runner; returns tests/."""
+def built() -> bool:
+    """Whether the cache holds a complete build of this script's configuration."""
     stamp = CACHE / "build.ok"
+    try:
+        complete = stamp.read_text() == build_stamp()
+    except OSError:
+        return False
+    return complete and (tests_dir() / "test-runner").exists()
+
+
+def prepare(build_jobs: int) -> Path:
+    """Fetch Debian's librdkafka source into the cache and build test-runner; returns tests/.
+
+    The stamp ``build.ok`` is removed before a build starts and written atomically only
+    after it finished, so a build that was interrupted (Ctrl-C, a timeout's kill) is
+    redone from a fresh unpack. Builds of two processes at once take turns (a lock file
+    in the cache): the second finds the first one's stamp.
+    """
     tdir = tests_dir()
-    if stamp.exists() and stamp.read_text() == build_stamp() and (tdir / "test-runner").exists():
+    if built():
         return tdir
     CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not built():
+            build(build_jobs)
+    return tdir
+
+
+def build(build_jobs: int) -> None:
+    stamp = CACHE / "build.ok"
     stamp.unlink(missing_ok=True)
     apt_updated = False
     if not shutil.which("apt-get"):
@@ -254,13 +306,7 @@ def prepare(build_jobs: int) -> Path:
         )
     dsc = CACHE / f"librdkafka_{DEB_VERSION}.dsc"
     if not dsc.exists():
-        cmd = ["apt-get", "source", "--download-only", f"librdkafka={DEB_VERSION}"]
-        r = subprocess.run(cmd, cwd=CACHE)
-        if r.returncode != 0 and not apt_updated:
-            run(as_root(["apt-get", "update", "-qq"]))
-            r = subprocess.run(cmd, cwd=CACHE)
-        if r.returncode != 0 or not dsc.exists():
-            raise SystemExit(f"apt-get source librdkafka={DEB_VERSION} failed")
+        download_source(dsc, apt_updated)
     src = source_dir()
     if src.exists():
         shutil.rmtree(src)
@@ -268,8 +314,32 @@ def prepare(build_jobs: int) -> Path:
     run(["./configure", *CONFIGURE_ARGS], cwd=src, stdout=subprocess.DEVNULL)
     run(["make", f"-j{build_jobs}", "libs"], cwd=src, stdout=subprocess.DEVNULL)
     run(["make", f"-j{build_jobs}", "-C", "tests", "build"], cwd=src, stdout=subprocess.DEVNULL)
-    stamp.write_text(build_stamp())
-    return tdir
+    write_atomically(stamp, build_stamp())
+
+
+def download_source(dsc: Path, apt_updated: bool) -> None:
+    """``apt-get source --download-only`` into a fresh folder of the cache, then move the
+    files in, the ``.dsc`` last: an interrupted download leaves no ``.dsc`` whose
+    tarballs are partial (a later run would skip the download and fail to unpack)."""
+    part = Path(tempfile.mkdtemp(prefix=".download-", dir=CACHE))
+    try:
+        cmd = ["apt-get", "source", "--download-only", f"librdkafka={DEB_VERSION}"]
+        try:
+            run(cmd, cwd=part)
+        except subprocess.CalledProcessError:
+            if apt_updated:
+                raise SystemExit(f"apt-get source librdkafka={DEB_VERSION} failed") from None
+            run(as_root(["apt-get", "update", "-qq"]))
+            try:
+                run(cmd, cwd=part)
+            except subprocess.CalledProcessError:
+                raise SystemExit(f"apt-get source librdkafka={DEB_VERSION} failed") from None
+        if not (part / dsc.name).exists():
+            raise SystemExit(f"apt-get source librdkafka={DEB_VERSION} gave no {dsc.name}")
+        for f in sorted(part.iterdir(), key=lambda f: f.name == dsc.name):
+            os.replace(f, CACHE / f.name)
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
 
 
 # -- librdkafka's test table ------------------------------------------------------------------
@@ -426,8 +496,11 @@ class Broker:
             cmd += ["--override", o]
         say(f"starting kompakt ({self.scenario}): {shlex.join(cmd)}")
         log = open(self.log_path, "ab")  # noqa: SIM115 - kept open for the process's life
+        # its own process group (the terminal's Ctrl-C is the script's to handle) in the
+        # script's session: whoever started the script in a session of its own (the
+        # pytest suite) kills every process of it, brokers too, if the script is killed
         self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True
+            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, process_group=0
         )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -447,11 +520,9 @@ class Broker:
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        kill_group(self.proc)  # one that did not stop, and anything it left (a Spark JVM)
 
 
 # -- running tests ----------------------------------------------------------------------------
@@ -510,7 +581,8 @@ def localhost_is_loopback() -> bool:
     return any(info[4][0] == "127.0.0.1" for info in infos)
 
 
-# test-runner processes (each in its own session) now running, killed on Ctrl-C
+# test-runner processes (each leading a process group of its own, in the script's
+# session) now running, killed on Ctrl-C
 RUNNING: set[subprocess.Popen] = set()
 RUNNING_LOCK = threading.Lock()
 STOPPING = threading.Event()
@@ -554,18 +626,17 @@ def run_one(
             if STOPPING.is_set():
                 return Result(number, broker.scenario, "SKIPPED", 0.0, log, "interrupted")
             proc = subprocess.Popen(
-                cmd, cwd=tdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                cmd, cwd=tdir, env=env, stdout=out, stderr=subprocess.STDOUT, process_group=0
             )
             RUNNING.add(proc)
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            rc = proc.wait()
+            kill_group(proc)
+            rc = proc.returncode
         except BaseException:  # Ctrl-C while the main thread waits here
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill_group(proc)
             raise
         finally:
             with RUNNING_LOCK:
@@ -643,7 +714,14 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.monotonic()
     expected = read_expected(args.expected)
-    tdir = prepare(args.build_jobs)
+    # a SIGTERM (a CI job's or `timeout`'s stop) takes Ctrl-C's path: the build's group,
+    # the test-runners and the brokers are killed before the script exits
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        tdir = prepare(args.build_jobs)
+    except KeyboardInterrupt:
+        say("interrupted: the build was stopped; the next run builds again")
+        return 130
     say(f"librdkafka {DEB_VERSION} tests built in {tdir} ({time.monotonic() - t_start:.0f}s)")
     if args.prepare_only:
         return 0

@@ -1,5 +1,6 @@
 """Helpers every test package shares, written once: waiting on a condition, free ports,
-unique names, data-dir snapshots, loading a script as a module.
+unique names, data-dir snapshots, loading a script as a module, running a command whose
+every process is killed with it.
 
 Tests wait for evidence, never for a fixed time (Kafka's ``TestUtils.waitUntilTrue``):
 a sleep that hopes something happened either slows every run or fails on a loaded
@@ -12,6 +13,8 @@ import asyncio
 import importlib.util
 import inspect
 import itertools
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -160,3 +163,73 @@ def load_script(name: str, path: Path) -> Any:
     sys.modules[name] = mod  # dataclasses look their module up while the class is made
     spec.loader.exec_module(mod)
     return mod
+
+
+# -- commands in a session of their own ---------------------------------------------------------
+
+
+def session_pids(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (zombies aside: they are gone, only not yet
+    reaped by a parent that may itself be gone)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # it ended meanwhile
+        state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
+        if int(session) == sid and state != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def kill_session(sid: int, timeout: float = 10.0) -> None:
+    """SIGKILL every process of session ``sid`` until none is left: a process group of
+    its own inside the session (a build's make, a broker, a test-runner) goes too."""
+
+    def gone() -> bool:
+        pids = session_pids(sid)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return not pids
+
+    wait_for(gone, f"every process of session {sid} to end", timeout)
+
+
+def start_session(cmd: list[str], **popen: Any) -> subprocess.Popen:
+    """Start ``cmd`` as the leader of a new session (its id is the process's pid), its
+    output captured as text; finish it with :func:`finish_session`."""
+    return subprocess.Popen(
+        cmd,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+def finish_session(proc: subprocess.Popen, timeout: float) -> subprocess.CompletedProcess:
+    """Wait up to ``timeout`` s for ``proc``'s output and exit, then kill whatever of its
+    session still runs, also when the wait ends in ``TimeoutExpired``, Ctrl-C or
+    pytest-timeout's ``Failed`` (its signal method raises in this thread). A command
+    killed by a timeout leaves no orphan broker, build or test process behind.
+    """
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        kill_session(proc.pid)
+        if proc.returncode is None:
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_in_session(cmd: list[str], timeout: float, **popen: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True, timeout=...)`` whose every
+    process, down to grandchildren in process groups of their own, ends with it."""
+    return finish_session(start_session(cmd, **popen), timeout)
