@@ -9,7 +9,8 @@ segment, compaction lags, tombstone horizons) still hold. Without a topic it doe
 background pass: every partition Kafka's rules say is due.
 
 A partition with a corrupt batch is reported (one ``error:`` line naming the file and
-byte position) after every other partition is cleaned, and the exit code is 1. Ctrl-C
+byte position) after every other partition is cleaned, and the exit code is 1.
+``--dry-run`` opens the data dir read-only and changes no byte of it. Ctrl-C
 or SIGTERM aborts the running clean at its next check (Spark: its job group is
 cancelled), removes its ``.cleaned`` files, prints one line and exits 130; partitions
 cleaned before it stay cleaned.
@@ -84,7 +85,9 @@ def compact_offline(
     from kompakt.log.manager import LogManager
 
     require_data_dir(data_dir)  # never turn a folder that is not a data dir into one
-    with LogManager(data_dir) as logs:
+    # a dry run opens the dir read-only: no recovery, index rebuild, lock or checkpoint
+    # reaches the disk; a clean's replaced segments are deleted when the manager closes
+    with LogManager(data_dir, read_only=dry_run) as logs:
         # the CLI draws its own bar; Spark's console bar would write over it
         config = {"spark.ui.showConsoleProgress": "false", **logs.broker_config}
         if verbose:  # Spark's warnings too (kompakt.pipeline keeps only its errors)

@@ -24,8 +24,10 @@ class DataDirError(KompaktError):
 
 def require_data_dir(data_dir: Path) -> None:
     """Refuse, in one line, a ``--data-dir`` that is missing, a file, or a folder that
-    was never a data dir, before anything opens it: opening would make it one (``.lock``,
-    ``meta.properties``, checkpoints, and a partition for every ``NAME-N`` folder)."""
+    was never a data dir (no ``meta.properties``: :func:`~kompakt.log.manager.is_data_dir`),
+    before anything opens it: opening would make it one (``.lock``, ``meta.properties``,
+    checkpoints, and a partition for every ``NAME-N`` folder, whose files it would
+    truncate as torn segments)."""
     from kompakt.log.manager import is_data_dir
 
     if not data_dir.exists():
@@ -34,8 +36,9 @@ def require_data_dir(data_dir: Path) -> None:
         raise DataDirError(f"data dir '{data_dir}' is not a directory")
     if not is_data_dir(data_dir):
         raise DataDirError(
-            f"'{data_dir}' is not a kompakt data dir (no meta.properties, "
-            f"kompakt-topics.json or topic folders)"
+            f"'{data_dir}' is not a kompakt data dir: it has no meta.properties (every "
+            "kompakt and Kafka data dir has one; 'kompakt topic create' or 'kompakt "
+            "serve' makes a data dir in a new or empty folder)"
         )
 
 

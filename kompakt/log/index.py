@@ -13,6 +13,11 @@ open-segment cap, :mod:`kompakt.log.open_segments`) unmaps it again while the ob
 keeps its entry count and length, so the next use reopens it as it was. Every method
 that touches the file holds the owner's lock (the segment's), which is what the cap
 tries before it closes anything.
+
+``memory`` (a log opened read-only, :class:`~kompakt.log.manager.LogManager`'s
+``read_only``): the file is read once and never written, mapped or created; a rebuild
+(recovery, a failed sanity check) happens in memory only, so a dry run leaves the
+``.index``/``.timeindex`` files as it found them.
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ class AbstractIndex:
         lazy: bool = False,
         lock: threading.RLock | None = None,
         on_open: Callable[[AbstractIndex], None] | None = None,
+        memory: bool = False,
     ):
         self.path = Path(path)
         self.base_offset = base_offset
@@ -94,6 +100,7 @@ class AbstractIndex:
         self._lock = lock if lock is not None else threading.RLock()
         self._on_open = on_open
         self._read_only = False
+        self._memory = memory
         self._file = None
         self._mmap = None
         self._entries: int | None = None  # known from the first open on
@@ -111,6 +118,9 @@ class AbstractIndex:
         existing one counted), afterwards as it was left. A closed index stays closed."""
         if self._closed:
             raise OSError(errno.EBADF, f"index {self.path.name} is closed")
+        if self._memory:
+            self._load_into_memory()
+            return
         if self._length is not None:  # reopened after close_files: nothing to learn
             self._file = open(self.path, "r+b")  # noqa: SIM115
             if self._length:
@@ -135,6 +145,22 @@ class AbstractIndex:
         self._length = length
         self._mmap = mmap.mmap(self._file.fileno(), length) if length else None
         self._entries = self._trailing_entries(entries) if exists else 0
+        if self._on_open is not None:
+            self._on_open(self)
+
+    def _load_into_memory(self) -> None:
+        """The file's entries as a ``bytearray`` (none when it does not exist); from
+        then on the index lives in memory (``_read_only``: never reopened)."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        length = len(data) - len(data) % self.ENTRY_SIZE
+        self._mmap = bytearray(data[:length])
+        self._length = length
+        self._read_only = True
+        self._entries = self._trailing_entries(length // self.ENTRY_SIZE)
+        del self._mmap[self._entries * self.ENTRY_SIZE :]
         if self._on_open is not None:
             self._on_open(self)
 
@@ -166,8 +192,10 @@ class AbstractIndex:
     def close_files(self) -> None:
         """Unmap and close, keeping what is known; the next use reopens (the cap's
         eviction: no flush, the written entries are in the page cache and
-        :meth:`flush` fsyncs them later)."""
+        :meth:`flush` fsyncs them later). An index read into memory has nothing open."""
         with self._lock:
+            if self._read_only:
+                return
             if isinstance(self._mmap, mmap.mmap):
                 self._mmap.close()
             self._mmap = None
@@ -192,6 +220,7 @@ class AbstractIndex:
         index.max_index_size = index._length = length
         index._file = None
         index._read_only = True
+        index._memory = False
         index._lock = threading.RLock()
         index._on_open = None
         index.writable = False
@@ -251,16 +280,24 @@ class AbstractIndex:
             raise io.UnsupportedOperation(f"index {self.path.name} was opened read-only")
         return self._file.fileno()
 
+    def _pwrite(self, data: bytes, position: int) -> None:
+        """Write at ``position``: to the file, or to the entries of an index in memory."""
+        if self._memory and isinstance(self._mmap, bytearray):
+            self._mmap[position : position + len(data)] = data
+            return
+        os.pwrite(self._fd(), data, position)
+
     @_opened
     def _write(self, values: tuple[int, int]) -> None:
-        fd = self._fd()
+        if not self._memory:
+            self._fd()
         if self.is_full():
             raise IndexCorruptError(f"index {self.path.name} is full")
         if (self.entries + 1) * self.ENTRY_SIZE > self.length:
             self.resize(self.max_index_size)  # an active index found trimmed at load
         # pwrite, not a store into the mmap: on a full disk a store into a sparse page
         # raises SIGBUS and kills the broker, while pwrite fails with ENOSPC.
-        os.pwrite(fd, self._ENTRY.pack(*values), self.entries * self.ENTRY_SIZE)
+        self._pwrite(self._ENTRY.pack(*values), self.entries * self.ENTRY_SIZE)
         self.dirty = True
         self.entries += 1
 
@@ -279,12 +316,13 @@ class AbstractIndex:
 
     @_opened
     def truncate_entries(self, n: int) -> None:
-        fd = self._fd()
+        if not self._memory:
+            self._fd()
         n = max(0, min(n, self.entries))
         start = n * self.ENTRY_SIZE
         end = self.entries * self.ENTRY_SIZE
         if end > start:
-            os.pwrite(fd, bytes(end - start), start)
+            self._pwrite(bytes(end - start), start)
             self.dirty = True
         self.entries = n
 
@@ -315,10 +353,15 @@ class AbstractIndex:
     def resize(self, new_size: int) -> None:
         """Set the file's length and remap (no msync: entries are written with
         ``pwrite``, so the mapping holds no dirty pages of its own; :meth:`flush`
-        fsyncs them)."""
+        fsyncs them). In memory only the length changes: entries grow on write, so a
+        rebuilt index costs its entries, not ``segment.index.bytes``."""
+        new_size -= new_size % self.ENTRY_SIZE
+        if self._memory and isinstance(self._mmap, bytearray):
+            del self._mmap[new_size:]
+            self._length = new_size
+            return
         self._fd()
         assert self._file is not None
-        new_size -= new_size % self.ENTRY_SIZE
         if isinstance(self._mmap, mmap.mmap):
             self._mmap.close()
             self._mmap = None

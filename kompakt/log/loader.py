@@ -8,6 +8,12 @@ Segments whose ``.txnindex`` must be rebuilt are marked ``txn_index_stale``; the
 rebuild needs the open transactions of the segments before them, which
 :class:`PartitionLog` replays once it has them all.
 The loader only decides what the directory holds; :class:`PartitionLog` owns the result.
+
+``read_only`` loads the same segments without changing a byte (a dry run): leftovers of
+a finished swap (``.deleted``, ``.cleaned``, ``.tmp``) and orphan indexes are passed
+over instead of removed, and recovery and index rebuilds happen in memory
+(:class:`LogSegment` ``read_only``). An interrupted swap (``.swap`` files) is refused:
+only a writable open may finish or roll it back.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kompakt.errors import KafkaStorageError
 from kompakt.log.clock import Clock
 from kompakt.log.open_segments import OpenSegments
 from kompakt.log.segment import (
@@ -49,11 +56,13 @@ class LogLoader:
         segment_kwargs: dict[str, Any],
         clock: Clock,
         handles: OpenSegments | None = None,
+        read_only: bool = False,
     ):
         self.dir = directory
-        self.segment_kwargs = segment_kwargs
+        self.segment_kwargs = {**segment_kwargs, "read_only": read_only}
         self.clock = clock
         self.handles = handles
+        self.read_only = read_only
 
     def load(self, needs_recovery: bool, recovery_point: int | None) -> list[LogSegment]:
         """The partition's segments in offset order, the last one writable; never empty.
@@ -63,15 +72,26 @@ class LogLoader:
         is first mapped (Kafka trusts the indexes below the recovery point and skips their
         sanity check at load, KAFKA-7283); one directory listing serves every decision.
         """
-        names = set(os.listdir(self.dir))
-        if any(n.endswith((DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
+        try:
+            names = set(os.listdir(self.dir))
+        except FileNotFoundError:
+            if not self.read_only:
+                raise
+            names = set()  # a partition with no folder yet: empty, and none is made
+        if self.read_only:
+            if any(n.endswith(SWAP_SUFFIX) for n in names):
+                raise KafkaStorageError(
+                    f"{self.dir} holds an interrupted segment swap (.swap files), which "
+                    "only a writable open finishes; a read-only open changes nothing"
+                )
+        elif any(n.endswith((DELETED_SUFFIX, ".tmp", CLEANED_SUFFIX, SWAP_SUFFIX)) for n in names):
             self.complete_swaps()
             names = set(os.listdir(self.dir))
         bases = sorted(offset_from_name(n) for n in names if n.endswith(LOG_SUFFIX))
         known = set(bases)
         for n in names:  # orphan index files, like Kafka's LogLoader
             if n.endswith((INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)):
-                if offset_from_name(n) not in known:
+                if offset_from_name(n) not in known and not self.read_only:
                     (self.dir / n).unlink()
         segments: list[LogSegment] = []
         for i, base in enumerate(bases):
@@ -140,7 +160,7 @@ class LogLoader:
                         len(rest),
                     )
                 for later in rest:
-                    later.delete_files()
+                    later.close() if self.read_only else later.delete_files()
                 segments = segments[: i + 1]
                 break
         for seg in segments[:-1]:

@@ -60,7 +60,6 @@ from kompakt.log.durable import write_json_atomically, write_text_atomically
 from kompakt.log.names import invalid_topic_reason, validate_no_collision, validate_topic_name
 from kompakt.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS, OpenSegments
 from kompakt.log.partition_log import PartitionLog
-from kompakt.log.segment import log_file_offset
 
 log = logging.getLogger(__name__)
 
@@ -118,31 +117,17 @@ def is_delete_dir(name: str) -> bool:
 
 
 def is_data_dir(path: str | os.PathLike) -> bool:
-    """True for a folder kompakt or Apache Kafka made a log dir: ``meta.properties`` or
-    ``kompakt-topics.json`` at its root, or a ``TOPIC-PARTITION`` folder holding
-    ``partition.metadata`` or a segment (``.log``) file.
+    """True for a formatted log dir: ``meta.properties`` at its root, as Kafka requires
+    of every log dir ("No `meta.properties` found in DIR (have you run
+    `kafka-storage.sh` to format the directory?)"; Apache Kafka and every kompakt open
+    write it), or kompakt's own ``kompakt-topics.json``.
 
-    Read-only tools use it to refuse a folder that was never a data dir instead of
-    turning it into one (a user's ``photos-2019`` folder is not partition 2019).
+    Folders that merely look like partitions (``users-0/00000000000000000000.log``, a
+    user's ``photos-2019``) do not make one: opening such a folder would take them for
+    logs, truncate their files and write a data dir's files beside them.
     """
     root = Path(path)
-    if (root / META_FILE).is_file() or (root / TOPICS_FILE).is_file():
-        return True
-    try:
-        entries = list(root.iterdir())
-    except OSError:
-        return False
-    for p in entries:
-        parsed = parse_partition_dir(p.name)
-        if parsed is None or invalid_topic_reason(parsed[0]) is not None or not p.is_dir():
-            continue
-        try:
-            names = os.listdir(p)
-        except OSError:
-            continue
-        if "partition.metadata" in names or any(log_file_offset(n) is not None for n in names):
-            return True
-    return False
+    return (root / META_FILE).is_file() or (root / TOPICS_FILE).is_file()
 
 
 @contextmanager
@@ -155,22 +140,37 @@ def shared_dir_lock(path: str | os.PathLike) -> Iterator[None]:
     file is opened read-only and never created: a read leaves the dir as it found it.
     A dir without ``.lock`` has no owner and is read without one.
     """
+    fd = lock_dir(path, exclusive=False)
     try:
-        fd = os.open(Path(path) / LOCK_FILE, os.O_RDONLY)
-    except FileNotFoundError:
-        yield
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LogDirLockedError(
-                f"data dir {path} is locked by another process, e.g. a running broker "
-                "(.lock is held)"
-            ) from None
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        if fd >= 0:
+            os.close(fd)  # closing the descriptor releases the lock
+
+
+def lock_dir(path: str | os.PathLike, *, exclusive: bool) -> int:
+    """The data dir's ``.lock`` held: ``exclusive`` by its one owner (a broker, an
+    offline writer; the file is made if missing), else shared by a reader (opened
+    read-only and never made: -1 when there is none, as a dir without it has no owner).
+    :class:`LogDirLockedError` while another process holds it against this use."""
+    lock = Path(path) / LOCK_FILE
+    try:
+        if exclusive:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        else:
+            fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        if exclusive:
+            raise
+        return -1
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LogDirLockedError(
+            f"data dir {path} is locked by another process, e.g. a running broker (.lock is held)"
+        ) from None
+    return fd
 
 
 class FileDeleter:
@@ -212,20 +212,31 @@ class FileDeleter:
                 now = self._clock()
                 while self._heap and self._heap[0][0] <= now:
                     _due, _seq, paths, before = heapq.heappop(self._heap)
-                    if before is not None:
-                        try:
-                            before()
-                        except Exception:
-                            log.exception("closing a deleted segment failed")
-                    for p in paths:
-                        Path(p).unlink(missing_ok=True)
+                    _delete(paths, before)
                 wait = (self._heap[0][0] - now) / 1000 if self._heap else None
                 self._cv.wait(timeout=min(wait, 1.0) if wait is not None else 1.0)
 
     def stop(self) -> None:
+        """Stop, deleting now what is still scheduled: the logs are closed, so no reader
+        of those files is left, and a process that exits gives the disk back (Kafka's
+        broker waits ``file.delete.delay.ms``; an offline ``compact`` must not leave
+        its replaced segments behind as ``.deleted`` files)."""
         with self._cv:
             self._stopped = True
+            pending, self._heap = self._heap, []
             self._cv.notify()
+        for _due, _seq, paths, before in sorted(pending, key=lambda e: e[:2]):
+            _delete(paths, before)
+
+
+def _delete(paths: list[str], before: Callable[[], None] | None) -> None:
+    if before is not None:
+        try:
+            before()
+        except Exception:
+            log.exception("closing a deleted segment failed")
+    for p in paths:
+        Path(p).unlink(missing_ok=True)
 
 
 LOAD_PROGRESS_EVERY_S = 5.0  # a log line this often while partitions load at start
@@ -238,7 +249,15 @@ class LogManager:
         broker_config: Mapping[str, str] | None = None,
         clock: Clock | None = None,
         max_open_segments: int | None = DEFAULT_MAX_OPEN_SEGMENTS,
+        read_only: bool = False,
     ):
+        """``read_only`` (a dry run; Kafka's read-only tools never write to a log dir):
+        the dirs must exist and are opened as they are: no ``.lock`` is made (an
+        existing one is held shared, so a broker's dir is still refused),
+        ``meta.properties``, ``kompakt-topics.json``, checkpoints and the clean-shutdown
+        marker are read, never written; recovery and index rebuilds happen in memory
+        (:class:`PartitionLog` ``read_only``) and :meth:`close` writes nothing."""
+        self.read_only = read_only
         paths = [data_dir] if isinstance(data_dir, (str, os.PathLike)) else list(data_dir)
         if not paths:
             raise ValueError("at least one log dir")
@@ -271,7 +290,7 @@ class LogManager:
             self._open_dirs()
             self.was_clean_shutdown = all(d.was_clean_shutdown for d in self._online_dirs())
             self._load()
-            for d in self._online_dirs():
+            for d in [] if read_only else self._online_dirs():
                 try:
                     (d.path / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
                 except OSError as exc:
@@ -283,17 +302,6 @@ class LogManager:
         self._closed = False
 
     # -- dir lock ------------------------------------------------------------------------
-    def _acquire_lock(self, path: Path) -> int:
-        fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise LogDirLockedError(
-                f"data dir {path} is locked by another process (.lock is held)"
-            ) from None
-        return fd
-
     def _release_lock(self, d: LogDir | None = None) -> None:
         """Release one dir's lock, or every dir's (a test's simulated crash)."""
         for one in [d] if d is not None else self.dirs:
@@ -316,11 +324,12 @@ class LogManager:
             try:
                 if d.path.exists() and not d.path.is_dir():  # mkdir would say EEXIST
                     raise NotADirectoryError(errno.ENOTDIR, "a file is where the dir should be")
-                d.path.mkdir(parents=True, exist_ok=True)
+                if not self.read_only:
+                    d.path.mkdir(parents=True, exist_ok=True)
                 if not d.path.is_dir():
                     raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
                 os.listdir(d.path)  # readable (Kafka: Files.isReadable)
-                d.lock_fd = self._acquire_lock(d.path)
+                d.lock_fd = lock_dir(d.path, exclusive=not self.read_only)
                 d.was_clean_shutdown = (d.path / CLEAN_SHUTDOWN_FILE).exists()
             except OSError as exc:
                 self._release_lock(d)
@@ -375,7 +384,7 @@ class LogManager:
         cluster_id = cluster[0] if cluster else uuid.uuid4().hex[:22]
         node_id = node[0] if node else str(self.broker_config.get("node.id", "1"))
         wrote = False
-        for d in self._online_dirs():
+        for d in [] if self.read_only else self._online_dirs():
             meta_path = d.path / META_FILE
             try:
                 if not meta_path.exists():
@@ -477,6 +486,7 @@ class LogManager:
                             schedule_delete=self.deleter.schedule,
                             cleaned_offset=cleaned.get(tp, 0),
                             handles=self.open_segments,
+                            read_only=self.read_only,
                         )
                     except OSError as exc:
                         self._fail_at_start(d, exc, f"loading {meta.name}-{part}")
@@ -497,14 +507,15 @@ class LogManager:
                 "clean" if self.was_clean_shutdown else "unclean",
             )
         try:
-            self._save_topics()
+            if not self.read_only:
+                self._save_topics()
         except OSError as exc:
             self._fail_at_start(self.dirs[0], exc, f"writing {TOPICS_FILE}")
 
     def _scan_dir(self, d: LogDir, located: Mapping[tuple[str, int], LogDir]) -> set:
         """The partitions in one dir (``TOPIC-PARTITION`` folders), after removing the
         ``-delete`` folders a topic deletion left behind."""
-        for p in d.path.iterdir():
+        for p in [] if self.read_only else d.path.iterdir():
             if p.is_dir() and is_delete_dir(p.name):
                 shutil.rmtree(p, ignore_errors=True)
         dir_tps: set[tuple[str, int]] = set()
@@ -954,7 +965,7 @@ class LogManager:
         self._closed = True
         errors: list[OSError] = []
         for d, logs in self.logs_by_dir(online_only=False):
-            offline = self.failures.is_offline(d.path)
+            offline = self.failures.is_offline(d.path) or self.read_only
             dir_errors: list[OSError] = []
             if not offline:
                 for plog in logs:

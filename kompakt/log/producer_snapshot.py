@@ -168,10 +168,13 @@ def list_snapshots(directory: Path | str) -> list[ProducerSnapshotFile]:
     return [ProducerSnapshotFile(directory, o) for o in offsets]
 
 
-def load_latest(directory: Path | str, upto: int) -> tuple[int, list[SnapshotEntry]] | None:
+def load_latest(
+    directory: Path | str, upto: int, delete_corrupt: bool = True
+) -> tuple[int, list[SnapshotEntry]] | None:
     """The latest readable snapshot at or below ``upto`` (the log end offset) as
-    ``(offset, entries)``; a corrupt one is logged and deleted and the next older one
-    tried (Kafka's ``loadFromSnapshot``); None when none is left."""
+    ``(offset, entries)``; a corrupt one is logged and deleted (kept by a read-only
+    open: ``delete_corrupt`` off) and the next older one tried (Kafka's
+    ``loadFromSnapshot``); None when none is left."""
     for snap in reversed(list_snapshots(directory)):
         if snap.offset > upto:
             continue
@@ -179,7 +182,8 @@ def load_latest(directory: Path | str, upto: int) -> tuple[int, list[SnapshotEnt
             return snap.offset, snap.read()
         except CorruptSnapshotError as exc:
             log.warning("failed to load producer snapshot from %s: %s", snap.path, exc)
-            snap.delete()
+            if delete_corrupt:
+                snap.delete()
         except FileNotFoundError:
             continue
     return None

@@ -155,6 +155,8 @@ def replay_files(
     for base, path, size in files:
         found: list[AbortedTxn] = []
         out[base] = found
+        if size == 0:  # nothing to read (a read-only open's empty partition has no file)
+            continue
         with open(path, "rb") as f:
             n = os.fstat(f.fileno()).st_size if size is None else size
             if not n:

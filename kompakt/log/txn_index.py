@@ -81,11 +81,15 @@ def read_entries(path: Path | str) -> list[AbortedTxn]:
 
 
 class TransactionIndex:
-    """One segment's ``.txnindex``, created lazily on the first :meth:`append`."""
+    """One segment's ``.txnindex``, created lazily on the first :meth:`append`.
 
-    def __init__(self, path: Path, base_offset: int):
+    ``read_only`` (a log opened read-only): the file is read, never written; a rebuild
+    or an append changes the entries in memory only."""
+
+    def __init__(self, path: Path, base_offset: int, read_only: bool = False):
         self.path = Path(path)
         self.base_offset = base_offset
+        self.read_only = read_only
         self._entries: list[AbortedTxn] | None = None  # read on first use
         self._absent = False  # the loader saw no file: nothing to read or check
 
@@ -137,6 +141,9 @@ class TransactionIndex:
                 f"one at {last}; last offsets must increase"
             )
         entries = self.entries
+        if self.read_only:
+            entries.append(txn)
+            return
         self._absent = False
         with open(self.path, "ab") as f:
             try:
@@ -149,6 +156,9 @@ class TransactionIndex:
 
     def replace(self, entries: list[AbortedTxn]) -> None:
         """Rewrite the file to hold exactly ``entries`` (recovery); no file when empty."""
+        if self.read_only:
+            self._entries = list(entries)
+            return
         self._absent = not entries
         if not entries:
             self.path.unlink(missing_ok=True)
@@ -165,7 +175,7 @@ class TransactionIndex:
             self.replace(kept)
 
     def flush(self) -> None:
-        if not self._absent and self.path.exists():
+        if not self.read_only and not self._absent and self.path.exists():
             fd = os.open(self.path, os.O_RDONLY)
             try:
                 os.fsync(fd)

@@ -178,18 +178,37 @@ def test_topic_create_makes_a_data_dir_in_an_empty_or_missing_folder(tmp_path: P
 
 
 def test_a_kafka_log_dir_without_kompakt_files_is_a_data_dir(tmp_path: Path):
-    """Apache Kafka's log dir has meta.properties; one copied without it is still known
-    by its TOPIC-N folders holding partition.metadata or segments."""
+    """A log dir Apache Kafka formatted (meta.properties, as ``kafka-storage format``
+    writes it) is a data dir without any kompakt file."""
     d = tmp_path / "kafka"
     (d / "orders-0").mkdir(parents=True)
     (d / "orders-0" / "00000000000000000000.log").write_bytes(b"")
     (d / "orders-0" / "partition.metadata").write_text(
         "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n"
     )
+    (d / "meta.properties").write_text(
+        "#\nnode.id=1\ndirectory.id=BBBBBBBBBBBBBBBBBBBBBB\nversion=1\n"
+        "cluster.id=CCCCCCCCCCCCCCCCCCCCCC\n"
+    )
     before = snapshot(d)
     r = run("topic", "describe", "-d", d, "--json")
     assert r.exit_code == 0, r.output
     assert '"topic_id": "AAAAAAAAAAAAAAAAAAAAAA"' in r.stdout
+    assert snapshot(d) == before
+
+
+def test_a_log_dir_without_meta_properties_is_refused_as_kafka_refuses_it(tmp_path: Path):
+    """Kafka refuses a log dir without meta.properties ("No `meta.properties` found in
+    DIR (have you run `kafka-storage.sh` to format the directory?)"): partition-shaped
+    folders do not make one, even with segments and partition.metadata."""
+    d = tmp_path / "copied"
+    (d / "orders-0").mkdir(parents=True)
+    (d / "orders-0" / "00000000000000000000.log").write_bytes(b"")
+    (d / "orders-0" / "partition.metadata").write_text(
+        "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n"
+    )
+    before = snapshot(d)
+    assert_one_line_error(run("topic", "describe", "-d", d), "has no meta.properties")
     assert snapshot(d) == before
 
 
