@@ -6,7 +6,8 @@ from broker-style config (``kompakt.spark.master``, ``spark.*`` pass-through) wi
 the caller built. PySpark is imported lazily so importing kompakt stays cheap.
 
 Quiet by default: Spark's console progress bar is off and the driver JVM gets a log4j2
-configuration of kompakt's (root level ERROR, see :data:`LOG4J2_PROPERTIES`) through
+configuration of kompakt's (root level ERROR, a failed task's executor and scheduler
+lines only at a level the user chose, see :data:`LOG4J2_PROPERTIES`) through
 ``-Dlog4j2.configurationFile``, which also silences what Spark prints before a session
 exists ("Using Spark's default log4j profile", ``WARN NativeCodeLoader``, the hostname
 warnings). The notices printed straight to the JVM's stderr ("WARNING: Using incubator
@@ -51,6 +52,13 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{{yy/MM/dd HH:mm:ss}} %p %c{{1}}: %m%n%ex
+# a task that fails (a corrupt batch's CorruptRecordError) reaches the driver, which
+# gives the user its one-line verdict: the executor's copy with the worker's traceback
+# and the scheduler's "aborting job" are for a level the user asked for
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = {task_level}
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = {task_level}
 """
 # Printed on the JVM's stderr, not through log4j: the JVM's notice for Spark's
 # --add-modules=jdk.incubator.vector, and Spark's shell hint (pyspark counts as a shell).
@@ -121,7 +129,8 @@ def _conf_dir_log4j() -> bool:
 
 def log4j2_file(level: str = DEFAULT_LOG_LEVEL) -> str:
     """The path of kompakt's log4j2 configuration at ``level`` (written once, by content)."""
-    text = LOG4J2_PROPERTIES.format(level=level)
+    task_level = "FATAL" if level == DEFAULT_LOG_LEVEL else level
+    text = LOG4J2_PROPERTIES.format(level=level, task_level=task_level)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = os.path.join(tempfile.gettempdir(), f"kompakt-log4j2-{digest}.properties")
     if not os.path.isfile(path):

@@ -42,3 +42,21 @@ def test_verbose_compact_shows_the_cleaners_log_lines(tmp_path: Path):
     )
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert any(ln.startswith("INFO kompakt.") for ln in r.stderr.splitlines()), r.stderr
+
+
+def test_spark_compact_of_a_corrupt_partition_prints_only_the_verdict(tmp_path: Path):
+    """A corrupt batch fails the clean's task with CorruptRecordError, as Kafka's cleaner
+    thread fails on a corrupt record (``CorruptRecordException``) and marks the partition
+    uncleanable. The user gets kompakt's one-line verdict; Spark's ``ERROR Executor``
+    block with the worker's traceback and ``ERROR TaskSetManager ... aborting job`` came
+    before it."""
+    data = make_data_dir(tmp_path / "data", corrupt=True)
+    r = subprocess.run(
+        [*kompakt_cmd(), "compact", "users:0", "--engine", "spark", "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    [line] = r.stderr.splitlines()
+    assert line.startswith("error: users-0 is uncleanable: corrupt batch in "), r.stderr
