@@ -152,13 +152,32 @@ def _launch_quiet_gateway(conf: Mapping[str, str]) -> None:
     spark_conf_ = SparkConf(loadDefaults=False)
     for key, value in conf.items():
         spark_conf_.set(key, value)
-    gateway = launch_gateway(spark_conf_, popen_kwargs={"stderr": subprocess.PIPE})
+    # a process group of its own: a terminal's Ctrl-C reaches the driver (kompakt, which
+    # cancels its jobs) and not the JVM and the Python workers it forks (PySpark keeps
+    # SIGINT from the JVM, but its workers set a handler again and died mid-write)
+    gateway = launch_gateway(
+        spark_conf_, popen_kwargs={"stderr": subprocess.PIPE, "process_group": 0}
+    )
     proc = getattr(gateway, "proc", None)
     if proc is not None and proc.stderr is not None:
         threading.Thread(
             target=_forward_stderr, args=(proc.stderr,), name="kompakt-jvm-stderr", daemon=True
         ).start()
     SparkContext._ensure_initialized(gateway=gateway)
+
+
+_PY4J_INTERRUPTED = ("Exception while sending command.", "KeyboardInterrupt while sending command.")
+
+
+def _py4j_interrupted(record: logging.LogRecord) -> bool:
+    """False for py4j's tracebacks of a call that Ctrl-C interrupted: py4j logs them on
+    the root logger (``logging.exception``) while the ``KeyboardInterrupt`` goes on to
+    the caller, which reports the interrupt itself."""
+    return not (
+        record.name == "root"
+        and record.msg in _PY4J_INTERRUPTED
+        and f"{os.sep}py4j{os.sep}" in record.pathname
+    )
 
 
 def _forward_stderr(stream) -> None:
@@ -190,6 +209,8 @@ def session(config: Mapping[str, str] | None = None) -> SparkSession:
         py4j = logging.getLogger("py4j")
         if py4j.level == logging.NOTSET:  # its INFO lines are per connection: noise
             py4j.setLevel(logging.WARNING)
+        if _py4j_interrupted not in logging.getLogger().filters:
+            logging.getLogger().addFilter(_py4j_interrupted)
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)

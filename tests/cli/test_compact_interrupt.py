@@ -9,6 +9,7 @@ Spark: inside a running task).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,6 +31,9 @@ def kompakt_cmd() -> list[str]:
 def interrupt_mid_clean(
     data: Path, hold: Path, engine: str, sig: int, timeout: float = 600
 ) -> subprocess.CompletedProcess:
+    """Signal the CLI as a terminal does: Ctrl-C goes to the whole foreground process
+    group (the CLI leads one here), so every process the CLI started and left in it gets
+    it too (Spark's Python workers printed BrokenPipeError tracebacks)."""
     env = {**os.environ, HOLD_ENV: str(hold)}
     proc = subprocess.Popen(
         [*kompakt_cmd(), "compact", "users:1", "--data-dir", str(data), "--engine", engine],
@@ -37,6 +41,7 @@ def interrupt_mid_clean(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        process_group=0,
     )
     try:
 
@@ -46,11 +51,13 @@ def interrupt_mid_clean(
 
         wait_for(held, "the clean to start", timeout)
         assert any(p.name.endswith(".cleaned") for p in (data / "users-1").iterdir())
-        proc.send_signal(sig)
+        os.killpg(proc.pid, sig)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of its group outlived it
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
@@ -73,8 +80,9 @@ def test_signal_during_local_clean_cancels_it_and_changes_nothing(tmp_path: Path
 
 
 def test_sigint_during_spark_clean_cancels_the_job_and_changes_nothing(tmp_path: Path):
-    """Was: 77 lines of Python and Java tracebacks. Spark's own start-up banner may
-    precede it; from the signal on, stderr is the one line."""
+    """Was: 77 lines of Python and Java tracebacks, then (Ctrl-C to the process group, as
+    from a terminal) pyspark workers' BrokenPipeError tracebacks. Spark's own start-up
+    banner may precede it; from the signal on, stderr is the one line."""
     data = make_data_dir(tmp_path / "data", corrupt=False)
     hold = tmp_path / "hold"
     hold.mkdir()
