@@ -4,7 +4,10 @@ Kafka ``Cleaner.buildOffsetMapForSegment``: a record goes into the offset map un
 batch is a control batch (a transaction marker) or belongs to an aborted transaction
 (``CleanedTransactionMetadata.onBatchRead``, fed with the aborted transactions of the
 range from the ``.txnindex``), or it has no key; and only records from the first dirty
-offset on. Transactions are judged by the aborted list alone, as Kafka's cleaner does: a
+offset on and below the first uncleanable offset (Kafka's ``LogCleaner``: "we do not
+clean beyond the last stable offset", so every record the map sees is decided: a record
+of a transaction still open past it would otherwise supersede a committed one and take
+it with it when that transaction aborts). Transactions are judged by the aborted list alone, as Kafka's cleaner does: a
 transactional batch whose COMMIT marker a later clean removed is still committed data.
 (The Spark source's ``read_committed`` is a consumer's view and looks for the marker
 instead; the cleaner must not use it.)
@@ -25,11 +28,14 @@ from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
 from kompakt.record.scan import RecordScan
 
 
-def feeds_key_map(scan: RecordScan, buf: np.ndarray, txn: TxnTracker, start: int) -> np.ndarray:
+def feeds_key_map(
+    scan: RecordScan, buf: np.ndarray, txn: TxnTracker, start: int, end: int
+) -> np.ndarray:
     """Mask of ``scan``'s records that go into the key map (see the module doc).
 
     ``txn`` sees every batch of the scan in order (its state carries over to the next
-    segment of the same pass); ``start`` is the first dirty offset.
+    segment of the same pass); ``[start, end)`` is the dirty range: the first dirty
+    offset up to the first uncleanable one.
     """
     attrs = scan.batch_attributes
     use = (attrs & CONTROL_BIT) == 0
@@ -45,4 +51,4 @@ def feeds_key_map(scan: RecordScan, buf: np.ndarray, txn: TxnTracker, start: int
                 )
             elif txn.on_batch(pid, last, bool(attrs[b] & TRANSACTIONAL_BIT)):
                 use[b] = False
-    return use[scan.batch_index] & ~scan.key_null & (scan.offset >= start)
+    return use[scan.batch_index] & ~scan.key_null & (scan.offset >= start) & (scan.offset < end)

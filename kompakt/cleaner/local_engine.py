@@ -83,7 +83,7 @@ class LocalEngine:
             if self._io is not None:  # Kafka's buildOffsetMap: throttler.maybeThrottle(read)
                 self._io(len(buf))
             nb = len(scan.batch_position)
-            mask = feeds_key_map(scan, buf, txn, start)
+            mask = feeds_key_map(scan, buf, txn, start, end)
             h1, h2 = hash_keys(scan.key_offsets, scan.key_data)
             consumed = m.put(h1, h2, scan.offset, mask)
             if consumed < len(scan.offset):
@@ -100,6 +100,9 @@ class LocalEngine:
                 if last >= start:
                     m.latest_offset = max(m.latest_offset, last)
             m.latest_offset = max(m.latest_offset, next_base - 1)
+        # a batch the last segment holds past the first uncleanable offset (an open
+        # transaction's, beyond the LSO) fed nothing: the range ends where it may
+        m.latest_offset = min(m.latest_offset, end - 1)
         out.end_offset = m.latest_offset + 1 if m.latest_offset >= 0 else start
         out.partial = full
         out.map_utilization = m.utilization

@@ -222,7 +222,7 @@ def digest_rows(
     keep = ~scan.key_null & (scan.offset >= start) & (scan.offset < end)
     first = int(scan.batch_base_offset[0])
     txn = TxnTracker([t for t in aborted if t.last_offset >= first])
-    feeds = feeds_key_map(scan, buf, txn, first_dirty)
+    feeds = feeds_key_map(scan, buf, txn, first_dirty, end)
     d_hi, d_lo = key_digests(scan.key_offsets, scan.key_data)
     rows = np.empty((int(keep.sum()), 3), np.int64)
     rows[:, 0] = d_hi[keep]

@@ -393,7 +393,7 @@ def inspect_key(
         rows = _matching_rows(scan, key)
         scanned.append((seg, buf, scan, rows))
         if seg.base_offset in dirty_bases:
-            feeds = feeds_key_map(scan, buf, txn, start)
+            feeds = feeds_key_map(scan, buf, txn, start, end)
             fed = rows[feeds[rows]] if len(rows) else rows
             if len(fed):
                 latest = max(latest, int(scan.offset[fed].max()))
@@ -403,6 +403,8 @@ def inspect_key(
     for j in range(len(dirty) if dirty_bases else 0):
         next_base = dirty[j + 1].base_offset if j + 1 < len(dirty) else end
         map_last = max(map_last, next_base - 1)
+    if dirty_bases:  # never past the first uncleanable offset (LocalEngine too)
+        map_last = min(map_last, end - 1)
     map_end = map_last + 1 if dirty_bases and map_last >= 0 else None
     rep.map_end_offset = map_end
     retention = cfg.delete_retention_ms
