@@ -325,14 +325,15 @@ def test_index_entries_are_the_aborted_transactions_of_each_segment(
         m.close()
 
 
-def test_a_restart_after_the_cleaner_removed_a_commit_marker_opens_no_transaction(
+def test_a_commit_marker_in_another_group_stays_with_its_data_and_goes_after_it(
     data_dir: Path,
 ) -> None:
-    """Kafka keeps a COMMIT marker only until its delete horizon, and its transaction's
-    data may outlive it (data and marker in different segment groups). Kafka never
-    replays that data (it restarts from producer snapshots); kompakt replays the log
-    but knows every transaction with data below the cleaner checkpoint was complete
-    (the cleaner stops at the LSO), so the LSO is not held back after a restart."""
+    """Kafka's cleaner carries one ``CleanedTransactionMetadata`` through every segment
+    group of a clean, so a COMMIT marker in a later group than its transaction's data
+    is kept while that data is (``onControlBatchRead``); once a later record of the key
+    supersedes the data and its producer expires, the marker gets its delete horizon
+    and goes after it. Neither
+    a clean nor a restart opens a transaction: the LSO is not held back."""
     now = [TS]
     cfg = {
         "cleanup.policy": "compact",
@@ -352,20 +353,38 @@ def test_a_restart_after_the_cleaner_removed_a_commit_marker_opens_no_transactio
     plog.append(data(-1, pad, key=b"pad2", transactional=False))  # 4
     plog.roll()
     cleaner = Cleaner(m)
-    now[0] += 10_000
-    assert cleaner.clean_partition(plog) is not None  # stamps the marker's horizon
-    now[0] += 5_000
-    plog.append(data(-1, b"v", key=b"other", transactional=False))  # 5: something dirty
+
+    def clean_later(ms: int) -> list[tuple[int, bool]]:
+        now[0] += ms
+        assert cleaner.clean_partition(plog) is not None
+        return [(b.header.base_offset, b.header.is_control) for b in plog.iter_batches()]
+
+    for ms in (10_000, 5_000):  # past any horizon: the data stays, so does its marker
+        plog.append(data(-1, b"v", key=b"other", transactional=False))  # something dirty
+        plog.roll()
+        kept = clean_later(ms)
+        assert (1, False) in kept and (3, True) in kept
+    plog.append(data(-1, b"v2", transactional=False))  # 7: supersedes the committed v1
     plog.roll()
-    assert cleaner.clean_partition(plog) is not None  # past the horizon: marker removed
-    kept = [(b.header.base_offset, b.header.is_control) for b in plog.iter_batches()]
-    assert (1, False) in kept and (3, True) not in kept
-    assert plog.last_stable_offset == plog.high_watermark == 6
+    kept = clean_later(10)
+    # v1 is gone; its batch stays, empty, as producer 9's last (Kafka's RETAIN_EMPTY),
+    # and a read transactional batch keeps its marker
+    assert 1 not in [r.offset for b in plog.iter_batches() for r in b.records()]
+    assert (3, True) in kept
+    # once producer 9 expires (producer.id.expiration.ms, a day) its batch goes; the
+    # clean after that stamps the marker's horizon, the one past it removes it
+    for ms in (86_400_001, 10, 2_000):
+        plog.append(data(-1, b"v", key=b"other", transactional=False))
+        plog.roll()
+        kept = clean_later(ms)
+    assert (3, True) not in kept
+    end = plog.high_watermark
+    assert plog.last_stable_offset == end
     m.close()
     m = LogManager(data_dir, clock=lambda: now[0])
     try:
         plog = m.get_log("t", 0)
-        assert plog.last_stable_offset == plog.high_watermark == 6
+        assert plog.last_stable_offset == plog.high_watermark == end
     finally:
         m.close()
 
