@@ -20,6 +20,7 @@ from rich.text import Text
 from kompakt.errors import KompaktError
 
 from .backend import Backend, CliError
+from .kafka_errors import is_kafka_exception, kafka_error_text
 
 if TYPE_CHECKING:
     from .broker_backend import BrokerBackend
@@ -38,7 +39,7 @@ def describe_exception(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         where = f": '{exc.filename}'" if exc.filename else ""
         return f"{exc.strerror}{where}"
-    if _is_kafka_exception(exc) and exc.args:
+    if is_kafka_exception(exc) and exc.args:
         return kafka_error_text(exc.args[0])
     return str(exc) or type(exc).__name__
 
@@ -48,26 +49,7 @@ def is_user_error(exc: BaseException) -> bool:
     a refusal of kompakt's own, a file system error, or the broker's answer to a
     request (confluent-kafka's ``KafkaException``: an ACL's CLUSTER_AUTHORIZATION_FAILED,
     a bad config), whichever verb let it through."""
-    return isinstance(exc, KompaktError | OSError) or _is_kafka_exception(exc)
-
-
-def _is_kafka_exception(exc: BaseException) -> bool:
-    ck = sys.modules.get("confluent_kafka")  # loaded only by a verb that talked to a broker
-    return ck is not None and isinstance(exc, ck.KafkaException)
-
-
-def kafka_error_text(err: Any) -> str:
-    """A confluent-kafka ``KafkaError`` as text: its message without librdkafka's
-    ``Broker:`` prefix. An error the admin API built from a response code alone has no
-    message (``(null)``): then the code's own description, e.g. "Cluster authorization
-    failed" for CLUSTER_AUTHORIZATION_FAILED (Kafka's ``Errors`` message)."""
-    ck = sys.modules.get("confluent_kafka")
-    if ck is None or not isinstance(err, ck.KafkaError):
-        return str(err)
-    message = err.str()
-    if not message or message == "(null)":
-        message = ck.KafkaError(err.code()).str()
-    return message.removeprefix("Broker: ")
+    return isinstance(exc, KompaktError | OSError) or is_kafka_exception(exc)
 
 
 INTERRUPTED = 130  # exit code after Ctrl-C: 128 + SIGINT, as shells report it

@@ -17,7 +17,7 @@ from typing import Any, Self, TypeVar
 from kompakt.errors import KompaktError, TopicExistsError, UnknownTopicError
 
 from ..backend import CliError, ConfigValue
-from ..common import kafka_error_text
+from ..kafka_errors import kafka_error_text
 
 DEFAULT_TIMEOUT_S = 10.0
 ADMIN_PORT = 9644
