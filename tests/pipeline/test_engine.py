@@ -97,10 +97,11 @@ def write_committed_txn_log(root: Path) -> None:
 
 
 def clean_past_the_marker_horizon(root: Path, engine) -> list[tuple[bytes, bytes | None]]:
-    """Clean 1 stamps the COMMIT marker's delete horizon; clean 2, past it, removes the
-    marker (its transaction's data is in another group: Kafka's per-group
-    ``CleanedTransactionMetadata`` sees none); then k=v2 is written and clean 3 runs.
-    Returns the log's records (key, value) afterwards."""
+    """Cleans 1 and 2 (past any horizon) keep the COMMIT marker: its transaction's data
+    is in an earlier group, and Kafka's ``CleanedTransactionMetadata``, one per clean
+    through every group, has read it; then k=v2 is written and clean 3 runs, removing
+    k=v1 (its batch stays, empty, as producer 9's last, and the marker with it).
+    Returns the log's records (key, value) afterwards, markers included."""
     now = [NOW + 10_000]
     with LogManager(root, clock=lambda: now[0]) as logs:
         cleaner = Cleaner(logs, engine=engine)
@@ -115,21 +116,21 @@ def clean_past_the_marker_horizon(root: Path, engine) -> list[tuple[bytes, bytes
 
 
 @PLANS
-def test_a_committed_record_whose_marker_was_removed_is_compacted_by_both_engines(
+def test_a_committed_record_whose_marker_is_in_another_group_is_compacted_by_both_engines(
     spark, tmp_path, monkeypatch, single_task_bytes
 ):
-    """Was: the Spark engine looked up keys only for records its source returned as
-    ``read_committed``, which looks for the COMMIT marker; once a clean had removed the
-    marker (Kafka keeps it only until its delete horizon) the committed k=v1 had no
-    lookup and survived k=v2 in Spark, while the in-process engine (aborted
-    transactions only, Kafka's ``CleanedTransactionMetadata``) removed it."""
+    """A committed k=v1 whose COMMIT marker sits in a later segment group is compacted
+    away by k=v2 alike in both engines (the Spark engine once looked up keys only for
+    records its ``read_committed`` source returned), and both keep the marker while
+    the transaction's (emptied) batch is read: one transaction pass per clean."""
     monkeypatch.setattr(survivors, "SINGLE_TASK_BYTES", single_task_bytes)
     write_committed_txn_log(tmp_path / "a")
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     local = clean_past_the_marker_horizon(tmp_path / "a", LocalEngine(1 << 20))
     spark_state = clean_past_the_marker_horizon(tmp_path / "b", SparkEngine())
     pad = b"x" * 380
-    assert local == [(b"pad1", pad), (b"pad2", pad), (b"other", b"v2"), (b"k", b"v2")]
+    commit = (b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")  # the COMMIT marker
+    assert local == [(b"pad1", pad), commit, (b"pad2", pad), (b"other", b"v2"), (b"k", b"v2")]
     assert spark_state == local
     a, b = snapshot(tmp_path / "a"), snapshot(tmp_path / "b")
     assert sorted(a) == sorted(b)

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kompakt.cleaner import rule
-from kompakt.cleaner.cleaner import summarize_producers
 from kompakt.cleaner.rewrite import RoundContext, clean_group
+from kompakt.cleaner.segment_io import summarize_producers, tracker_states
 from kompakt.log.manager import LogManager
 from kompakt.pipeline.layout import segment_path
 from kompakt.pipeline.survivors import (
@@ -124,7 +124,7 @@ def run(spark, plog, first_dirty: int, group_size: int = 2, **kwargs) -> tuple[S
     end = plog.log_end_offset
     bases = [s.base_offset for s in segments if s.base_offset < end]
     groups = [bases[i : i + group_size] for i in range(0, len(bases), group_size)]
-    aborted = summarize_producers(segments, NOW).aborted
+    aborted = plog.collect_aborted_transactions(0, end)
     got = superseded(spark, str(plog.dir), 0, first_dirty, end, groups, aborted, **kwargs)
     return got, model(plog, 0, first_dirty, end)
 
@@ -189,7 +189,9 @@ def test_group_rewrite_from_the_bitmap_equals_rewrite_from_exact_latest_offsets(
     end = plog.log_end_offset
     exact = exact_latest(plog, first_dirty, end)
     segments = [s for s in plog.segments_snapshot() if s.base_offset < end]
-    ctx = RoundContext(end - 1, end, NOW + 1, 1000, summarize_producers(segments, NOW))
+    aborted = plog.collect_aborted_transactions(0, end)
+    ctx = RoundContext(end - 1, end, NOW + 1, 1000, summarize_producers(segments, NOW, aborted))
+    states = tracker_states([segments[i : i + 2] for i in range(0, len(segments), 2)], aborted)
 
     def exact_lookup(scan):
         return np.array([exact.get(int(o), -1) for o in scan.offset], np.int64)
@@ -199,9 +201,9 @@ def test_group_rewrite_from_the_bitmap_equals_rewrite_from_exact_latest_offsets(
         g_end = segments[i + 2].base_offset if i + 2 < len(segments) else end
         sources = [s.log_path.read_bytes() for s in group]
         bits = got.slice(group[0].base_offset, g_end)
-        args = (ctx, None, group[0].base_offset, g_end)
-        want = clean_group(sources, exact_lookup, *args)
-        assert clean_group(sources, bits.latest_lookup(), *args) == want
+        state = states[i // 2]
+        want = clean_group(sources, exact_lookup, ctx, None, state.copy())
+        assert clean_group(sources, bits.latest_lookup(), ctx, None, state.copy()) == want
         assert want.records_read > 0
 
 
