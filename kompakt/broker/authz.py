@@ -757,6 +757,19 @@ def _top(code: ErrorCode, **extra: Any) -> Callable[[Any], dict[str, Any]]:
     return lambda _req: {"error_code": code, **extra}
 
 
+def _scram_describe_refusal(req: Any) -> dict[str, Any]:
+    """Kafka's ``DescribeUserScramCredentialsRequest.getErrorResponse``: the code at the
+    top and in one unnamed result per user asked for, no message (``ApiError`` drops
+    the code's generic one). librdkafka keeps a top-level message in a buffer that dies
+    with its parser: a message here crashed every confluent-kafka client (exit 139)."""
+    each = {"user": "", "error_code": CLUSTER_DENIED, "error_message": None}
+    return {
+        "error_code": CLUSTER_DENIED,
+        "error_message": None,
+        "results": [{**each, "credential_infos": []} for _ in req.users or ()],
+    }
+
+
 def _scram_alter_refusal(req: Any) -> dict[str, Any]:
     users = [d.name for d in req.deletions or ()] + [u.name for u in req.upsertions or ()]
     return {"results": [{"user": u, "error_code": CLUSTER_DENIED} for u in users]}
@@ -841,7 +854,7 @@ POLICIES: dict[int, Policy] = {
     42: _delete_groups,
     44: _configs(Op.ALTER_CONFIGS, "responses"),
     47: _offset_delete,
-    50: _cluster(Op.DESCRIBE, _top(CLUSTER_DENIED, error_message="Authorization failed.")),
+    50: _cluster(Op.DESCRIBE, _scram_describe_refusal),
     51: _cluster(Op.ALTER, _scram_alter_refusal),
     60: _describe_cluster,
     61: _by_topic(

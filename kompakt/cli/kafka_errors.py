@@ -3,8 +3,9 @@
 A module of its own, below both of its users: :mod:`kompakt.cli.common` (the top-level
 handler that prints any error a verb let through) and
 :mod:`kompakt.cli.broker_backend.connection` (which turns a failed admin call into a
-``CliError``). Nothing here imports confluent-kafka: it is looked up in ``sys.modules``,
-loaded only by a verb that talked to a broker, so ``kompakt --help`` stays light.
+``CliError``), and the verbs that read a raw response. confluent-kafka is looked up in
+``sys.modules`` (loaded only by a verb that talked to a broker) or imported on a call
+that names an error code, so ``kompakt --help`` stays light.
 """
 
 from __future__ import annotations
@@ -29,5 +30,13 @@ def kafka_error_text(err: Any) -> str:
         return str(err)
     message = err.str()
     if not message or message == "(null)":
-        message = ck.KafkaError(err.code()).str()
+        return code_description(err.code())
     return message.removeprefix("Broker: ")
+
+
+def code_description(code: int) -> str:
+    """Kafka's description of an error code, as librdkafka's table carries it: "Cluster
+    authorization failed" for CLUSTER_AUTHORIZATION_FAILED (31)."""
+    from confluent_kafka import KafkaError
+
+    return KafkaError(int(code)).str().removeprefix("Broker: ")

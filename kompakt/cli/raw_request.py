@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 from .backend import CliError
@@ -118,16 +119,22 @@ def _sasl(sock: socket.socket, conf: dict[str, str], where: str) -> None:
 
 
 def send(
-    bootstrap: str, api_key: int, version: int, body: dict[str, Any], client_id: str = "kompakt-cli"
+    bootstrap: str,
+    api_key: int,
+    version: int,
+    body: dict[str, Any],
+    client_id: str = "kompakt-cli",
+    conf: Mapping[str, str] | None = None,
 ) -> bytes:
     """Send one request (after TLS and SASL when the client settings ask for them); the
-    whole response frame (header, then body)."""
+    whole response frame (header, then body). ``conf``: the client settings, by default
+    ``--command-config``'s."""
     import ssl
 
     from .broker_backend import parse_bootstrap
     from .client_config import settings
 
-    conf = settings()
+    conf = settings() if conf is None else conf
     protocol = conf.get("security.protocol", "PLAINTEXT").upper()
     if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
         raise CliError(f"security.protocol {protocol}: expected PLAINTEXT, SSL, SASL_*")
@@ -147,6 +154,12 @@ def send(
         raise CliError(f"broker {where} not reachable: {why}") from exc
 
 
-def request(bootstrap: str, api_key: int, version: int, body: dict[str, Any]) -> Any:
+def request(
+    bootstrap: str,
+    api_key: int,
+    version: int,
+    body: dict[str, Any],
+    conf: Mapping[str, str] | None = None,
+) -> Any:
     """:func:`send`, then :func:`decode`."""
-    return decode(api_key, version, send(bootstrap, api_key, version, body))
+    return decode(api_key, version, send(bootstrap, api_key, version, body, conf=conf))

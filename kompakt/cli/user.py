@@ -71,9 +71,7 @@ def _store(data_dir: Path, create: bool = False) -> Iterator[Any]:
         yield ScramStore(data_dir)
 
 
-def _admin(bootstrap: str | None, client: list[str] | None):
-    from confluent_kafka.admin import AdminClient
-
+def _client_conf(bootstrap: str | None, client: list[str] | None) -> dict[str, str]:
     from .client_config import settings
 
     conf = {**settings(), "bootstrap.servers": bootstrap or "127.0.0.1:9092"}
@@ -82,7 +80,40 @@ def _admin(bootstrap: str | None, client: list[str] | None):
         if not sep:
             raise CliError(f"--client-config expects key=value, got {item!r}")
         conf[k.strip()] = v
-    return AdminClient(conf)
+    return conf
+
+
+def _admin(bootstrap: str | None, client: list[str] | None):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(_client_conf(bootstrap, client))
+
+
+def _describe_users(bootstrap: str | None, client: list[str] | None) -> dict[str, dict[str, int]]:
+    """Every user's mechanisms and iterations: DescribeUserScramCredentials (API 50) sent
+    by the CLI itself, not through confluent-kafka. librdkafka (2.2 to 2.16) frees the
+    response's top-level error text, which is not its own (a static string or a stack
+    copy), so a refusal - Kafka's CLUSTER_AUTHORIZATION_FAILED for a principal without
+    DESCRIBE on the cluster - killed the CLI (exit 139)."""
+    from confluent_kafka.admin import ScramMechanism
+
+    from .kafka_errors import code_description
+    from .raw_request import request
+
+    conf = _client_conf(bootstrap, client)
+    resp = request(conf["bootstrap.servers"], 50, 0, {"users": None}, conf=conf)
+    errors = [(resp.error_code, resp.error_message)]
+    errors += [(r.error_code, r.error_message) for r in resp.results]
+    for code, message in errors:
+        if code:
+            raise CliError(message or code_description(code))
+    return {
+        r.user: {
+            ScramMechanism(int(i.mechanism)).name.replace("_", "-"): i.iterations
+            for i in r.credential_infos
+        }
+        for r in sorted(resp.results, key=lambda r: r.user)
+    }
 
 
 def _transport(data_dir: Path | None, bootstrap: str | None) -> None:
@@ -185,12 +216,7 @@ def list_users(
         with _store(data_dir) as store:
             users = store.users()
     else:
-        admin = _admin(bootstrap_server, client_config)
-        described = admin.describe_user_scram_credentials().result()
-        users = {
-            u: {i.mechanism.name.replace("_", "-"): i.iterations for i in d.scram_credential_infos}
-            for u, d in sorted(described.items())
-        }
+        users = _describe_users(bootstrap_server, client_config)
     if json_out:
         emit_json(users)
         return

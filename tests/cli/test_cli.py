@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cli_kit import assert_one_line_error
+from cli_kit import assert_one_line_error, kompakt_cmd
 from typer.testing import CliRunner
 
 from kompakt.cli.main import app
@@ -21,13 +20,6 @@ runner = CliRunner()
 
 def run(*args: str | Path, input: str | bytes | None = None):
     return runner.invoke(app, [str(a) for a in args], input=input)
-
-
-def kompakt_cmd() -> list[str]:
-    script = Path(sys.executable).with_name("kompakt")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-m", "kompakt.cli.main"]
 
 
 def consume_json(data_dir: Path, topic: str, *extra: str) -> list[dict]:

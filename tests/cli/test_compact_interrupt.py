@@ -13,19 +13,14 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_kit import kompakt_cmd
 from compact_kit import fold, leftovers, make_data_dir, snapshot
 from shared_kit import wait_for
 
 from kompakt.cleaner.segment_io import HOLD_ENV
-
-
-def kompakt_cmd() -> list[str]:
-    script = Path(sys.executable).with_name("kompakt")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "kompakt.cli.main"]
 
 
 def interrupt_mid_clean(
