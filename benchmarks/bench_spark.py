@@ -22,12 +22,20 @@ same topic in this process's session and Spark's own session start. The crossove
 both engines on a few dirty-range sizes (``--crossover``, records, keys = records / 10),
 and the size where the Spark engine's time drops below the in-process engine's,
 interpolated linearly between the two sizes around it.
+
+Which engine when (issue 25, ``--engines 16,160,1000``): logs of those sizes in MB, each
+with few keys (``--few-keys``, 10 updates or more per key) and with all keys distinct
+(beyond the default 128 MiB offset map's ~5M keys at 1 GB, where the in-process engine
+needs partial passes), cleaned by both engines warm (the Spark session already up, as
+in a broker) and cold (``kompakt compact --data-dir D --engine X`` in a new process,
+wall time), with the load average beside each row.
 Run: ``.venv/bin/python benchmarks/bench_spark.py [--keys N --updates U --distinct D]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import shutil
@@ -276,13 +284,13 @@ def tiny_topic(data_dir: Path) -> int:
         return sum(s.size for s in plog.segments_snapshot())
 
 
-def cold_clean_seconds(data_dir: Path) -> float:
-    """Wall time of ``kompakt compact --data-dir`` (Spark engine) in a new process: what
-    a user pays for the first clean (interpreter, JVM, session, clean)."""
+def cold_clean_seconds(data_dir: Path, engine: str = "spark") -> float:
+    """Wall time of ``kompakt compact --data-dir`` in a new process: what a user pays
+    for a one-off clean (interpreter and, for Spark, JVM and session; then the clean)."""
     cli = Path(sys.executable).parent / "kompakt"
     t0 = time.perf_counter()
     subprocess.run(
-        [str(cli), "compact", "--data-dir", str(data_dir), "--engine", "spark"],
+        [str(cli), "compact", "--data-dir", str(data_dir), "--engine", engine],
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -326,11 +334,23 @@ def main() -> None:
         help="instead of the comparison: Spark-only cleans of these sizes in millions of "
         "records, 10 updates per key (e.g. 10,30,100: 100M records = 10M keys, ~12 GB)",
     )
+    ap.add_argument(
+        "--engines",
+        default="",
+        help="instead of the comparison: which engine when, on logs of these sizes in MB "
+        "(e.g. 16,160,1000), few keys and all-distinct keys, warm and cold",
+    )
+    ap.add_argument("--few-keys", type=int, default=10_000, help="keys of --engines' few-keys logs")
+    ap.add_argument(
+        "--cold-max-mb", type=int, default=200, help="--engines: cold CLI calls up to this size"
+    )
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="kompakt-bench-spark-"))
     try:
-        if args.scale:
+        if args.engines:
+            run_engines(root, [int(x) for x in args.engines.split(",") if x], args)
+        elif args.scale:
             run_scale(root, [int(x) for x in args.scale.split(",") if x])
         else:
             run(root, args)
@@ -537,6 +557,75 @@ def run_scale(root: Path, millions: list[int]) -> None:
             f"{my - slope * mx:.1f} s); seconds per 10M records at each size: "
             + ", ".join(f"{p:.2f}" for p in per)
         )
+
+
+RECORD_BYTES = 124  # one record of build_fast's logs (14 B key, 100 B value) in its batch
+
+
+def run_engines(root: Path, sizes_mb: list[int], args: argparse.Namespace) -> None:
+    """Both engines on each size x key shape: warm (this process's Spark session, the
+    in-process engine cleaning until no pass is partial) and cold (a new CLI process,
+    wall; only up to ``--cold-max-mb``: beyond, the cold cost is the warm one plus the
+    session start printed first)."""
+    from kompakt import pipeline
+    from kompakt.cleaner.config import DEDUPE_BUFFER_SIZE_DEFAULT
+
+    t0 = time.perf_counter()
+    spark = pipeline.session(
+        {"kompakt.spark.master": MASTER, "spark.ui.showConsoleProgress": "false"}
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    session_s = time.perf_counter() - t0
+    build(root / "warm", 100, 3)
+    clean_once(root / "warm", spark_engine())
+    build(root / "warm-local", 100, 3)
+    clean_once(root / "warm-local", LocalEngine())  # compile the numba kernels untimed
+    shutil.rmtree(root / "warm")
+    shutil.rmtree(root / "warm-local")
+    fits = LocalEngine(DEDUPE_BUFFER_SIZE_DEFAULT).map.max_entries
+    print(
+        f"Spark {MASTER}: session start {session_s:.1f} s (load {os.getloadavg()[0]:.1f}); "
+        f"in-process offset map at the default log.cleaner.dedupe.buffer.size "
+        f"({DEDUPE_BUFFER_SIZE_DEFAULT >> 20} MiB): {fits:,} keys"
+    )
+    hdr = (
+        f"{'MB':>6} {'records':>11} {'keys':>11} {'local s':>8} {'passes':>6} {'spark s':>8} "
+        f"{'spark/local':>11} {'cold local':>10} {'cold spark':>10} {'load':>5}"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    few_mb, few_local, few_spark = [], [], []
+    for mb in sizes_mb:
+        unit = math.lcm(BATCH, args.few_keys)  # few keys x whole updates, whole batches
+        records = max(1, round(mb * 1e6 / RECORD_BYTES / unit)) * unit
+        for keys in (min(args.few_keys, records), records):
+            src = root / "src"
+            _n, nbytes = build_fast(src, keys, records // keys)
+            passes, t_l = clean_until_done(copy(src, root / "l"), LocalEngine())
+            shutil.rmtree(root / "l")
+            st, t_s, _mem = clean_once(copy(src, root / "s"), spark_engine(), spark)
+            shutil.rmtree(root / "s")
+            assert st is not None and not st.partial, st
+            cold_l = cold_s = "-"
+            if mb <= args.cold_max_mb:
+                cold_l = f"{cold_clean_seconds(copy(src, root / 'cl'), 'local'):.1f}"
+                cold_s = f"{cold_clean_seconds(copy(src, root / 'cs'), 'spark'):.1f}"
+                shutil.rmtree(root / "cl")
+                shutil.rmtree(root / "cs")
+            shutil.rmtree(src)
+            if keys < records:
+                few_mb.append(round(nbytes / 1e6))
+                few_local.append(t_l)
+                few_spark.append(t_s)
+            print(
+                f"{nbytes / 1e6:>6.0f} {records:>11,} {keys:>11,} {t_l:>8.2f} {len(passes):>6} "
+                f"{t_s:>8.2f} {t_s / t_l:>11.2f} {cold_l:>10} {cold_s:>10} "
+                f"{os.getloadavg()[0]:>5.1f}",
+                flush=True,
+            )
+    if few_mb:
+        where = crossover(few_mb, few_local, few_spark).replace("records", "MB")
+        print(f"crossover, warm, few keys (Spark overtakes in-process): {where}")
 
 
 if __name__ == "__main__":
