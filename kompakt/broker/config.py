@@ -354,7 +354,11 @@ _KEYS: list[BrokerKey] = [
         hidden=True,
     ),
     BrokerKey(
-        "kompakt.cleaner.engine", "string", "spark", "spark | local", _choice("spark", "local")
+        "kompakt.cleaner.engine",
+        "string",
+        "spark",
+        "spark | local | auto",
+        _choice("spark", "local", "auto"),
     ),
     BrokerKey(
         "kompakt.log.max.open.segments",

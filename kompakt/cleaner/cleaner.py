@@ -473,6 +473,8 @@ class Cleaner:
         """:meth:`_run_clean`, shown in :attr:`running` while it runs and told to the
         :attr:`listeners` when a real (not dry-run) clean has finished."""
         tp = ltc.topic_partition
+        if hasattr(engine, "choose"):  # auto: local or spark, named in stats and log line
+            engine = engine.choose(ltc)
         running = RunningClean(tp[0], tp[1], engine.name, dry_run, self.clock())
 
         def tick(done: int, total: int) -> None:

@@ -189,8 +189,9 @@ def compact(
         str | None,
         typer.Option(
             "--engine",
-            help="spark or local (in-process map). Offline the default is spark; through "
-            "a broker, the broker's kompakt.cleaner.engine.",
+            help="spark, local (in-process map) or auto (local when the dirty range fits "
+            "the offset map, else spark). Offline the default is spark; through a broker, "
+            "the broker's kompakt.cleaner.engine.",
             show_default=False,
         ),
     ] = None,
