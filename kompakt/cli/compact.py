@@ -13,7 +13,9 @@ byte position) after every other partition is cleaned, and the exit code is 1.
 ``--dry-run`` opens the data dir read-only and changes no byte of it. Ctrl-C
 or SIGTERM aborts the running clean at its next check (Spark: its job group is
 cancelled), removes its ``.cleaned`` files, prints one line and exits 130; partitions
-cleaned before it stay cleaned.
+cleaned before it stay cleaned. Ctrl-C before the clean begins (the data dir opening,
+Spark starting) cancels it with nothing changed; only through a broker does the
+compaction carry on without the CLI.
 """
 
 from __future__ import annotations
@@ -36,6 +38,19 @@ from .backend import CliError
 from .common import emit, emit_json, print_error, print_table
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+
+class OfflineInterruptedError(Exception):
+    """Ctrl-C in an offline compact outside the clean itself (whose signals abort it at a
+    safe point): while the data dir opened or Spark started, or while it closed."""
+
+    def __init__(self, cleaned: bool) -> None:
+        what = (
+            "the compaction finished, the data dir was not closed cleanly"
+            if cleaned
+            else "compaction cancelled before it began, nothing changed"
+        )
+        super().__init__(f"interrupted: {what}; the next open of the data dir recovers")
 
 
 def _target(target: str | None) -> tuple[str | None, int | None]:
@@ -79,31 +94,35 @@ def compact_offline(
     engine: str,
     verbose: bool = False,
 ) -> dict[str, Any]:
-    from rich.progress import Progress
+    result = None
+    try:  # from the first import on (numba's and Spark's take seconds)
+        from rich.progress import Progress
 
-    from kompakt.engines import build_cleaner
-    from kompakt.log.manager import LogManager
+        from kompakt.engines import build_cleaner
+        from kompakt.log.manager import LogManager
 
-    require_data_dir(data_dir)  # never turn a folder that is not a data dir into one
-    # a dry run opens the dir read-only: no recovery, index rebuild, lock or checkpoint
-    # reaches the disk; a clean's replaced segments are deleted when the manager closes
-    with LogManager(data_dir, read_only=dry_run) as logs:
-        # the CLI draws its own bar; Spark's console bar would write over it
-        config = {"spark.ui.showConsoleProgress": "false", **logs.broker_config}
-        if verbose:  # Spark's warnings too (kompakt.pipeline keeps only its errors)
-            config["kompakt.spark.log.level"] = "WARN"
-        cleaner = build_cleaner(logs, config, engine=engine)
-        with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
+        require_data_dir(data_dir)  # never turn a folder that is not a data dir into one
+        # a dry run opens the dir read-only: no recovery, index rebuild, lock or checkpoint
+        # reaches the disk; a clean's replaced segments are deleted when the manager closes
+        with LogManager(data_dir, read_only=dry_run) as logs:
+            # the CLI draws its own bar; Spark's console bar would write over it
+            config = {"spark.ui.showConsoleProgress": "false", **logs.broker_config}
+            if verbose:  # Spark's warnings too (kompakt.pipeline keeps only its errors)
+                config["kompakt.spark.log.level"] = "WARN"
+            cleaner = build_cleaner(logs, config, engine=engine)
+            with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
 
-            def progress_for(plog: Any):
-                task = bar.add_task(plog.name, total=None)
-                return lambda done, total: bar.update(task, completed=done, total=total)
+                def progress_for(plog: Any):
+                    task = bar.add_task(plog.name, total=None)
+                    return lambda done, total: bar.update(task, completed=done, total=total)
 
-            with _signals_abort(cleaner):
-                result = cleaner.compact_now(
-                    topic, partition, dry_run=dry_run, progress=progress_for
-                )
-        return result.to_json()
+                with _signals_abort(cleaner):
+                    result = cleaner.compact_now(
+                        topic, partition, dry_run=dry_run, progress=progress_for
+                    )
+    except KeyboardInterrupt:
+        raise OfflineInterruptedError(cleaned=result is not None) from None
+    return result.to_json()
 
 
 def compact_remote(
@@ -236,6 +255,9 @@ def compact(
             if r.status == "cleaned"
         ]
         print_error(str(exc) + (f" (cleaned before: {', '.join(done)})" if done else ""))
+        raise typer.Exit(INTERRUPTED_EXIT) from None
+    except OfflineInterruptedError as exc:
+        print_error(str(exc))
         raise typer.Exit(INTERRUPTED_EXIT) from None
     except KeyboardInterrupt:  # waiting for a broker: it finishes the clean on its own
         print_error("interrupted: the broker carries on with the compaction")

@@ -93,3 +93,52 @@ def test_sigint_during_spark_clean_cancels_the_job_and_changes_nothing(tmp_path:
     assert not leftovers(data)
     assert snapshot(data) == before
     assert fold(data, "users", 1) == state
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_sigint_while_the_data_dir_opens_cancels_the_offline_clean(tmp_path: Path, engine: str):
+    """Ctrl-C before the clean begins (here: the CLI blocked reading the topics file, a
+    named pipe; with Spark, while its session starts) raised past the clean's signal
+    handler and printed the online path's 'the broker carries on with the compaction'.
+    Offline there is no broker: the clean is cancelled, nothing changed."""
+    from kompakt.log.manager import TOPICS_FILE
+
+    data = make_data_dir(tmp_path / "data", corrupt=False)
+    topics = data / TOPICS_FILE
+    saved = topics.read_bytes()
+    before = snapshot(data)
+    topics.unlink()
+    os.mkfifo(topics)
+    proc = subprocess.Popen(
+        [*kompakt_cmd(), "compact", "users:1", "--data-dir", str(data), "--engine", engine],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    writer = None
+    try:
+
+        def reading() -> bool:  # our open succeeds once the CLI has the pipe open to read
+            nonlocal writer
+            assert proc.poll() is None, proc.communicate()
+            with contextlib.suppress(OSError):
+                writer = os.open(topics, os.O_WRONLY | os.O_NONBLOCK)
+            return writer is not None
+
+        wait_for(reading, "the CLI to open the topics file", 120)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        if proc.poll() is None:
+            proc.kill()
+    topics.unlink()
+    topics.write_bytes(saved)
+    assert proc.returncode == 130, (out, err)
+    assert err.splitlines() == [
+        "error: interrupted: compaction cancelled before it began, nothing changed; "
+        "the next open of the data dir recovers"
+    ]
+    assert out == ""
+    assert snapshot(data) == before
