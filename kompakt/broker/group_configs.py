@@ -42,6 +42,14 @@ def _bound(name: str, which: str) -> str:
     return f"group.{protocol}.{which}.{rest}"
 
 
+def broker_keys_read() -> frozenset[str]:
+    """The broker keys this module reads by a computed name: each GROUP key's default
+    and bounds (a check that every accepted key is read looks here too)."""
+    return frozenset(
+        name for k in GROUP_KEYS for name in (broker_default(k), _bound(k, "min"), _bound(k, "max"))
+    )
+
+
 @dataclass(frozen=True)
 class GroupEntry:
     name: str

@@ -18,6 +18,7 @@ import pytest
 
 import kompakt
 from kompakt.broker.config import BROKER_KEYS, BrokerConfig
+from kompakt.broker.group_configs import broker_keys_read
 from kompakt.log.config import BROKER_LOG_KEYS, CONFIG_DEFS, broker_synonym
 
 SOURCE = Path(kompakt.__file__).parent
@@ -45,8 +46,13 @@ def reads() -> Counter[str]:
 
 def is_read(key: str, attribute: bool) -> bool:
     """``key`` appears as a string in code, or (topic configs) as its ``TopicConfig``
-    attribute (``segment.bytes`` -> ``cfg.segment_bytes``)."""
-    return reads()[key] > 0 or (attribute and reads()[key.replace(".", "_")] > 0)
+    attribute (``segment.bytes`` -> ``cfg.segment_bytes``), or is one the GROUP configs
+    read by a computed name (``group.<protocol>.<key>`` and its min/max bounds)."""
+    return (
+        reads()[key] > 0
+        or (attribute and reads()[key.replace(".", "_")] > 0)
+        or key in broker_keys_read()
+    )
 
 
 TABLE = [(name, d.ignored, True) for name, d in CONFIG_DEFS.items()] + [
