@@ -344,6 +344,9 @@ def main() -> None:
     ap.add_argument(
         "--cold-max-mb", type=int, default=200, help="--engines: cold CLI calls up to this size"
     )
+    ap.add_argument(
+        "--shapes", default="few,distinct", help="--engines: key shapes (few, distinct)"
+    )
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="kompakt-bench-spark-"))
@@ -598,7 +601,8 @@ def run_engines(root: Path, sizes_mb: list[int], args: argparse.Namespace) -> No
     for mb in sizes_mb:
         unit = math.lcm(BATCH, args.few_keys)  # few keys x whole updates, whole batches
         records = max(1, round(mb * 1e6 / RECORD_BYTES / unit)) * unit
-        for keys in (min(args.few_keys, records), records):
+        shapes = {"few": min(args.few_keys, records), "distinct": records}
+        for keys in (shapes[name] for name in args.shapes.split(",")):
             src = root / "src"
             _n, nbytes = build_fast(src, keys, records // keys)
             passes, t_l = clean_until_done(copy(src, root / "l"), LocalEngine())

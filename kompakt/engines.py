@@ -9,7 +9,7 @@ way, one level above both). The Spark engine is imported only when asked for: Py
 is heavy and the local engine must not need it.
 
 ``auto`` (:class:`AutoEngine`) picks one of the two per clean: on one machine the
-in-process engine is 3-40x faster than Spark whenever the dirty range's keys fit its
+in-process engine is 2-40x faster than Spark whenever the dirty range's keys fit its
 offset map, and Spark wins only beyond it, where the in-process engine needs partial
 passes that each rewrite the log again (``benchmarks/bench_spark.py --engines``).
 """
@@ -50,11 +50,12 @@ class AutoEngine:
     anything is read: when it is at most the map's ``max_entries``
     (``log.cleaner.dedupe.buffer.size`` / 24 x ``io.buffer.load.factor``) the local
     engine cleans it in one pass; beyond, the local engine might need partial passes,
-    each rewriting the log from its start, and one Spark pass is faster (1 GB, 8M
-    distinct keys on 2 cores: Spark 7.1 s, local 15.0 s in 2 passes). A range of many
+    each rewriting the log from its start, and one Spark pass is faster the more passes
+    it spares (2 cores: 2 GB of 16M distinct keys, Spark 34 s, local 54 s in 4 passes;
+    1 GB of 8M keys in 2 passes is a toss-up on a loaded machine). A range of many
     updates to few keys beyond that bound goes to Spark too (it cannot be told apart
     without reading it). No byte threshold: up to 1 GB with keys that fit, the local
-    engine was 3.2-43x faster warm, with no crossover. The :class:`Cleaner` asks
+    engine was 1.8-43x faster warm, with no crossover. The :class:`Cleaner` asks
     :meth:`choose` before each clean, so its log line, its stats and the console name
     the engine that ran; Spark starts only for the first clean that needs it.
     """
