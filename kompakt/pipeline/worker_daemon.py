@@ -11,15 +11,25 @@ per executor and every forked worker inherits the loaded code.
 
 Nothing may reach stdout before :func:`pyspark.daemon.manager` runs: the JVM reads the
 daemon's port from it.
+
+A worker whose socket the JVM has closed (its task was cancelled: a Ctrl-C, a clean
+aborted; or the executor is gone) ends quietly: PySpark's daemon printed a
+``BrokenPipeError`` traceback for the final flush to the JVM (its
+``killWorkerOnFlushFailure`` path), which the driver forwards to the user's terminal.
+Nobody reads that socket any more and the JVM reports the task's end itself, so the
+traceback said nothing; every other error still prints as before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def preload() -> None:
@@ -44,6 +54,22 @@ def preload() -> None:
             Cleaner(logs, engine=LocalEngine()).compact_now("preload")  # the rewrite kernels
 
 
+def _quiet_when_the_jvm_hung_up(worker: Callable[..., int]) -> Callable[..., int]:
+    """PySpark's ``worker(sock, authenticated)``, ending with a non-zero code (the
+    daemon then lets the worker go, as it does for a failed one) instead of raising when
+    its socket to the JVM is broken or reset: the peer that would read the result, or
+    an error report, has gone."""
+
+    @functools.wraps(worker)
+    def run(*args: Any) -> int:
+        try:
+            return worker(*args)
+        except (BrokenPipeError, ConnectionResetError):
+            return 1
+
+    return run
+
+
 def main() -> None:
     """The JVM starts one daemon per worker module (``python -m <daemon> <worker module>``):
     only the task workers' daemon (``pyspark.worker``) runs kompakt's code; the data
@@ -64,6 +90,8 @@ def main() -> None:
         finally:
             if hold is not None:
                 os.environ[HOLD_ENV] = hold
+    # the manager calls the module's ``worker`` by name in each forked worker
+    daemon.worker = _quiet_when_the_jvm_hung_up(daemon.worker)
     daemon.manager()
 
 

@@ -1,0 +1,68 @@
+"""kompakt's PySpark worker daemon (:mod:`kompakt.pipeline.worker_daemon`), started and
+spoken to as Spark's ``PythonWorkerFactory`` does: the daemon writes its port on stdout,
+each connection forks a worker that sends its pid, checks the factory's secret and
+then serves a task over the socket.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+from shared_kit import wait_for
+
+SECRET = "kompakt-test-secret"
+
+
+def _read_int(sock: socket.socket) -> int:
+    data = b""
+    while len(data) < 4:
+        chunk = sock.recv(4 - len(data))
+        assert chunk, "the daemon closed the connection"
+        data += chunk
+    return struct.unpack("!i", data)[0]
+
+
+def test_a_worker_whose_jvm_hung_up_ends_without_a_traceback():
+    """Ctrl-C in a Spark clean cancels its tasks: the JVM closes each worker's socket,
+    and the worker's last flush met a broken pipe. PySpark's daemon printed that as a
+    ``BrokenPipeError`` traceback (with ``killWorkerOnFlushFailure``, Spark's default),
+    which reached the user's terminal through the driver. The daemon serves on."""
+    env = {
+        **os.environ,
+        "PYTHON_WORKER_FACTORY_SECRET": SECRET,
+        "PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE": "1",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kompakt.pipeline.worker_daemon", "pyspark.worker"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        port = struct.unpack("!i", proc.stdout.read(4))[0]
+        workers = []
+        for _ in range(3):  # a task each, every one cancelled as it starts; served on
+            with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+                workers.append(_read_int(sock))  # the forked worker's pid
+                sock.sendall(struct.pack("!i", len(SECRET)) + SECRET.encode())
+                assert sock.recv(6) == struct.pack("!i", 2) + b"ok"
+                # the JVM side goes away: a reset, as for a killed task
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        for pid in workers:  # ended of themselves (the daemon does not reap: SIG_IGN)
+            wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists(), f"worker {pid}", 60)
+    finally:
+        proc.stdin.close()  # Spark's way of stopping the daemon
+        try:
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    err = proc.stderr.read().decode()
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
