@@ -121,6 +121,40 @@ def test_spark_key_in_a_near_miss_of_a_spark_namespace_is_refused(key, meant):
     assert key in str(err.value) and f"did you mean {meant}?" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "key, meant",
+    [
+        ("spark.executor.memroy", "spark.executor.memory"),
+        ("spark.sql.shuffle.partiton", "spark.sql.shuffle.partitions"),
+        ("spark.dynamicAllocation.maxExecutor", "spark.dynamicAllocation.maxExecutors"),
+        ("spark.jar", "spark.jars"),
+    ],
+)
+def test_spark_key_a_typo_away_from_a_well_known_key_is_refused(key, meant):
+    """A typo after a correct namespace passed silently and Spark ran on its default:
+    a key a typo away from one of Spark's most used keys is refused in one line."""
+    with pytest.raises(InvalidConfigError) as err:
+        BrokerConfig.load(None, [f"{key}=4"])
+    assert str(err.value) == f"Unknown Spark config key: {key} (did you mean {meant}?)"
+
+
+def test_spark_keys_close_to_a_well_known_key_but_real_pass_silently(caplog):
+    """Spark has keys similar to the well-known ones (difflib's ratio 0.9 to 0.96): they
+    are Spark's and pass without a word, as do the well-known keys themselves."""
+    keys = [
+        "spark.shuffle.service.db.enabled",
+        "spark.executor.memoryOverheadFactor",
+        "spark.executor.minMemoryOverhead",
+        "spark.sql.execution.arrow.sparkr.enabled",
+        "spark.kryoserializer.buffer.mb",
+        "spark.dynamicAllocation.minExecutors",
+        "spark.sql.shuffle.partitions",
+    ]
+    c = BrokerConfig.load(None, [f"{k}=1" for k in keys])
+    assert sorted(c.spark) == sorted(keys)
+    assert [r for r in caplog.records if r.levelname == "WARNING"] == []
+
+
 def test_spark_key_of_another_namespace_passes_with_a_warning(caplog):
     """A namespace far from Spark's may be a connector's (spark.cassandra.*): passed on,
     with a warning line naming it; Spark's own keys pass silently."""
