@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kompakt.errors import KompaktError
-from kompakt.log.durable import write_json_atomically
+from kompakt.log.durable import PRIVATE, write_json_atomically
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +284,9 @@ class AclStore:
         return self._acls
 
     def _save(self, acls: frozenset[AclBinding]) -> None:
-        write_json_atomically(self.path, {"acls": [asdict(b) for b in sorted(acls)]})
+        # who may do what is for the broker's owner only, as the credentials are
+        rows = {"acls": [asdict(b) for b in sorted(acls)]}
+        write_json_atomically(self.path, rows, mode=PRIVATE)
         self._acls = acls
 
     def add(self, bindings: Iterable[AclBinding]) -> None:

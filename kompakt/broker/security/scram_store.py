@@ -3,7 +3,7 @@
 Kafka keeps a ``ScramCredential`` (salt, stored key, server key, iterations; RFC 5802)
 per user and mechanism in its metadata log and never the password. kompakt keeps the same
 four values in ``kompakt-scram-credentials.json`` beside ``kompakt-topics.json``, written
-the same way (temp file, fsync, rename)::
+the same way (temp file, fsync, rename), the temp file made 0600 before its first byte::
 
     {"users": {"alice": {"SCRAM-SHA-256": {"salt": "<base64>", "stored_key": "<base64>",
                                            "server_key": "<base64>", "iterations": 4096}}}}
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kompakt.errors import InvalidConfigError
-from kompakt.log.durable import write_json_atomically
+from kompakt.log.durable import PRIVATE, write_json_atomically
 
 SCRAM_FILE = "kompakt-scram-credentials.json"
 SCRAM_MECHANISMS = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}
@@ -124,8 +124,7 @@ class ScramStore:
             }
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomically(self.path, body)
-        os.chmod(self.path, 0o600)
+        write_json_atomically(self.path, body, mode=PRIVATE)
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         with self._lock:
