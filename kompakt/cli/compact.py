@@ -13,9 +13,10 @@ byte position) after every other partition is cleaned, and the exit code is 1.
 ``--dry-run`` opens the data dir read-only and changes no byte of it. Ctrl-C
 or SIGTERM aborts the running clean at its next check (Spark: its job group is
 cancelled), removes its ``.cleaned`` files, prints one line and exits 130; partitions
-cleaned before it stay cleaned. Ctrl-C before the clean begins (the data dir opening,
-Spark starting) cancels it with nothing changed; only through a broker does the
-compaction carry on without the CLI.
+cleaned before it stay cleaned. With Spark a line says at once that it is stopping,
+and a second Ctrl-C quits without waiting. Ctrl-C before the clean begins (the data
+dir opening, Spark starting) cancels it with nothing changed; only through a broker
+does the compaction carry on without the CLI.
 """
 
 from __future__ import annotations
@@ -64,10 +65,21 @@ def _target(target: str | None) -> tuple[str | None, int | None]:
     return target, None
 
 
+def _notice(line: str) -> None:
+    """One line on stderr from a signal handler (a buffered write under way in the main
+    thread would make ``print`` fail as a reentrant call)."""
+    try:
+        os.write(sys.stderr.fileno(), f"{line}\n".encode())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 @contextmanager
 def _signals_abort(cleaner: Any) -> Iterator[None]:
     """SIGINT/SIGTERM abort the running clean instead of raising mid-swap; a second
-    signal exits at once (the next open finishes or rolls back a half-done swap)."""
+    signal exits at once (the next open finishes or rolls back a half-done swap). With
+    Spark the first one says so at once, and a session still starting is given up
+    (the JVM dies with the process), not waited for."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -77,6 +89,12 @@ def _signals_abort(cleaner: Any) -> Iterator[None]:
             print_error("interrupted again: stopping now; the next open of the data dir recovers")
             os._exit(INTERRUPTED_EXIT)
         cleaner.abort_all("interrupted")
+        if any(r.engine == "spark" for r in list(cleaner.running.values())):
+            # cancelling Spark's jobs, or its start, is not instant: say so now
+            _notice("interrupting: stopping Spark (Ctrl-C again to quit now)")
+            pipeline = sys.modules.get("kompakt.pipeline")
+            if pipeline is not None:  # still starting: given up here and now
+                pipeline.abandon_start()
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -16,6 +16,10 @@ level" shell hint) are dropped from it; every other line still reaches our stder
 ``spark.driver.extraJavaOptions`` with ``-Dlog4j2.configurationFile``, a
 ``log4j2.properties`` in ``$SPARK_CONF_DIR``, ``spark.ui.showConsoleProgress=true`` or
 ``kompakt.spark.log.level`` (e.g. ``WARN``, ``INFO``) bring Spark's output back.
+
+A session that is still starting can be given up (:func:`abandon_start`, for the
+CLI's Ctrl-C): nothing waits for the JVM, which dies with the process, as when a broker
+stops during its warm-up (Spark's gateway exits when its stdin, our pipe, closes).
 """
 
 from __future__ import annotations
@@ -70,6 +74,12 @@ _JVM_NOTICES = (
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
+_starting: int | None = None  # the thread creating the session, while it does
+
+
+class SparkStartAbandonedError(KeyboardInterrupt):
+    """The session was given up while it started (:func:`abandon_start`). A
+    ``KeyboardInterrupt``, as a Ctrl-C is, so no caller takes it for a failed clean."""
 
 
 def attach_manager(manager: LogManager) -> Attachment:
@@ -196,7 +206,7 @@ def session(config: Mapping[str, str] | None = None) -> SparkSession:
     Later calls return the same session; their ``config`` is ignored (Spark cannot
     change the master of a running context).
     """
-    global _session
+    global _session, _starting
     with _lock:
         if _session is not None and not _session.sparkContext._jsc.sc().isStopped():
             return _session
@@ -205,17 +215,31 @@ def session(config: Mapping[str, str] | None = None) -> SparkSession:
         conf = spark_conf(config)
         os.environ.setdefault("PYSPARK_PYTHON", conf["spark.pyspark.python"])
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", conf["spark.pyspark.driver.python"])
-        _launch_quiet_gateway(conf)
         py4j = logging.getLogger("py4j")
         if py4j.level == logging.NOTSET:  # its INFO lines are per connection: noise
             py4j.setLevel(logging.WARNING)
         if _py4j_interrupted not in logging.getLogger().filters:
             logging.getLogger().addFilter(_py4j_interrupted)
-        builder = SparkSession.builder
-        for key, value in conf.items():
-            builder = builder.config(key, value)
-        _session = register(builder.getOrCreate())
+        _starting = threading.get_ident()
+        try:
+            _launch_quiet_gateway(conf)
+            builder = SparkSession.builder
+            for key, value in conf.items():
+                builder = builder.config(key, value)
+            _session = register(builder.getOrCreate())
+        finally:
+            _starting = None
         return _session
+
+
+def abandon_start() -> None:
+    """Give up the session the calling thread is starting, at once, by raising
+    :class:`SparkStartAbandonedError` in it; nothing when it is not starting one. For a
+    signal handler (it runs in the main thread, the one waiting for the JVM); the
+    process is expected to exit, taking the JVM with it. From the moment PySpark puts
+    in its own SIGINT handler (late in the context's start) a Ctrl-C raises there."""
+    if _starting is not None and _starting == threading.get_ident():
+        raise SparkStartAbandonedError("Spark's start was given up")
 
 
 def stop() -> None:

@@ -142,3 +142,55 @@ def test_sigint_while_the_data_dir_opens_cancels_the_offline_clean(tmp_path: Pat
     ]
     assert out == ""
     assert snapshot(data) == before
+
+
+def test_sigint_while_spark_starts_gives_the_start_up_and_says_so_at_once(tmp_path: Path):
+    """Ctrl-C while Spark was still starting (46-52 s on a loaded machine) only flagged
+    the clean as aborted, which takes effect once a job runs: the CLI waited silently
+    for the whole start. Now a line says at once that Spark is being stopped, the start
+    is given up and the CLI exits 130 with nothing changed; the JVM dies with it, as
+    when a broker stops during its warm-up. Spark's own start-up hook
+    (``$SPARK_CONF_DIR/spark-env.sh``) holds the launch here until its stdin, kompakt's
+    pipe, closes, and then quits, as Spark's gateway does on that EOF."""
+    data = make_data_dir(tmp_path / "data", corrupt=False)
+    before = snapshot(data)
+    conf = tmp_path / "spark-conf"
+    conf.mkdir()
+    launcher = tmp_path / "launcher.pid"
+    (conf / "spark-env.sh").write_text(f"echo $$ > {launcher}\ncat > /dev/null\nexit 1\n")
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_ENV_LOADED"}
+    proc = subprocess.Popen(
+        [*kompakt_cmd(), "compact", "users:1", "--data-dir", str(data), "--engine", "spark"],
+        env={**env, "SPARK_CONF_DIR": str(conf)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,
+    )
+    pid = None
+    try:
+
+        def starting() -> bool:
+            assert proc.poll() is None, proc.communicate()
+            return launcher.is_file() and launcher.read_text().strip().isdigit()
+
+        wait_for(starting, "Spark to start launching", 300)
+        pid = int(launcher.read_text())
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C
+        out, err = proc.communicate(timeout=60)  # was: until Spark had started
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), "Spark's launcher to exit", 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for group in (proc.pid, pid):
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.killpg(group, signal.SIGKILL)
+    assert proc.returncode == 130, (out, err)
+    assert err.splitlines() == [
+        "interrupting: stopping Spark (Ctrl-C again to quit now)",
+        "error: interrupted: compaction cancelled before it began, nothing changed; "
+        "the next open of the data dir recovers",
+    ]
+    assert out == ""
+    assert not leftovers(data)
+    assert snapshot(data) == before
