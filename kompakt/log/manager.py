@@ -672,7 +672,7 @@ class LogManager:
             raise InvalidPartitionsError(
                 f"number of partitions must be at least 1, got {partitions}"
             )
-        _check_batch_size(partitions)
+        check_batch_size(partitions)
         config = TopicConfig(dict(configs or {}), self.broker_config)
         with self.lock:
             if name in self._topics:
@@ -828,7 +828,7 @@ class LogManager:
                     f"Topic currently has {meta.partitions} partitions, which is higher than "
                     f"or equal to the requested {total}."
                 )
-            _check_batch_size(total - meta.partitions)
+            check_batch_size(total - meta.partitions)
             if validate_only:
                 return
             config = self.topic_config(name)
@@ -1039,7 +1039,9 @@ class SplitCheckpoint:
                     raise
 
 
-def _check_batch_size(partitions: int) -> None:
+def check_batch_size(partitions: int) -> None:
+    """POLICY_VIOLATION when one operation would make more than Kafka's
+    MAX_RECORDS_PER_USER_OP records (partitions, or a request's results)."""
     if partitions > MAX_PARTITIONS_PER_OP:
         raise PolicyViolationError("Unable to perform excessively large batch operation.")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 from kio.schema.create_partitions.v0.request import CreatePartitionsRequest
@@ -23,6 +24,7 @@ from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.errors import KompaktError
 from kompakt.log.config import TopicConfig
+from kompakt.log.manager import MAX_PARTITIONS_PER_OP, check_batch_size
 from kompakt.log.names import is_internal
 
 # CreateTopicsRequest.NO_NUM_PARTITIONS / NO_REPLICATION_FACTOR: the broker's default
@@ -32,7 +34,35 @@ USE_DEFAULT = -1
 HIGH_WATERMARK = -1
 
 
-def _create_one(ctx: RequestContext, t: Any, validate_only: bool, dup: bool) -> dict[str, Any]:
+# Kafka's ReplicationControlManager.validateTotalNumberOfPartitions: a CreateTopics
+# request naming more than MAX_PARTITIONS_PER_BATCH partitions in all is refused whole
+CREATE_TOO_LARGE = "Excessively large number of partitions per request."
+
+
+def _requested_partitions(ctx: RequestContext, topics: Any) -> int:
+    """The partitions a CreateTopics asks for, counted as Kafka counts them: the
+    assignments when given, else num_partitions, the broker default for -1, and 0 for
+    an invalid count (that topic fails on its own)."""
+    default = int(ctx.config.get("num.partitions"))
+    total = 0
+    for t in topics:
+        if t.assignments:
+            total += len(t.assignments)
+        elif t.num_partitions == USE_DEFAULT:
+            total += default
+        elif t.num_partitions > 0:
+            total += t.num_partitions
+    return total
+
+
+def _refuse_all(names: list[str], code: int, message: str, **extra: Any) -> list[dict]:
+    """Kafka's getErrorResponse: every topic of the request gets the one error."""
+    return [{"name": n, "error_code": code, "error_message": message, **extra} for n in names]
+
+
+def _create_one(
+    ctx: RequestContext, t: Any, validate_only: bool, dup: bool, described: dict
+) -> dict[str, Any]:
     res: dict[str, Any] = {
         "name": t.name,
         "topic_id": ZERO_UUID,
@@ -97,26 +127,39 @@ def _create_one(ctx: RequestContext, t: Any, validate_only: bool, dup: bool) -> 
     res["topic_id"] = topic_uuid(meta.topic_id) if not validate_only else ZERO_UUID
     res["num_partitions"] = n
     res["replication_factor"] = rf
-    cfg = TopicConfig(meta.overrides, ctx.logs.broker_config)
-    res["configs"] = [
-        {
-            "name": e.name,
-            "value": e.value,
-            "read_only": False,
-            "config_source": SOURCE_CODES[e.source],
-            "is_sensitive": False,
-        }
-        for e in cfg.describe()
-    ]
+    key = tuple(sorted(meta.overrides.items()))
+    if key not in described:  # topics of one request mostly share their overrides
+        cfg = TopicConfig(meta.overrides, ctx.logs.broker_config)
+        described[key] = [
+            {
+                "name": e.name,
+                "value": e.value,
+                "read_only": False,
+                "config_source": SOURCE_CODES[e.source],
+                "is_sensitive": False,
+            }
+            for e in cfg.describe()
+        ]
+    res["configs"] = described[key]
     return res
 
 
 def _create_topics(ctx: RequestContext, req: Any) -> list:
     names = [t.name for t in req.topics]
-    return [
-        _create_one(ctx, t, bool(getattr(req, "validate_only", False)), names.count(t.name) > 1)
-        for t in req.topics
-    ]
+    if _requested_partitions(ctx, req.topics) > MAX_PARTITIONS_PER_OP:
+        return _refuse_all(
+            names,
+            ErrorCode.policy_violation,
+            CREATE_TOO_LARGE,
+            topic_id=ZERO_UUID,
+            num_partitions=USE_DEFAULT,
+            replication_factor=USE_DEFAULT,
+            configs=[],
+        )
+    counts = Counter(names)
+    validate_only = bool(getattr(req, "validate_only", False))
+    described: dict = {}
+    return [_create_one(ctx, t, validate_only, counts[t.name] > 1, described) for t in req.topics]
 
 
 def handle_create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -158,7 +201,20 @@ async def handle_delete_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "responses": responses}
 
 
+def _new_partitions(ctx: RequestContext, topics: Any) -> int:
+    """The partitions a CreatePartitions would add to the topics that exist."""
+    total = 0
+    for t in topics:
+        if ctx.logs.has_topic(t.name):
+            total += max(0, t.count - ctx.logs.partition_count(t.name))
+    return total
+
+
 def _create_partitions(ctx: RequestContext, req: Any) -> list:
+    try:  # Kafka bounds the whole request: a result per topic, a record per new partition
+        check_batch_size(max(len(req.topics), _new_partitions(ctx, req.topics)))
+    except KompaktError as exc:
+        return _refuse_all([t.name for t in req.topics], *error_of(exc))
     out = []
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
