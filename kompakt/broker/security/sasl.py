@@ -86,6 +86,18 @@ class MechanismServer(Protocol):
     def user(self) -> str: ...
 
 
+def invalid_credentials(mechanism: str) -> str:
+    """Kafka's SaslServerAuthenticator answer to a mechanism's SaslException: the same
+    for every cause, so a client learns nothing (whether a user exists)."""
+    return (
+        "Authentication failed during authentication due to invalid credentials "
+        f"with SASL mechanism {mechanism}"
+    )
+
+
+PLAIN_REFUSED = invalid_credentials("PLAIN")
+
+
 class PlainServer:
     """RFC 4616 PLAIN: one token ``authzid NUL authcid NUL passwd``."""
 
@@ -95,16 +107,19 @@ class PlainServer:
         self.user = ""
 
     def step(self, token: bytes) -> bytes:
+        # Kafka's PlainSaslServer refuses these three with a SaslException, whose text
+        # SaslServerAuthenticator keeps from the client (it might tell who exists): the
+        # client reads the generic message, the log the reason
         parts = token.split(b"\0")
         if len(parts) != 3:
-            raise AuthenticationFailed(
-                "Invalid SASL/PLAIN response: expected 3 tokens, got " + str(len(parts)),
-                "malformed",
-            )
+            raise AuthenticationFailed(PLAIN_REFUSED, "malformed")
         authz, user_b, password_b = parts
         user = user_b.decode("utf-8", "replace")
-        if not user:
-            raise AuthenticationFailed("Authentication failed: username not specified", "malformed")
+        if not user:  # "Authentication failed: username not specified"
+            raise AuthenticationFailed(PLAIN_REFUSED, "malformed")
+        if not password_b:  # "Authentication failed: password not specified", whatever
+            # the JAAS entry says: a user_x="" entry lets nobody in as x
+            raise AuthenticationFailed(PLAIN_REFUSED, "no_password")
         expected = self.users.get(user)
         if expected is None or not hmac.compare_digest(expected.encode(), password_b):
             reason = "unknown_user" if expected is None else "bad_password"
@@ -141,8 +156,7 @@ class ScramServer:
         if cred is None:
             self._unknown = True
             raise AuthenticationFailed(
-                f"Authentication failed during authentication due to invalid credentials "
-                f"with SASL mechanism {self.mechanism}",
+                invalid_credentials(self.mechanism),
                 "unknown_user",
             )
         self.user = user
@@ -170,8 +184,7 @@ class ScramServer:
             log.debug("SCRAM exchange failed: %s", exc)  # scramp's text holds no secret
             bad_proof = "proof" in str(exc).lower() or "signature" in str(exc).lower()
             raise AuthenticationFailed(
-                f"Authentication failed during authentication due to invalid credentials "
-                f"with SASL mechanism {self.mechanism}",
+                invalid_credentials(self.mechanism),
                 "unknown_user" if self._unknown else "bad_password" if bad_proof else "malformed",
             ) from exc
         except AuthenticationFailed:

@@ -84,6 +84,22 @@ def test_plain_malformed_tokens_fail_without_crashing(token, reason):
     assert out.failure == reason
 
 
+@pytest.mark.parametrize("token", [b"\0nopw\0", b"nopw\0nopw\0", b"\0alice\0"])
+def test_plain_empty_password_is_refused_even_for_an_empty_jaas_entry(token):
+    """Kafka's PlainSaslServer: "Authentication failed: password not specified" before
+    any JAAS entry is looked at, so ``user_nopw=""`` lets nobody in; the client reads
+    SaslServerAuthenticator's generic text, never the cause."""
+    a = SaslAuthenticator("L", ("PLAIN",), {"alice": "pw", "nopw": ""}, None)
+    a.on_request(SASL_HANDSHAKE, 1, SimpleNamespace(mechanism="PLAIN"))
+    out = _token(a, token)
+    assert out.body["error_code"] == ErrorCode.sasl_authentication_failed
+    assert out.body["error_message"] == (
+        "Authentication failed during authentication due to invalid credentials "
+        "with SASL mechanism PLAIN"
+    )
+    assert out.close and out.failure == "no_password" and a.principal is None
+
+
 def test_a_second_handshake_before_completion_is_illegal_sasl_state():
     a = _auth(None)
     a.on_request(SASL_HANDSHAKE, 1, SimpleNamespace(mechanism="PLAIN"))
