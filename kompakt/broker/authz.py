@@ -781,7 +781,21 @@ def _describe_transactions(c: Check, req: Any) -> Decision:
         _describe_transactions_entry(t, TXN_DENIED)  # Kafka's zero defaults, as refused
         for t in refused
     ]
-    return kept, _append("transaction_states", extra)
+    return kept, _append("transaction_states", extra, lambda r: _describable_topics(c, r))
+
+
+def _describable_topics(c: Check, resp: dict[str, Any]) -> dict[str, Any]:
+    """Kafka's handleDescribeTransactionsRequest: a described transaction lists only the
+    partitions of topics the caller may DESCRIBE (a refusal there is not logged)."""
+
+    def ok(t: Any) -> bool:
+        name = t["topic"] if isinstance(t, dict) else t.topic
+        return c.ok(Op.DESCRIBE, TOPIC, name, log_denied=False)
+
+    resp["transaction_states"] = [
+        {**s, "topics": [t for t in s["topics"] if ok(t)]} for s in resp["transaction_states"]
+    ]
+    return resp
 
 
 def _describe_transactions_entry(tid: str, code: ErrorCode) -> dict[str, Any]:
