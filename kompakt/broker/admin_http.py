@@ -16,14 +16,18 @@ Starlette) served by uvicorn's ``Server`` on its own thread and event loop
 its blocking work (status walks, a clean) runs in the ASGI threadpool, so a slow page
 never holds up another request either.
 
-Security (issue 16): ``https://HOST:PORT`` serves TLS with the broker's ssl.* keys
-(overridable as ``listener.name.admin.ssl.*``). ``kompakt.admin.auth=basic`` asks for HTTP
-Basic credentials checked against the SCRAM users (the password is run through the
-stored salt and iterations and compared with the stored key: no second secret store to
-keep), for POST always and for GET when ``kompakt.admin.auth.get=true`` (so a Prometheus
-scraper may stay anonymous). Basic rather than a bearer token: the users and their
-rotation already exist (``kompakt user``), and a token would be one more secret in a
-config file. Without auth, or with Basic over plain http, the endpoint refuses a
+Security (issues 16, 26): ``https://HOST:PORT`` serves TLS with the broker's ssl.* keys
+(overridable as ``listener.name.admin.ssl.*``). Every request passes the gate
+(:mod:`kompakt.broker.http_gate`): its principal is found as a Kafka connection's
+(``kompakt.admin.auth=basic``: HTTP Basic against the SCRAM users, for every route, GET
+included; ``none``: User:ANONYMOUS, an Authorization header ignored), and each route asks
+the broker's authorizer for the Kafka operation it amounts to. Basic rather than a bearer
+token: the users and their rotation already exist (``kompakt user``), and a token would be
+one more secret in a config file. Browser safety (Host allow-list, Origin, JSON only,
+security headers, failed-login delay) is :mod:`kompakt.broker.http_browser`; a client
+gets :data:`HEADER_TIMEOUT_S` to send a request's headers (uvicorn has no such limit: its
+keep-alive timer is reset by every byte, so one byte every few seconds held a connection
+for ever). Without auth, or with Basic over plain http, the endpoint refuses a
 non-loopback address unless ``kompakt.admin.allow.insecure=true``.
 """
 
@@ -43,6 +47,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
+HEADER_TIMEOUT_S = 10.0
 
 
 class AdminApi:
@@ -89,12 +94,61 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-# checks a Basic user:password; returns a failure reason or None
-Authenticator = Callable[[str, str], str | None]
+def header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with a deadline for a request's headers: from the
+    connection (or the end of the previous response) to the end of the headers; past
+    it the connection is closed. A slow body is bounded by MAX_BODY and the handlers."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderDeadline(H11Protocol):
+        header_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self.header_timer = self.loop.call_later(timeout_s, self._expired)
+
+        def _disarm(self) -> None:
+            if self.header_timer is not None:
+                self.header_timer.cancel()
+                self.header_timer = None
+
+        def _expired(self) -> None:
+            self.header_timer = None
+            if self.conn.their_state in (h11.IDLE,) and not self.transport.is_closing():
+                log.info(
+                    "admin connection from %s closed: no request headers in %.0f s",
+                    (self.client or ("?",))[0],
+                    timeout_s,
+                )
+                self.transport.close()
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self.conn.their_state is not h11.IDLE:  # a request's headers arrived
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return HeaderDeadline
 
 
 def _tls_first_protocol(
-    tls: ssl.SSLContext, on_failure: Callable[[str], None], pending: set[asyncio.Transport]
+    tls: ssl.SSLContext,
+    on_failure: Callable[[str], None],
+    pending: set[asyncio.Transport],
+    inner: type[Any],
 ) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol behind a TLS handshake that this code runs itself.
 
@@ -105,7 +159,6 @@ def _tls_first_protocol(
     authentications, and gives a handshake 10 s. So the socket is served plain, and each
     connection is upgraded with ``loop.start_tls`` before uvicorn's protocol sees it.
     """
-    from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class CountingSSLObject(ssl.SSLObject):
         """Counts a failed handshake where it fails, before asyncio closes the socket,
@@ -128,7 +181,7 @@ def _tls_first_protocol(
         before ``start_tls`` returns), then passes everything through."""
 
         def __init__(self, config: Any, server_state: Any, app_state: Any, _loop: Any = None):
-            self.inner = H11Protocol(config, server_state, app_state, _loop)
+            self.inner = inner(config, server_state, app_state, _loop)
             self.loop = _loop or asyncio.get_event_loop()
             self.connected = False
             self.early: list[bytes] = []
@@ -212,20 +265,18 @@ class AdminServer:
         port: int = 9644,
         *,
         tls: ssl.SSLContext | None = None,
-        authenticate: Authenticator | None = None,
-        auth_get: bool = False,
-        on_failure: Callable[[str], None] = lambda reason: None,
+        gate: Any = None,
+        header_timeout_s: float = HEADER_TIMEOUT_S,
     ):
         import uvicorn
-        from uvicorn.protocols.http.h11_impl import H11Protocol
 
         from kompakt.broker.console.app import build_app
+        from kompakt.broker.http_gate import GateSettings
 
         self.api = api
         self.scheme = "https" if tls is not None else "http"
-        self.app = build_app(
-            api, authenticate=authenticate, auth_get=auth_get, on_failure=on_failure
-        )
+        gate = gate or GateSettings()
+        self.app = build_app(api, gate=gate)
         try:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             self.sock = socket.socket(family, socket.SOCK_STREAM)
@@ -241,9 +292,9 @@ class AdminServer:
                 f"on address ('{host}', {port}): {exc.strerror or exc}",
             ) from exc
         self._pending: set[asyncio.Transport] = set()
-        protocol = (
-            _tls_first_protocol(tls, on_failure, self._pending) if tls is not None else H11Protocol
-        )
+        protocol = header_timeout_protocol(header_timeout_s)
+        if tls is not None:
+            protocol = _tls_first_protocol(tls, gate.on_failure, self._pending, protocol)
         self.config = uvicorn.Config(
             self.app,
             http=protocol,

@@ -44,8 +44,9 @@ DescribeCluster            none; its authorized operations need DESCRIBE cluster
 
 An API with no policy here is refused to everyone but super users and closes the
 connection: a new API must say what it needs (the ACL matrix test iterates the registry).
-The admin HTTP endpoint (``POST /v1/compact``) is not a Kafka API and has no principal;
-it is guarded by where it listens, not by ACLs.
+The admin HTTP listener is not a Kafka API, but its requests have a principal as a Kafka
+connection's and each route asks :func:`authorize` for the operation it amounts to (its
+table is :data:`kompakt.broker.http_gate.RULES`).
 """
 
 from __future__ import annotations
@@ -96,6 +97,33 @@ def _same(resp: Any) -> Any:
     return resp
 
 
+def authorize(
+    authorizer: Authorizer,
+    principal: str,
+    host: str,
+    op: Op,
+    rtype: ResourceType,
+    name: str,
+    what: str,
+    log_denied: bool = True,
+) -> bool:
+    """The one authorization check of every door (each Kafka API's policy, each route of
+    the admin listener: :mod:`kompakt.broker.http_gate`), with Kafka's
+    ``kafka.authorizer.logger`` line for a refusal; ``what`` names the request."""
+    allowed = authorizer.authorize(principal, host, op, rtype, name)
+    if not allowed and log_denied:
+        denied_log.info(
+            "Principal = %s is Denied operation = %s from host = %s on resource = %s:%s (%s)",
+            principal,
+            op.name,
+            host,
+            rtype.name,
+            name,
+            what,
+        )
+    return allowed
+
+
 class Check:
     """One request's questions to the authorizer (principal and host fixed)."""
 
@@ -108,20 +136,10 @@ class Check:
     def ok(self, op: Op, rtype: ResourceType, name: str, log_denied: bool = True) -> bool:
         """``log_denied=False`` where a refusal only filters a listing (Kafka's
         ``logIfDenied = false``: Metadata of all topics, ListGroups)."""
-        allowed = self.authorizer.authorize(self.principal, self.host, op, rtype, name)
-        if not allowed and log_denied:
-            denied_log.info(
-                "Principal = %s is Denied operation = %s from host = %s on resource = %s:%s "
-                "(%s v%d)",
-                self.principal,
-                op.name,
-                self.host,
-                rtype.name,
-                name,
-                api_name(self.ctx.api_key),
-                self.ctx.api_version,
-            )
-        return allowed
+        what = f"{api_name(self.ctx.api_key)} v{self.ctx.api_version}"
+        return authorize(
+            self.authorizer, self.principal, self.host, op, rtype, name, what, log_denied
+        )
 
     def cluster(self, op: Op, log_denied: bool = True) -> bool:
         return self.ok(op, CLUSTER, CLUSTER_NAME, log_denied)

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from kompakt.broker.console import common
+from kompakt.broker.http_gate import gate_of
 from kompakt.errors import InvalidConfigError, InvalidTopicError, KompaktError, UnknownTopicError
 from kompakt.log.dir_failure import find_disk_error
 
@@ -66,6 +67,9 @@ async def run_compact(request: Request, req: Any) -> Response:
         topic, part, dry, engine = check_compact_request(req)
     except ValueError as exc:
         return common.json_response(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+    denied = gate_of(request).refusal(topic)  # ALTER (a clean) or READ (the dry run page)
+    if denied is not None:
+        return common.json_response(HTTPStatus.FORBIDDEN, denied)
     api = common.api_of(request)
     try:
         doc = await run_in_threadpool(api.compact, topic, part, dry, engine)

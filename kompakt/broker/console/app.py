@@ -12,22 +12,20 @@ browser.
 Routes: the JSON API of :mod:`kompakt.broker.admin_http` (same URLs and JSON as its
 ``http.server`` predecessor), the compaction pages
 (:data:`kompakt.broker.console.pages_compaction.ROUTES`) and the data pages
-(:data:`kompakt.broker.console.pages_data.ROUTES`). HTTP Basic (``kompakt.admin.auth``)
-is a middleware in front of all of them: POST always, GET with ``kompakt.admin.auth.get``.
+(:data:`kompakt.broker.console.pages_data.ROUTES`). In front of all of them is the gate
+(:class:`kompakt.broker.http_gate.Gate`): the request's principal (HTTP Basic with
+``kompakt.admin.auth=basic``, else User:ANONYMOUS) and the broker's authorizer asked for
+each route's Kafka operation, with the browser checks of
+:mod:`kompakt.broker.http_browser`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import time
-from collections.abc import Callable
-from http import HTTPStatus
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -37,62 +35,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kompakt.broker.console import common, pages_compaction, pages_data
 from kompakt.broker.console.actions import parse_json_body, run_compact
+from kompakt.broker.http_gate import Gate, GateSettings, gate_of
 
 log = logging.getLogger(__name__)
-
-SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
-
-
-class BasicAuth:
-    """HTTP Basic in front of every route (ASGI middleware): non-GET requests always,
-    GET/HEAD too when ``auth_get``; ``authenticate(user, password)`` answers a failure
-    reason or None and runs on the threadpool (it derives a SCRAM key: not for the loop)."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        authenticate: Callable[[str, str], str | None],
-        auth_get: bool,
-        on_failure: Callable[[str], None],
-    ):
-        self.app = app
-        self.authenticate = authenticate
-        self.auth_get = auth_get
-        self.on_failure = on_failure
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (scope["method"] in SAFE_METHODS and not self.auth_get):
-            await self.app(scope, receive, send)
-            return
-        header = ""
-        for k, v in scope.get("headers", []):
-            if k == b"authorization":
-                header = v.decode("latin-1")
-        reason = "no_credentials"
-        if header.startswith("Basic "):
-            try:
-                user, sep, password = (
-                    base64.b64decode(header[6:], validate=True).decode().partition(":")
-                )
-                failed = (
-                    await run_in_threadpool(self.authenticate, user, password)
-                    if sep
-                    else "malformed"
-                )
-            except (binascii.Error, UnicodeDecodeError):
-                failed = "malformed"
-            if failed is None:
-                await self.app(scope, receive, send)
-                return
-            reason = failed
-        client = (scope.get("client") or ("?",))[0]
-        log.info("admin request from %s refused: %s", client, reason)
-        self.on_failure(reason)
-        response = common.json_response(
-            HTTPStatus.UNAUTHORIZED, {"error": "authentication required"}
-        )
-        response.headers["WWW-Authenticate"] = 'Basic realm="kompakt", charset="UTF-8"'
-        await response(scope, receive, send)
 
 
 class ServerTiming:
@@ -129,7 +74,9 @@ def metrics(request: Request) -> Response:
 
 
 def partitions(request: Request) -> Response:
-    return common.json_response(200, {"partitions": common.api_of(request).partitions()})
+    """Each partition's state, topics the principal may not DESCRIBE left out."""
+    rows = gate_of(request).visible(common.api_of(request).partitions(), lambda r: r["topic"])
+    return common.json_response(200, {"partitions": rows})
 
 
 def endpoints(request: Request) -> Response:
@@ -168,14 +115,9 @@ async def server_error(request: Request, exc: Exception) -> Response:
     return common.error_page(request, 500, f"internal error: {type(exc).__name__}: {exc}")
 
 
-def build_app(
-    api: Any,
-    *,
-    authenticate: Callable[[str, str], str | None] | None = None,
-    auth_get: bool = False,
-    on_failure: Callable[[str], None] = lambda reason: None,
-) -> ASGIApp:
-    """The whole admin listener as one ASGI app over ``api`` (an ``AdminApi``)."""
+def build_app(api: Any, *, gate: GateSettings | None = None) -> ASGIApp:
+    """The whole admin listener as one ASGI app over ``api`` (an ``AdminApi``), behind
+    the gate (``gate``: no auth and no authorizer when None: every request allowed)."""
     routes: list[BaseRoute] = list(API_ROUTES)
     routes += pages_compaction.ROUTES
     routes += pages_data.ROUTES
@@ -191,6 +133,4 @@ def build_app(
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )
     app.state.api = api
-    if authenticate is None:
-        return ServerTiming(app)
-    return ServerTiming(BasicAuth(app, authenticate, auth_get, on_failure))
+    return ServerTiming(Gate(app, gate or GateSettings()))

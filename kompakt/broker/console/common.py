@@ -14,6 +14,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
+from kompakt.broker.http_gate import form_token
+
 # (method, path, what) of the JSON/text API: GET /v1 and GET / with Accept: application/json
 ENDPOINTS = [
     ("GET", "/metrics", "Prometheus text exposition"),
@@ -114,6 +116,7 @@ def endpoint_list() -> Response:
 def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     context.setdefault("title", "kompakt")
     context.setdefault("writes", bool(getattr(api_of(request), "writes", False)))
+    context.setdefault("csrf", form_token(request))
     return templates.TemplateResponse(request, name, context, status_code=status)
 
 

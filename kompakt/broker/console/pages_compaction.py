@@ -7,8 +7,8 @@ and why, tombstones, eligibility), the cleaner (:attr:`Cleaner.running` with pro
 :attr:`Cleaner.last_stats`), the broker's cleaner thread (backoff) and the console's
 :class:`~kompakt.broker.console.history.History`. "Compact now" and the dry run call
 ``AdminApi.compact``, the code behind ``POST /v1/compact`` and ``kompakt compact``; the
-real clean only when ``kompakt.admin.console.writes=true`` (and behind
-``kompakt.admin.auth`` like every POST).
+real clean only when ``kompakt.admin.console.writes=true``. Each page shows only the
+topics the principal may DESCRIBE (:mod:`kompakt.broker.http_gate`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from starlette.routing import BaseRoute, Route
 from kompakt.broker.console import charts, common
 from kompakt.broker.console.actions import parse_json_body, run_compact
 from kompakt.broker.console.tombstones import horizons_of
+from kompakt.broker.http_gate import gate_of
 from kompakt.errors import KompaktError
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,17 @@ def all_statuses(broker: Any, tombstones: bool = True) -> list[tuple[Any, Any]]:
     return list(broker._cleaning_status().partitions(tombstones=tombstones))
 
 
+def visible_state(request: Request, tombstones: bool = True) -> tuple[list, dict[str, Any]]:
+    """(statuses, cleaner state) of the partitions whose topic the principal may
+    DESCRIBE, the others left out as Metadata leaves them out."""
+    broker = common.broker_of(request)
+    gate = gate_of(request)
+    statuses = gate.visible(all_statuses(broker, tombstones), lambda s: s[0].topic)
+    state = cleaner_state(broker, statuses)
+    state["running"] = gate.visible(state["running"], lambda r: r["topic"])
+    return statuses, state
+
+
 def segment_strip(plog: Any, st: Any) -> list[dict[str, Any]]:
     """Each segment with its part of the log: clean head, dirty (cleanable) tail,
     dirty but not yet cleanable, active; widths in proportion to size."""
@@ -214,14 +226,13 @@ def summary(doc: dict[str, Any]) -> str:
 def overview(request: Request) -> Response:
     if common.wants_json(request):
         return common.endpoint_list()
-    broker = common.broker_of(request)
-    statuses = all_statuses(broker)
+    statuses, cleaner = visible_state(request)
     return common.render(
         request,
         "overview.html",
         title="kompakt · overview",
         topics=topic_rows(statuses),
-        cleaner=cleaner_state(broker, statuses),
+        cleaner=cleaner,
         partitions=len(statuses),
     )
 
@@ -239,7 +250,7 @@ def partition_page(request: Request) -> Response:
         return common.error_page(request, HTTPStatus.NOT_FOUND, str(exc))
     status = broker._cleaning_status()
     st = status.of_log(plog)
-    cleaner = cleaner_state(broker, all_statuses(broker, tombstones=False))
+    _statuses, cleaner = visible_state(request, tombstones=False)
     tp = (topic, partition)
     history = broker.history
     samples = history.samples(tp)
@@ -301,7 +312,7 @@ def progress(request: Request) -> Response:
     ``?topic=&partition=`` adds that partition's clean count, so a page sees its clean
     finish."""
     broker = common.broker_of(request)
-    out = cleaner_state(broker, all_statuses(broker, tombstones=False))
+    _statuses, out = visible_state(request, tombstones=False)
     topic = request.query_params.get("topic")
     if topic is not None:
         try:

@@ -7,17 +7,18 @@ web), rendered on the ASGI threadpool so a page never runs on an event loop. Inp
 page cannot use (a key that is not hex, an offset "abc", an unknown topic, a bad config
 value) is a message on the page with status 400, never a traceback.
 
+Every list (topics to pick, groups, a group's offsets) shows only what the request's
+principal may see, by the route's rule in :mod:`kompakt.broker.http_gate`.
+
 The one write, a config edit (``POST /configs/{topic}``), is refused unless the admin
-endpoint allows console actions (``kompakt.admin.console.writes``), sits behind the
-endpoint's HTTP Basic authentication like every POST, and is an IncrementalAlterConfigs
-request dispatched through the broker's API table (its validation, its authorizer
-check with the Basic user as principal, its messages).
+endpoint allows console actions (``kompakt.admin.console.writes``), carries the form
+token of the page it came from, and is an IncrementalAlterConfigs request dispatched
+through the broker's API table (its validation, its authorizer check with the gate's
+principal, its messages).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import time
 from typing import Any
 from urllib.parse import parse_qs, quote
@@ -28,6 +29,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from kompakt.broker.console import browse, common, key_find
+from kompakt.broker.http_gate import form_token_ok, gate_of
 from kompakt.errors import KompaktError
 
 FORM_LIMIT = 16 * 1024
@@ -45,8 +47,10 @@ def _now(broker: Any) -> int:
     return int(clock()) if clock is not None else int(time.time() * 1000)
 
 
-def _topics(broker: Any) -> list[str]:
-    return sorted(t for t in broker.logs.topics() if not t.startswith("__"))
+def _topics(request: Request, broker: Any) -> list[str]:
+    """The topics a page offers: not internal, and those the route's operation allows."""
+    topics = sorted(t for t in broker.logs.topics() if not t.startswith("__"))
+    return gate_of(request).visible(topics)
 
 
 def _q(request: Request, name: str, limit: int = 4096) -> str:
@@ -87,7 +91,7 @@ def keys_page(request: Request) -> Response:
     try:
         _check_lengths(request, {"topic": 300, "partition": 40, "key": 4096, "encoding": 20})
         broker = _broker(request)
-        ctx["topics"] = _topics(broker)
+        ctx["topics"] = _topics(request, broker)
         if not topic and not key_text:
             return _page(request, "keys.html", **ctx)
         browse.partition_log(broker.logs, topic, partition or "0")  # input checks first
@@ -139,7 +143,7 @@ def messages_page(request: Request) -> Response:
             {"topic": 300, "partition": 40, "offset": 40, "timestamp": 60, "key": 4096},
         )
         broker = _broker(request)
-        ctx["topics"] = _topics(broker)
+        ctx["topics"] = _topics(request, broker)
         if render not in browse.VALUE_MODES:
             raise browse.BrowseInputError(
                 f"unknown rendering {render!r}: use one of {', '.join(browse.VALUE_MODES)}"
@@ -183,7 +187,12 @@ def groups_page(request: Request) -> Response:
         broker = _broker(request)
     except browse.BrowseInputError as exc:
         return _page(request, "groups.html", 503, error=str(exc), groups=[], group=None)
-    groups = browse.describe_groups(broker.logs, _coordinator(broker))
+    gate = gate_of(request)
+    groups = gate.visible(
+        browse.describe_groups(broker.logs, _coordinator(broker)), lambda g: g.group_id
+    )
+    for g in groups:  # committed offsets: OffsetFetch's DESCRIBE on each topic
+        g.partitions = gate.visible(g.partitions, lambda p: p.topic, beside=True)
     return _page(request, "groups.html", title="kompakt · groups", groups=groups, group=None)
 
 
@@ -194,6 +203,9 @@ def group_page(request: Request) -> Response:
         group = browse.describe_group(broker.logs, _coordinator(broker), gid)
         if group is None:
             raise browse.BrowseInputError(f"consumer group {gid[:200]!r} does not exist")
+        group.partitions = gate_of(request).visible(
+            group.partitions, lambda p: p.topic, beside=True
+        )
     except browse.BrowseInputError as exc:
         return _page(request, "groups.html", 404, error=str(exc), groups=[], group=None)
     return _page(request, "groups.html", title=f"kompakt · group {gid}", groups=[], group=group)
@@ -205,7 +217,7 @@ def group_page(request: Request) -> Response:
 def configs_index(request: Request) -> Response:
     try:
         broker = _broker(request)
-        topics = _topics(broker)
+        topics = _topics(request, broker)
     except browse.BrowseInputError as exc:
         return _page(request, "configs.html", 503, error=str(exc), topic=None, topics=[], rows=[])
     pick = _q(request, "topic", 300)
@@ -216,11 +228,11 @@ def configs_index(request: Request) -> Response:
     )
 
 
-def _configs_context(broker: Any, topic: str) -> dict[str, Any]:
+def _configs_context(request: Request, broker: Any, topic: str) -> dict[str, Any]:
     return {
         "title": f"kompakt · configs of {topic}",
         "topic": topic,
-        "topics": _topics(broker),
+        "topics": _topics(request, broker),
         "rows": browse.topic_configs(broker.logs, topic),
         "field_error": None,
         "field": None,
@@ -233,24 +245,11 @@ def configs_page(request: Request) -> Response:
     topic = request.path_params["topic"]
     try:
         broker = _broker(request)
-        ctx = _configs_context(broker, topic)
+        ctx = _configs_context(request, broker, topic)
     except browse.BrowseInputError as exc:
         return _page(request, "configs.html", 404, error=str(exc), topic=None, topics=[], rows=[])
     ctx["saved"] = _q(request, "saved", 200) or None
     return _page(request, "configs.html", **ctx)
-
-
-def _basic_user(request: Request) -> str | None:
-    """The user of the request's HTTP Basic credentials (already checked by the app's
-    authentication middleware when it is on)."""
-    header = request.headers.get("authorization", "")
-    if not header.startswith("Basic "):
-        return None
-    try:
-        user, sep, _pw = base64.b64decode(header[6:], validate=True).decode().partition(":")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    return user if sep else None
 
 
 async def configs_edit(request: Request) -> Response:
@@ -273,6 +272,10 @@ async def configs_edit(request: Request) -> Response:
         if len(body) > FORM_LIMIT:
             return common.error_page(request, 400, too_big)
     form = {k: v[0] for k, v in parse_qs(bytes(body).decode("utf-8", "replace")).items()}
+    if not form_token_ok(request, form.get("csrf")):
+        return common.error_page(
+            request, 403, "the form's token is missing or stale: reload the page and retry"
+        )
     name, value = form.get("name", "").strip(), form.get("value", "")
     delete = form.get("action") == "delete"
     try:
@@ -280,21 +283,20 @@ async def configs_edit(request: Request) -> Response:
         await run_in_threadpool(browse.topic_configs, broker.logs, topic)  # unknown topic
     except browse.BrowseInputError as exc:
         return common.error_page(request, 404, str(exc))
-    user = _basic_user(request)
     error = await browse.alter_topic_config_async(
         broker,
         topic,
         name,
         None if delete else value,
         delete=delete,
-        principal=f"User:{user}" if user else "User:ANONYMOUS",
+        principal=gate_of(request).principal,  # verified by the gate, never a header
         peer=f"{(request.client.host if request.client else 'console')}:0",
     )
     if error is None:
         return RedirectResponse(
             f"/configs/{quote(topic, safe='')}?saved={quote(name, safe='')}", status_code=303
         )
-    ctx = await run_in_threadpool(_configs_context, broker, topic)
+    ctx = await run_in_threadpool(_configs_context, request, broker, topic)
     ctx.update(field_error=error, field=name, value=value)
     return _page(request, "configs.html", 400, **ctx)
 

@@ -161,14 +161,34 @@ SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
         "string",
         "none",
         "none | basic: HTTP Basic authentication of the admin endpoint against the SCRAM "
-        "users (POST always; GET too with kompakt.admin.auth.get=true).",
+        "users, for every request (GET too); none: every request is User:ANONYMOUS. Each "
+        "route is then authorized by the broker's authorizer (authorizer.class.name).",
         _choice("none", "basic"),
     ),
     (
         "kompakt.admin.auth.get",
         "boolean",
         False,
-        "With kompakt.admin.auth=basic, also ask GET requests (/metrics, /v1/partitions).",
+        "Ignored (a warning at start): with kompakt.admin.auth=basic every request asks for "
+        "credentials; kompakt.admin.metrics.public=true opens /metrics for a scraper.",
+        None,
+    ),
+    (
+        "kompakt.admin.metrics.public",
+        "boolean",
+        False,
+        "Serve the admin endpoint's /metrics to anyone (a Prometheus scraper without "
+        "credentials): no authentication and no DESCRIBE on CLUSTER asked. Topic and group "
+        "names appear in its labels.",
+        None,
+    ),
+    (
+        "kompakt.admin.allowed.hosts",
+        "list",
+        (),
+        "Host names (besides the listener's address, localhost, 127.0.0.1, ::1 and the "
+        "advertised listeners' hosts) the admin endpoint answers to; another Host header "
+        "is answered 421 (DNS rebinding).",
         None,
     ),
     (

@@ -80,15 +80,33 @@ def scram_store_of(cfg: Any, state: Any) -> ScramStore:
 
 
 def admin_security(cfg: Any, state: Any, metrics: Any) -> dict[str, Any]:
-    """AdminServer's TLS context and Basic authenticator from the kompakt.admin.* keys."""
-    from kompakt.broker.admin_http import is_tls
+    """AdminServer's TLS context and gate settings from the kompakt.admin.* keys: the
+    SCRAM store as the Basic authenticator, the broker's authorizer (looked up per
+    request, as the Kafka APIs' guard sees it), the Host names served."""
+    from kompakt.broker.admin_http import is_tls, parse_listener
+    from kompakt.broker.handlers.acls import AUTHORIZER_KEY
+    from kompakt.broker.http_browser import allowed_hosts
+    from kompakt.broker.http_gate import GateSettings
 
     out: dict[str, Any] = {}
     if is_tls(cfg.admin_listener):
         out["tls"] = server_context(cfg, "ADMIN")
+    authenticate = None
     if cfg.get("kompakt.admin.auth") == "basic":
-        store = scram_store_of(cfg, state)
-        out["authenticate"] = store.verify_password
-        out["auth_get"] = bool(cfg.get("kompakt.admin.auth.get"))
-    out["on_failure"] = lambda reason: metrics.auth_failed("HTTP_BASIC", reason)
+        authenticate = scram_store_of(cfg, state).verify_password
+    if "kompakt.admin.auth.get" in cfg.raw:
+        log.warning(
+            "kompakt.admin.auth.get is ignored: with kompakt.admin.auth=basic every request "
+            "asks for credentials; kompakt.admin.metrics.public=true opens /metrics alone"
+        )
+    extra = list(cfg.get("kompakt.admin.allowed.hosts") or ())
+    extra += [adv.host for adv in cfg.advertised_listeners.values() if adv.host]
+    out["gate"] = GateSettings(
+        authenticate=authenticate,
+        authorizer=lambda: state.extra.get(AUTHORIZER_KEY),
+        metrics_public=bool(cfg.get("kompakt.admin.metrics.public")),
+        allowed_hosts=allowed_hosts(parse_listener(cfg.admin_listener)[0], extra),
+        on_failure=lambda reason: metrics.auth_failed("HTTP_BASIC", reason),
+        failed_delay_ms=int(cfg.get("connection.failed.authentication.delay.ms")),
+    )
     return out

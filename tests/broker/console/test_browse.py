@@ -360,8 +360,20 @@ def test_config_edit_is_refused_while_the_console_is_read_only(broker):
     assert rows["delete.retention.ms"].source != "topic"
 
 
+def _form_token(url: str, **kw) -> str:
+    """The form token of the configs page, as the browser posts it back."""
+    import re
+
+    import httpx
+
+    page = httpx.get(url, headers={"Accept": "text/html"}, **kw).text
+    return re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)
+
+
 def test_config_edit_needs_the_admin_endpoints_basic_credentials(tmp_path):
-    """kompakt.admin.auth=basic: every POST needs a SCRAM user's credentials."""
+    """kompakt.admin.auth=basic: every request needs a SCRAM user's credentials, and the
+    form the token of the page it came from (issue 26: a page of another origin cannot
+    read it, so cannot forge the form)."""
     import httpx
 
     b = start_test_broker(
@@ -378,7 +390,11 @@ def test_config_edit_needs_the_admin_endpoints_basic_credentials(tmp_path):
         form = {"name": "delete.retention.ms", "value": "777", "action": "set"}
         assert httpx.post(url, data=form).status_code == 401
         assert httpx.post(url, data=form, auth=("alice", "wrong")).status_code == 401
-        r = httpx.post(url, data=form, auth=("alice", "alice-scram"))
+        alice = ("alice", "alice-scram")
+        assert httpx.post(url, data=form, auth=alice).status_code == 403  # no token
+        assert httpx.post(url, data={**form, "csrf": "0" * 40}, auth=alice).status_code == 403
+        assert b.logs.topic_meta("secured").overrides.get("delete.retention.ms") is None
+        r = httpx.post(url, data={**form, "csrf": _form_token(url, auth=alice)}, auth=alice)
         assert r.status_code == 303 and r.headers["location"].endswith("?saved=delete.retention.ms")
         assert b.logs.topic_meta("secured").overrides["delete.retention.ms"] == "777"
     finally:

@@ -20,6 +20,8 @@ def _request(b, certs, method: str, path: str, user: str | None = None, pw: str 
     url = f"https://127.0.0.1:{b.admin_port}{path}"
     data = json.dumps({"topic": "no-such-topic"}).encode() if method == "POST" else None
     req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
     if user is not None:
         token = base64.b64encode(f"{user}:{pw}".encode()).decode()
         req.add_header("Authorization", f"Basic {token}")
@@ -43,14 +45,22 @@ def _failures(b, reason):
     return 0
 
 
-def test_get_metrics_is_open_and_post_compact_needs_basic_credentials(secure_broker, certs):
-    assert _request(secure_broker, certs, "GET", "/metrics") == 200
+def test_every_route_get_included_needs_basic_credentials(secure_broker, certs):
+    """Issue 26: with kompakt.admin.auth=basic only POST was checked, so /metrics,
+    /v1/partitions and the record pages answered anyone. Now every request is
+    authenticated as a Kafka connection on a SASL listener is: no request before it."""
+    for path in ("/metrics", "/v1/partitions", "/messages?topic=x", "/", "/v1"):
+        assert _request(secure_broker, certs, "GET", path) == 401, path
+        assert _request(secure_broker, certs, "GET", path, "alice", "alice-scram") in (
+            200,
+            400,  # /messages of a missing topic: a message on the page
+        ), path
     before = _failures(secure_broker, "bad_password")
     assert _request(secure_broker, certs, "POST", "/v1/compact") == 401
     assert _request(secure_broker, certs, "POST", "/v1/compact", "alice", "wrong") == 401
     assert _failures(secure_broker, "bad_password") == before + 1
     assert _request(secure_broker, certs, "POST", "/v1/compact", "nobody", "x") == 401
-    # authenticated: through to the handler, which knows no such topic
+    # authenticated (no authorizer configured: Kafka allows all): the handler answers
     assert _request(secure_broker, certs, "POST", "/v1/compact", "alice", "alice-scram") == 404
 
 
@@ -59,7 +69,7 @@ def test_plain_http_to_the_https_admin_port_is_refused_and_counted(secure_broker
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         urllib.request.urlopen(f"http://127.0.0.1:{secure_broker.admin_port}/metrics", timeout=5)
     assert _failures(secure_broker, "ssl_handshake") == before + 1
-    assert _request(secure_broker, certs, "GET", "/metrics") == 200  # still serving
+    assert _request(secure_broker, certs, "GET", "/metrics") == 401  # still serving
 
 
 @pytest.mark.parametrize(
@@ -84,11 +94,11 @@ def test_admin_refuses_a_non_loopback_bind_without_auth_unless_allowed(props, fr
     )
 
 
-def test_console_pages_are_open_but_its_actions_need_basic_credentials(secure_broker, certs):
-    """The console moved onto the admin listener keeps its rules: GET pages follow
-    kompakt.admin.auth.get (off here), every POST (console compact too) needs Basic
-    credentials, and with them the read-only console (the default) still refuses."""
-    assert _request(secure_broker, certs, "GET", "/") == 200
+def test_console_pages_and_actions_need_basic_credentials(secure_broker, certs):
+    """The console on the admin listener: its pages ask for credentials as its actions
+    do, and with them the read-only console (the default) still refuses a clean."""
+    assert _request(secure_broker, certs, "GET", "/") == 401
+    assert _request(secure_broker, certs, "GET", "/", "alice", "alice-scram") == 200
     assert _request(secure_broker, certs, "POST", "/console/compact") == 401
     assert _request(secure_broker, certs, "POST", "/console/compact", "alice", "alice-scram") == 403
 
