@@ -25,6 +25,7 @@ from kompakt.record.decode import RecordBatch, iter_batches
 from kompakt.record.encode import build_batch_like
 from kompakt.record.header import (
     CREATE_TIME,
+    HEADER_SIZE,
     MAGIC,
     NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
@@ -35,8 +36,12 @@ from kompakt.record.header import (
     set_partition_leader_epoch,
 )
 from kompakt.record.scan import scan_records
+from kompakt.record.stream_scan import stream_records
 
 LEADER_EPOCH = 0  # single node: the partition's leader epoch never changes
+# Decompressed bytes of one record set that validation holds at once; the batches
+# beyond it are walked a chunk at a time. A memory bound only: nothing is refused by it.
+IN_MEMORY_EXPANSION = 8 << 20
 
 Buffer = bytes | bytearray | memoryview
 
@@ -86,71 +91,128 @@ def validate_records(
     topic, then the timestamp (``validateTimestamp``, KIP-937 bounds). Every offending
     record is listed by its position in the record set (KIP-467's ``RecordError``).
 
+    Compressed payloads are read in memory up to :data:`IN_MEMORY_EXPANSION` bytes in
+    all; a batch beyond that is walked a chunk at a time (:mod:`kompakt.record.
+    stream_scan`), as Kafka's streaming iterator does, so its expansion is never held.
+
     Returns each batch's largest record timestamp (None for batches without data
     records), which CreateTime batches then carry as their maxTimestamp.
     """
     cfg = config
     create_time = cfg.message_timestamp_type != "LogAppendTime"
-    lo = now - cfg.message_timestamp_before_max_ms
-    hi = now + cfg.message_timestamp_after_max_ms
-    maxes: list[int | None] = [None] * len(batches)
     data = [b for b in batches if not b.header.is_control and b.header.record_count]
     if not cfg.compact and not create_time and not any(_log_append(b) for b in data):
-        return maxes  # LogAppendTime, no keys to check: nothing to read per record
-    scan = scan_records(records, verify_crc=False)
-    ts = scan.timestamp
-    key_bad = scan.key_null if cfg.compact else np.zeros(len(scan), np.bool_)
-    stamped = ts != NO_TIMESTAMP if create_time else np.zeros(len(scan), np.bool_)
-    out_of_range = stamped & ((ts < max(lo, LONG_MIN)) | (ts > min(hi, LONG_MAX)))
-    batch_log_append = np.array([_log_append(b) for b in batches], np.bool_)
-    claims_log_append = ~stamped & batch_log_append[scan.batch_index]
-    errors: list[tuple[int, str]] = []
-    bad_timestamp = False
-    for i in np.flatnonzero(key_bad | out_of_range | claims_log_append).tolist():
-        offset = int(scan.offset[i])
-        if key_bad[i]:
-            errors.append(
-                (
-                    i,
-                    f"Compacted topic cannot accept message without key in topic partition {name}.",
-                )
-            )
-        elif out_of_range[i]:
-            bad_timestamp = True
-            errors.append(
-                (
-                    i,
-                    f"Timestamp {int(ts[i])} of message with offset {offset} is out of "
-                    f"range. The timestamp should be within [{lo}, {hi}]",
-                )
-            )
+        return [None] * len(batches)  # LogAppendTime, no keys to check: nothing to read
+    budget = IN_MEMORY_EXPANSION
+    streamed: list[int] = []
+
+    def inflate(i: int, b: RecordBatch) -> bytes | None:
+        nonlocal budget
+        payload = codecs.decompress_bounded(b.header.compression, b.buffer[HEADER_SIZE:], budget)
+        if payload is None:
+            streamed.append(i)
         else:
-            bad_timestamp = True
-            errors.append(
-                (
-                    i,
-                    f"Invalid timestamp type in message at offset {offset}. "
-                    "Producer should not set timestamp type to LogAppendTime.",
+            budget -= len(payload)
+        return payload
+
+    scan = scan_records(records, verify_crc=False, decompress=inflate)
+    check = _RecordCheck(batches, cfg, name, now)
+    rows = np.arange(len(scan))
+    counts = np.array([0 if b.header.is_control else b.header.record_count for b in batches])
+    if streamed:  # a scanned row's index in the record set counts the streamed records
+        skipped = np.zeros(len(batches), np.int64)
+        skipped[streamed] = counts[streamed]
+        rows = rows + (np.cumsum(skipped) - skipped)[scan.batch_index]
+    check.add(rows, scan.offset, scan.timestamp, scan.key_null, scan.batch_index)
+    del scan
+    first_rows = np.cumsum(counts) - counts
+    for i in streamed:
+        row = int(first_rows[i])
+        for offset, ts, key_null in stream_records(batches[i], i):
+            n = len(offset)
+            check.add(np.arange(row, row + n), offset, ts, key_null, np.full(n, i, np.int32))
+            row += n
+    return check.result()
+
+
+class _RecordCheck:
+    """The per-record rules of :func:`validate_records`, fed columns a part at a time
+    (all of an in-memory scan, or one chunk of a streamed batch)."""
+
+    def __init__(self, batches: list[RecordBatch], config: TopicConfig, name: str, now: int):
+        self.name = name
+        self.compact = config.compact
+        self.create_time = config.message_timestamp_type != "LogAppendTime"
+        self.lo = now - config.message_timestamp_before_max_ms
+        self.hi = now + config.message_timestamp_after_max_ms
+        self.batch_log_append = np.array([_log_append(b) for b in batches], np.bool_)
+        self.per_batch = np.full(len(batches), LONG_MIN, np.int64)
+        self.present = np.zeros(len(batches), np.bool_)
+        self.errors: list[tuple[int, str]] = []
+        self.bad_timestamp = False
+
+    def add(
+        self,
+        rows: np.ndarray,
+        offset: np.ndarray,
+        ts: np.ndarray,
+        key_null: np.ndarray,
+        batch_index: np.ndarray,
+    ) -> None:
+        """Check records (``rows``: their positions in the record set)."""
+        n = len(rows)
+        lo, hi = self.lo, self.hi
+        key_bad = key_null if self.compact else np.zeros(n, np.bool_)
+        stamped = ts != NO_TIMESTAMP if self.create_time else np.zeros(n, np.bool_)
+        out_of_range = stamped & ((ts < max(lo, LONG_MIN)) | (ts > min(hi, LONG_MAX)))
+        claims_log_append = ~stamped & self.batch_log_append[batch_index]
+        for j in np.flatnonzero(key_bad | out_of_range | claims_log_append).tolist():
+            i = int(rows[j])
+            if key_bad[j]:
+                self.errors.append(
+                    (
+                        i,
+                        "Compacted topic cannot accept message without key in topic "
+                        f"partition {self.name}.",
+                    )
                 )
+            elif out_of_range[j]:
+                self.bad_timestamp = True
+                self.errors.append(
+                    (
+                        i,
+                        f"Timestamp {int(ts[j])} of message with offset {int(offset[j])} is "
+                        f"out of range. The timestamp should be within [{lo}, {hi}]",
+                    )
+                )
+            else:
+                self.bad_timestamp = True
+                self.errors.append(
+                    (
+                        i,
+                        f"Invalid timestamp type in message at offset {int(offset[j])}. "
+                        "Producer should not set timestamp type to LogAppendTime.",
+                    )
+                )
+        if n:
+            np.maximum.at(self.per_batch, batch_index, ts)
+            self.present[batch_index] = True
+
+    def result(self) -> list[int | None]:
+        """Each batch's largest timestamp, or the errors found, as Kafka raises them."""
+        errors = sorted(self.errors)
+        if self.bad_timestamp:
+            raise InvalidTimestampError(
+                "One or more records have been rejected due to invalid timestamp", errors
             )
-    if bad_timestamp:
-        raise InvalidTimestampError(
-            "One or more records have been rejected due to invalid timestamp", errors
-        )
-    if errors:
-        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-        raise InvalidRecordError(
-            f"One or more records have been rejected due to {len(errors)} record errors "
-            f"in total, and only showing the first three errors at most: [{shown}]",
-            errors,
-        )
-    if len(scan):
-        per_batch = np.full(len(batches), LONG_MIN, np.int64)
-        np.maximum.at(per_batch, scan.batch_index, ts)
-        present = np.zeros(len(batches), np.bool_)
-        present[scan.batch_index] = True
-        maxes = [int(m) if p else None for m, p in zip(per_batch, present, strict=True)]
-    return maxes
+        if errors:
+            shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+            raise InvalidRecordError(
+                f"One or more records have been rejected due to {len(errors)} record errors "
+                f"in total, and only showing the first three errors at most: [{shown}]",
+                errors,
+            )
+        return [int(m) if p else None for m, p in zip(self.per_batch, self.present, strict=True)]
 
 
 def codec_for(config: TopicConfig) -> int | None:

@@ -9,13 +9,14 @@ hashed in bulk or handed to pyarrow without copying per key.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 
 from kompakt.record import codecs
-from kompakt.record.decode import iter_batches
+from kompakt.record.decode import RecordBatch, iter_batches
 from kompakt.record.header import (
     ATTRIBUTES_POS,
     BASE_OFFSET_POS,
@@ -69,12 +70,14 @@ def scan_records(
     *,
     verify_crc: bool = True,
     include_control: bool = False,
+    decompress: Callable[[int, RecordBatch], bytes | None] | None = None,
 ) -> RecordScan:
     """Scan whole batches in ``data[position:end]`` into columns.
 
     Control batches contribute batch rows but their records only with
     ``include_control``. A corrupt batch raises :class:`CorruptRecordError` with its
-    byte position.
+    byte position. ``decompress(i, batch)``, if given, returns batch i's payload, or
+    None to leave its records out (the Produce validator streams those itself).
     """
     buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
     view = memoryview(buf)
@@ -111,9 +114,12 @@ def scan_records(
             continue
         if h.compression == codecs.NONE:
             plain.append(i)
-        else:
+        elif decompress is None:
             packed.append(i)
             packed_payloads.append(codecs.decompress(h.compression, b.buffer[HEADER_SIZE:]))
+        elif (payload := decompress(i, b)) is not None:
+            packed.append(i)
+            packed_payloads.append(payload)
     located = [
         (
             source,

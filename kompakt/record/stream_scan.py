@@ -1,0 +1,152 @@
+"""The records of one compressed batch, walked in bounded memory (Produce validation).
+
+A compressed payload may expand far beyond its size (32 KiB of zstd can hold 1 GiB of
+zeros), and Kafka's ``LogValidator`` never holds a batch's expansion: it walks the
+records with a streaming iterator (``skipKeyValueIterator``). Here the payload is
+decompressed in chunks (:func:`codecs.decompress_chunks`); each chunk's whole records go
+through the record kernel (:func:`kernel.locate_records`, the rules of every bulk
+reader), a partial record is carried into the next chunk, and a record larger than a
+chunk is read field by field with its key, value and headers skipped unread. At most
+about two chunks and one chunk's columns are held at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numba
+import numpy as np
+
+from kompakt.errors import CorruptRecordError
+from kompakt.record import codecs
+from kompakt.record.decode import RecordBatch
+from kompakt.record.header import HEADER_SIZE, TIMESTAMP_TYPE_BIT
+from kompakt.record.kernel import KEYS, decode_varint, locate_records
+from kompakt.record.varint import MAX_VARINT_BYTES, TRUNCATED
+from kompakt.record.varint import decode_varint as py_varint
+
+CHUNK = 1 << 20  # decompressed bytes per step: the kernel's call stays ~1 ms
+# attributes, timestamp delta, offset delta and key length: what a record starts with
+_RECORD_PREFIX = 1 + 3 * MAX_VARINT_BYTES
+
+Rows = tuple[np.ndarray, np.ndarray, np.ndarray]  # offset, timestamp, key is null
+
+
+@numba.njit(cache=True, nogil=True)
+def _whole_records(buf, pos, end, limit):
+    """How many (at most ``limit``) records lie whole in ``buf[pos:end]`` by their
+    length prefix, and the position after them."""
+    n = 0
+    while n < limit:
+        length, p = decode_varint(buf, pos, end)
+        if p < 0 or length < 0 or p + length > end:
+            break
+        pos = p + length
+        n += 1
+    return n, pos
+
+
+class _Source:
+    """Decompressed bytes from ``buf[pos:]`` on, refilled a chunk at a time."""
+
+    def __init__(self, pieces: Iterator[bytes]):
+        self._pieces = pieces
+        self.buf = b""
+        self.pos = 0
+
+    def avail(self) -> int:
+        return len(self.buf) - self.pos
+
+    def fill(self) -> bool:
+        """Append the next chunk (dropping what was consumed); False at the end."""
+        piece = next(self._pieces, None)
+        if piece is None:
+            return False
+        self.buf = self.buf[self.pos :] + piece if self.pos < len(self.buf) else piece
+        self.pos = 0
+        return True
+
+    def ensure(self, n: int) -> None:
+        while self.avail() < n and self.fill():
+            pass
+
+    def skip(self, n: int) -> bool:
+        """Pass ``n`` bytes without keeping them; False if the stream ends first."""
+        while n > self.avail():
+            n -= self.avail()
+            self.buf, self.pos = b"", 0
+            if not self.fill():
+                return False
+        self.pos += n
+        return True
+
+
+def stream_records(batch: RecordBatch, batch_id: int, chunk: int = CHUNK) -> Iterator[Rows]:
+    """(offset, timestamp, key-is-null) columns of ``batch``'s records, a chunk at a time.
+
+    Raises :class:`CorruptRecordError` as :func:`kernel.locate_records` does: a record
+    overrunning the batch, or bytes left after the last record.
+    """
+    h = batch.header
+    src = _Source(codecs.decompress_chunks(h.compression, batch.buffer[HEADER_SIZE:], chunk))
+    bad = CorruptRecordError(
+        f"malformed record in batch at offset {h.base_offset}", position=batch.position
+    )
+    remaining = h.record_count
+    while remaining:
+        arr = np.frombuffer(src.buf, np.uint8)
+        n, after = _whole_records(arr, src.pos, len(arr), remaining)
+        if n:
+            part = RecordBatch(h._replace(record_count=n), batch.buffer, batch.position)
+            loc = locate_records(arr, [src.pos], [after], [part], [batch_id], KEYS)
+            yield loc.offset, loc.timestamp, loc.key_len < 0
+            src.pos = after
+            remaining -= n
+            continue
+        length, p = py_varint(src.buf, src.pos, len(src.buf))
+        if p == TRUNCATED or (p >= 0 and 0 <= length and p - src.pos + length <= chunk):
+            if not src.fill():  # a record (or its length) cut by the end of the batch
+                raise bad
+            continue
+        if p < 0 or length < 0:
+            raise bad
+        yield _big_record(src, batch, bad)
+        remaining -= 1
+    if src.avail() or src.fill():  # Kafka: "Incorrect declared batch size"
+        raise bad
+
+
+def _big_record(src: _Source, batch: RecordBatch, bad: CorruptRecordError) -> Rows:
+    """One record longer than a chunk, read as ``walk_records`` reads it (the key and
+    value must fit in the record) but with only its leading fields held."""
+    h = batch.header
+    length, src.pos = py_varint(src.buf, src.pos, len(src.buf))
+    left = length
+    src.ensure(min(left, _RECORD_PREFIX))
+    end = src.pos + min(left, src.avail())
+    p = src.pos + 1  # the record's attributes byte (unused)
+    ts_delta, p = py_varint(src.buf, p, end)
+    off_delta, p = py_varint(src.buf, p, end) if p >= 0 else (0, p)
+    key_len, p = py_varint(src.buf, p, end) if p >= 0 else (0, p)
+    if p < 0:
+        raise bad
+    left -= p - src.pos
+    src.pos = p
+    if max(key_len, 0) > left or not src.skip(max(key_len, 0)):
+        raise bad
+    left -= max(key_len, 0)
+    src.ensure(min(left, MAX_VARINT_BYTES))
+    value_len, p = py_varint(src.buf, src.pos, src.pos + min(left, src.avail()))
+    if p < 0:
+        raise bad
+    left -= p - src.pos
+    src.pos = p
+    if max(value_len, 0) > left or not src.skip(left):  # the value and headers, unread
+        raise bad
+    log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
+    ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
+    return (
+        np.array([h.base_offset + off_delta], np.int64),
+        np.array([ts], np.int64),
+        np.array([key_len < 0], np.bool_),
+    )
