@@ -127,3 +127,187 @@ def test_the_start_lines_name_the_admin_endpoint_https_when_it_serves_tls(tmp_pa
     ]
     assert admin.endswith(url), admin
     assert "http://" not in start + admin
+
+
+# -- browser safety (issue 26) -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plain_broker(tmp_path_factory):
+    """No auth, console writes on, a name in kompakt.admin.allowed.hosts."""
+    from kompakt.broker.app import start_test_broker
+
+    b = start_test_broker(
+        tmp_path_factory.mktemp("browser-safety"),
+        **{
+            "kompakt.admin.console.writes": "true",
+            "kompakt.admin.allowed.hosts": "console.example.com",
+        },
+    )
+    b.logs.create_topic("t", 1, {"cleanup.policy": "compact"})
+    yield b
+    b.stop()
+
+
+def _raw(b, method: str, path: str, headers: dict[str, str], body: bytes = b""):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", b.admin_port, timeout=10)
+    conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+    for k, v in headers.items():
+        conn.putheader(k, v)
+    if body or method == "POST":
+        conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders(body)
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    return r.status, dict(r.getheaders()), data
+
+
+def test_a_host_not_of_this_listener_is_421_dns_rebinding(plain_broker):
+    """A page on evil.example whose name an attacker rebinds to 127.0.0.1 calls the
+    listener with Host: evil.example; only the listener's names are served."""
+    b = plain_broker
+    port = b.admin_port
+    assert _raw(b, "GET", "/v1/partitions", {"Host": f"evil.example:{port}"})[0] == 421
+    assert _raw(b, "GET", "/v1/partitions", {"Host": "evil.example"})[0] == 421
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "console.example.com", "[::1]"):
+        assert _raw(b, "GET", "/v1/partitions", {"Host": host})[0] == 200, host
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.mark.parametrize(
+    "headers,status",
+    [
+        ({"Origin": "http://evil.example", **JSON}, 403),
+        ({"Origin": "null", **JSON}, 403),
+        ({"Origin": "http://localhost:1", **JSON}, 403),  # another port: another origin
+        ({"Referer": "http://evil.example/page", **JSON}, 403),
+        ({"Sec-Fetch-Site": "cross-site", **JSON}, 403),
+        ({"Sec-Fetch-Site": "same-site", **JSON}, 403),
+        ({"Content-Type": "text/plain"}, 415),  # no preflight for text/plain
+        ({"Content-Type": "application/x-www-form-urlencoded"}, 415),
+        ({"Content-Type": "multipart/form-data; boundary=x"}, 415),
+        (JSON, 200),  # curl, the CLI: not a browser
+        ({"Origin": "ORIGIN", "Sec-Fetch-Site": "same-origin", **JSON}, 200),
+    ],
+)
+def test_state_changing_requests_from_another_origin_or_not_json_are_refused(
+    plain_broker, headers, status
+):
+    """CSRF: a page of another origin could post text/plain or a form to /v1/compact
+    with the admin's browser; Origin, Sec-Fetch-Site and the content type stop it."""
+    b = plain_broker
+    host = f"127.0.0.1:{b.admin_port}"
+    headers = {k: v.replace("ORIGIN", f"http://{host}") for k, v in headers.items()}
+    body = json.dumps({"topic": "t", "partition": 0, "dry_run": True}).encode()
+    got, _h, data = _raw(b, "POST", "/v1/compact", {"Host": host, **headers}, body)
+    assert got == status, data[:300]
+    form = b"name=retention.ms&value=1&action=set"
+    got, _h, _data = _raw(
+        b,
+        "POST",
+        "/configs/t",
+        {"Host": host, **{**headers, "Content-Type": "text/plain"}},
+        form,
+    )
+    assert got in (403, 415)
+    assert "retention.ms" not in b.logs.topic_meta("t").overrides
+
+
+def test_every_answer_carries_the_security_headers(plain_broker):
+    b = plain_broker
+    host = {"Host": f"127.0.0.1:{b.admin_port}"}
+    for path, status in (("/", 200), ("/v1", 200), ("/nope", 404), ("/messages?topic=x", 400)):
+        got, headers, _ = _raw(b, "GET", path, {**host, "Accept": "text/html"})
+        h = {k.lower(): v for k, v in headers.items()}
+        assert got == status
+        assert "frame-ancestors 'none'" in h["content-security-policy"]
+        assert h["x-content-type-options"] == "nosniff"
+        assert h["referrer-policy"] == "same-origin"
+    got, headers, _ = _raw(b, "GET", "/", {"Host": "evil.example"})
+    assert got == 421 and "content-security-policy" in {k.lower() for k in headers}
+
+
+def test_a_client_that_never_finishes_its_headers_is_cut_off():
+    """uvicorn's keep-alive timer is reset by every byte: one header byte a second held a
+    connection for ever. The headers now have a deadline."""
+    import socket
+    import time
+
+    from kompakt.broker.admin_http import AdminApi, AdminServer
+
+    server = AdminServer(
+        AdminApi(lambda: b"", lambda: [], lambda *a: {}), "127.0.0.1", 0, header_timeout_s=0.5
+    )
+    server.start()
+    try:
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        s.sendall(b"GET /v1 HTTP/1.1\r\nHost: localhost\r\n")
+        t0 = time.monotonic()
+        closed = False
+        while time.monotonic() - t0 < 4:
+            try:
+                s.sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                closed = True
+                break
+            s.settimeout(0.2)
+            try:
+                if s.recv(100) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                pass
+        assert closed and time.monotonic() - t0 < 2
+        # a client that sends its request in time is served, and again on the same connection
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        for _ in range(2):
+            conn.request("GET", "/v1")
+            assert b"endpoints" in conn.getresponse().read()
+        conn.close()
+    finally:
+        server.stop()
+
+
+def test_failed_logins_wait_longer_each_time_per_address_and_are_counted():
+    """About 110 guesses a second were possible; now each failure from an address doubles
+    the wait before its next check (from connection.failed.authentication.delay.ms, Kafka's
+    delay for a failed SASL login), a success forgets it, and each failure is counted."""
+    import time
+
+    import httpx
+
+    from kompakt.broker.admin_http import AdminApi, AdminServer
+    from kompakt.broker.http_gate import GateSettings
+
+    reasons: list[str] = []
+    gate = GateSettings(
+        authenticate=lambda u, p: None if p == "right" else "bad_password",
+        on_failure=reasons.append,
+        failed_delay_ms=100,
+    )
+    server = AdminServer(
+        AdminApi(lambda: b"", lambda: [], lambda *a: {}), "127.0.0.1", 0, gate=gate
+    )
+    server.start()
+    url = f"http://127.0.0.1:{server.port}/v1"
+    try:
+
+        def took(pw: str) -> float:
+            t0 = time.monotonic()
+            httpx.get(url, auth=("u", pw), timeout=10)
+            return time.monotonic() - t0
+
+        waits = [took("wrong") for _ in range(4)]
+        assert waits[0] < 0.09 and 0.09 < waits[1] < 0.19 < waits[2] < 0.39 < waits[3], waits
+        assert reasons == ["bad_password"] * 4
+        assert took("right") > 0.79  # the address still waits, then is forgotten
+        assert took("wrong") < 0.09
+    finally:
+        server.stop()
