@@ -172,3 +172,110 @@ def test_readme_certificate_recipe_and_super_user_command_config_work(tmp_path):
         external = f"127.0.0.1:{ports['EXTERNAL']}"
         ok = kompakt("--command-config", str(admin_file), "acl", "list", "-b", external)
         assert ok.returncode == 0, ok.stderr
+
+
+README_KEY, README_VALUE = b"k-readme-31", b"README-RECORD-BYTES-7c1e"
+ADMIN_PROBES = [  # the admin listener's pages of data, as a stranger would try them
+    "/messages?topic=orders&partition=0",
+    f"/keys?topic=orders&partition=0&key={README_KEY.decode()}",
+    "/v1/partitions",
+    "/metrics",
+    "/topics/orders/0",
+    "/configs/orders",
+    "/",
+]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_readme_secure_example_refuses_strangers_on_the_admin_listener_and_kafka_port(tmp_path):
+    """The "Secure deployment" server.properties as written (certificates by its openssl
+    recipe; ports swapped for free ones, 0.0.0.0 for loopback) refuses a stranger: every
+    admin page of data answers 401 without credentials or with a wrong password and
+    carries no record byte, and the SASL_SSL port closes a connection that asks for
+    Metadata before authenticating (Kafka's SaslServerAuthenticator). The super user
+    reads. With the ACLs section's authorizer added, a SCRAM user without ACLs (made with
+    the README's `kompakt user create`) is refused 403 with Kafka's *_AUTHORIZATION_FAILED
+    and no record byte; listings hide the topic, as Metadata does."""
+    import httpx
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from raw_kafka import API, encode_request
+
+    from kompakt.broker.app import BrokerThread
+    from kompakt.broker.config import BrokerConfig
+
+    secure = _section("Secure deployment")
+    (recipe,) = re.findall(r"```sh\n(.*?)```", secure, re.S)
+    done = subprocess.run(["bash", "-e", "-c", recipe], cwd=tmp_path, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
+    server_block = re.findall(r"```properties\n(.*?)```", secure, re.S)[0]
+    authorizer_block = re.findall(r"```properties\n(.*?)```", _section("ACLs"), re.S)[0]
+    admin_pw = dict(
+        re.findall(r"^kompakt\.sasl\.bootstrap\.users=(\w+):(\S+)$", server_block, re.M)
+    )
+    assert admin_pw == {"admin": "change-me"}
+    tls = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+
+    def probe(b, auth: tuple[str, str] | None) -> dict[str, httpx.Response]:
+        base = f"https://127.0.0.1:{b.admin_port}"
+        with httpx.Client(verify=tls, auth=auth, timeout=30) as client:
+            return {path: client.get(base + path) for path in ADMIN_PROBES}
+
+    def refused(r: httpx.Response, status: int) -> None:
+        assert r.status_code == status, (r.request.url, r.status_code, r.text[:200])
+        assert README_VALUE not in r.content and README_KEY not in r.content, r.text[:300]
+
+    with BrokerThread(BrokerConfig.from_mapping(_secure_props(server_block, tmp_path))) as b:
+        ports = b.broker.server.ports
+        internal = f"127.0.0.1:{ports['INTERNAL']}"
+        kafka_admin = AdminClient({"bootstrap.servers": internal})
+        for f in kafka_admin.create_topics([NewTopic("orders", 1, 1)]).values():
+            f.result(30)
+        p = Producer({"bootstrap.servers": internal})
+        p.produce("orders", README_VALUE, README_KEY, partition=0)
+        assert p.flush(10) == 0
+        user = subprocess.run(
+            [sys.executable, "-m", "kompakt.cli.main", "user", "create", "alice"]
+            + ["-b", internal, "--password-stdin"],
+            input="alice-secret\n",
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert user.returncode == 0, user.stderr
+
+        for path, r in probe(b, None).items():
+            refused(r, 401)
+            assert r.headers["www-authenticate"].startswith("Basic "), path
+        refused(probe(b, ("admin", "wrong"))["/messages?topic=orders&partition=0"], 401)
+        for path, r in probe(b, ("admin", admin_pw["admin"])).items():
+            assert r.status_code == 200, (path, r.status_code, r.text[:200])
+        assert README_VALUE in probe(b, ("admin", admin_pw["admin"]))[ADMIN_PROBES[0]].content
+
+        # the Kafka port: a request before SASL closes the connection, nothing answered
+        with socket.create_connection(("127.0.0.1", ports["EXTERNAL"]), timeout=10) as raw:
+            with tls.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                s.sendall(encode_request(API.metadata, 12, {"topics": None}))
+                try:
+                    answer = s.recv(4)
+                except OSError:
+                    answer = b""
+                assert answer == b""
+
+    props = _secure_props(server_block + authorizer_block, tmp_path)
+    with BrokerThread(BrokerConfig.from_mapping(props)) as b:
+        for r in probe(b, None).values():
+            refused(r, 401)
+        alice = probe(b, ("alice", "alice-secret"))
+        for path, r in alice.items():
+            if path in ("/v1/partitions", "/"):  # listings: orders hidden
+                refused(r, 200)
+                assert "orders" not in r.text, path
+            else:
+                refused(r, 403)
+                assert "AUTHORIZATION_FAILED" in r.text and "User:alice" in r.text, path
+        admin = probe(b, ("admin", admin_pw["admin"]))
+        for path, r in admin.items():
+            assert r.status_code == 200, (path, r.status_code, r.text[:200])
+        assert README_VALUE in admin[ADMIN_PROBES[0]].content
+        assert "orders" in admin["/v1/partitions"].text
