@@ -399,3 +399,34 @@ def build_authorizer(config: Any, data_dir: Path) -> Authorizer | None:
         raise KompaktError(f"authorizer.class.name={name}: kompakt implements only {AUTHORIZERS}")
     users = parse_super_users(config.get("super.users") or "")
     return Authorizer(AclStore(data_dir), users, bool(config.get("allow.everyone.if.no.acl.found")))
+
+
+# Kafka's kafka.authorizer.logger: one INFO line per refused check
+denied_log = logging.getLogger("kompakt.authorizer")
+
+
+def authorize(
+    authorizer: Authorizer,
+    principal: str,
+    host: str,
+    op: Op,
+    rtype: ResourceType,
+    name: str,
+    what: str,
+    log_denied: bool = True,
+) -> bool:
+    """The one authorization check of every door (each Kafka API's policy, each route of
+    the admin listener: :mod:`kompakt.broker.http_gate`), with Kafka's
+    ``kafka.authorizer.logger`` line for a refusal; ``what`` names the request."""
+    allowed = authorizer.authorize(principal, host, op, rtype, name)
+    if not allowed and log_denied:
+        denied_log.info(
+            "Principal = %s is Denied operation = %s from host = %s on resource = %s:%s (%s)",
+            principal,
+            op.name,
+            host,
+            rtype.name,
+            name,
+            what,
+        )
+    return allowed

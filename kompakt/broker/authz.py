@@ -64,6 +64,7 @@ from kompakt.broker.acls import (
     Authorizer,
     Op,
     ResourceType,
+    authorize,
     client_host,
 )
 from kompakt.broker.handlers.acls import AUTHORIZER_KEY
@@ -76,8 +77,6 @@ from kompakt.log.names import is_valid_topic_name
 from kompakt.record.header import ATTRIBUTES_POS, LOG_OVERHEAD, TRANSACTIONAL_BIT, batch_size
 
 log = logging.getLogger(__name__)
-# Kafka's kafka.authorizer.logger: one INFO line per refused check
-denied_log = logging.getLogger("kompakt.authorizer")
 
 TOPIC = ResourceType.TOPIC
 GROUP = ResourceType.GROUP
@@ -95,33 +94,6 @@ Policy = Callable[["Check", Any], Decision]
 
 def _same(resp: Any) -> Any:
     return resp
-
-
-def authorize(
-    authorizer: Authorizer,
-    principal: str,
-    host: str,
-    op: Op,
-    rtype: ResourceType,
-    name: str,
-    what: str,
-    log_denied: bool = True,
-) -> bool:
-    """The one authorization check of every door (each Kafka API's policy, each route of
-    the admin listener: :mod:`kompakt.broker.http_gate`), with Kafka's
-    ``kafka.authorizer.logger`` line for a refusal; ``what`` names the request."""
-    allowed = authorizer.authorize(principal, host, op, rtype, name)
-    if not allowed and log_denied:
-        denied_log.info(
-            "Principal = %s is Denied operation = %s from host = %s on resource = %s:%s (%s)",
-            principal,
-            op.name,
-            host,
-            rtype.name,
-            name,
-            what,
-        )
-    return allowed
 
 
 class Check:

@@ -7,7 +7,7 @@ store (``ScramStore.verify_password``) give ``User:<name>``; without auth the li
 a PLAINTEXT one and every request is ``User:ANONYMOUS``. No header that nothing verified
 names a principal: with ``auth=none`` an ``Authorization`` header is ignored.
 
-Each route then asks the broker's authorizer (:func:`kompakt.broker.authz.authorize`,
+Each route then asks the broker's authorizer (:func:`kompakt.broker.acls.authorize`,
 the check every Kafka API's policy makes) for the Kafka operation it amounts to, from
 :data:`RULES`, the one route -> (resource type, operation) table; a test walks every
 route of the app and fails on one missing here. Without an authorizer
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-from kompakt.broker.acls import CLUSTER_NAME, Authorizer, Op, ResourceType
+from kompakt.broker.acls import CLUSTER_NAME, Authorizer, Op, ResourceType, authorize
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -145,8 +145,6 @@ class RequestGate:
         log_denied: bool = True,
     ) -> bool:
         """May the principal do the rule's operation (or ``rtype``/``op``) on ``name``?"""
-        from kompakt.broker.authz import authorize
-
         if self.authorizer is None:
             return True
         rtype = rtype if rtype is not None else (self.rule.rtype if self.rule else None)
@@ -257,16 +255,27 @@ class GateSettings:
     failed_delay_ms: int = 100
 
 
+def _json_error(_request: Any, status: int, message: str) -> Any:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": message}, status_code=int(status))
+
+
 class Gate:
     """ASGI middleware in front of the Starlette app: Host, Origin and content type
     (:mod:`kompakt.broker.http_browser`), then the principal, then the route's rule
     for a resource named in the path or query; the handler asks for the rest."""
 
-    def __init__(self, app: Any, settings: GateSettings):
+    def __init__(
+        self, app: Any, settings: GateSettings, error_page: Callable[..., Any] | None = None
+    ):
+        """``error_page(request, status, message)`` renders a refusal (the console's,
+        passed in by the app: the gate sits below the console and imports none of it)."""
         from kompakt.broker.http_browser import LoginThrottle
 
         self.app = app
         self.s = settings
+        self.error_page = error_page or _json_error
         self.throttle = LoginThrottle(settings.failed_delay_ms)
         self.tokens = FormTokens()
 
@@ -387,10 +396,8 @@ class Gate:
         """A refusal: JSON, or the console's error page for a browser; never data."""
         from starlette.requests import Request
 
-        from kompakt.broker.console import common
-
         scope.setdefault("app", self.app)
-        response = common.error_page(Request(scope, receive), status, message)
+        response = self.error_page(Request(scope, receive), status, message)
         for k, v in (headers or {}).items():
             response.headers[k] = v
         await response(scope, receive, send)

@@ -133,4 +133,4 @@ def build_app(api: Any, *, gate: GateSettings | None = None) -> ASGIApp:
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )
     app.state.api = api
-    return ServerTiming(Gate(app, gate or GateSettings()))
+    return ServerTiming(Gate(app, gate or GateSettings(), common.error_page))
