@@ -541,9 +541,7 @@ class Cleaner:
                     ltc,
                     segments,
                     start_offset,
-                    summarize_producers(
-                        segments, now, plog.collect_aborted_transactions(0, plog.log_end_offset)
-                    ),
+                    summarize_producers(plog, segments, now),
                     now,
                     dry_run,
                     check_done,

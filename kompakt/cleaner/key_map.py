@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kompakt.cleaner.transactions import TxnTracker, control_type_of
-from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
+from kompakt.cleaner.transactions import TxnTracker
+from kompakt.record.header import CONTROL_BIT
 from kompakt.record.scan import RecordScan
 
 
@@ -37,18 +37,6 @@ def feeds_key_map(
     segment of the same pass); ``[start, end)`` is the dirty range: the first dirty
     offset up to the first uncleanable one.
     """
-    attrs = scan.batch_attributes
-    use = (attrs & CONTROL_BIT) == 0
-    if (attrs & (CONTROL_BIT | TRANSACTIONAL_BIT)).any():
-        for b in range(len(scan.batch_position)):
-            pid = int(scan.batch_producer_id[b])
-            last = int(scan.batch_last_offset[b])
-            if attrs[b] & CONTROL_BIT:
-                pos, size = int(scan.batch_position[b]), int(scan.batch_size[b])
-                empty = not scan.batch_record_count[b]
-                txn.on_control_batch(
-                    pid, last, None if empty else control_type_of(buf[pos : pos + size])
-                )
-            elif txn.on_batch(pid, last, bool(attrs[b] & TRANSACTIONAL_BIT)):
-                use[b] = False
+    use = (scan.batch_attributes & CONTROL_BIT) == 0
+    use &= ~txn.read_scan(scan, buf)
     return use[scan.batch_index] & ~scan.key_null & (scan.offset >= start) & (scan.offset < end)

@@ -22,13 +22,12 @@ from kompakt.cleaner.transactions import (
     ProducerSummary,
     SummaryBuilder,
     TxnTracker,
-    control_type_of,
 )
 from kompakt.errors import CorruptRecordError
+from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_files
 from kompakt.log.txn_index import AbortedTxn
-from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
-from kompakt.record.scan import BatchHeaders, scan_batch_headers, scan_records
+from kompakt.record.scan import scan_batch_headers, scan_records
 
 
 def segment_buffer(path: str | os.PathLike, size: int | None = None) -> np.ndarray:
@@ -42,11 +41,13 @@ def segment_buffer(path: str | os.PathLike, size: int | None = None) -> np.ndarr
 
 
 def summarize_producers(
-    segments: Sequence[LogSegment], now: int, aborted: Sequence[AbortedTxn]
+    plog: PartitionLog, segments: Sequence[LogSegment], now: int
 ) -> ProducerSummary:
-    """One pass over the batch headers of ``segments`` for what Kafka reads from its
-    producer snapshots (each producer's last records), with ``aborted``, the log's
-    aborted transactions over them (``PartitionLog.collect_aborted_transactions``)."""
+    """One pass over the batch headers of ``segments`` (a snapshot of ``plog``'s) for
+    what Kafka reads from its producer snapshots (each producer's last records), with
+    the log's aborted transactions (its ``.txnindex``, Kafka's
+    ``collectAbortedTransactions``), the one source of them."""
+    aborted = plog.collect_aborted_transactions(0, plog.log_end_offset)
     builder = SummaryBuilder()
     counts: dict[int, int] = {}
     for seg in segments:
@@ -58,15 +59,6 @@ def summarize_producers(
     summary = builder.finish(now, aborted)
     summary.segment_records = counts
     return summary
-
-
-def control_types(buf: np.ndarray, h: BatchHeaders) -> dict[int, int | None]:
-    """Marker type of each control batch of a segment, by position (None: empty)."""
-    out: dict[int, int | None] = {}
-    for i in np.flatnonzero((h.attributes & CONTROL_BIT) != 0):
-        pos, size = int(h.position[i]), int(h.size[i])
-        out[pos] = control_type_of(buf[pos : pos + size]) if h.record_count[i] else None
-    return out
 
 
 def tracker_states(
@@ -87,8 +79,9 @@ def tracker_states(
                 continue
             buf = segment_buffer(seg.log_path, seg.size)
             h = scan_batch_headers(buf)
-            if (h.attributes & (CONTROL_BIT | TRANSACTIONAL_BIT)).any():
-                txn.on_headers(h, control_types(buf, h))
+            txn.read_batches(
+                buf, h.producer_id, h.last_offset, h.attributes, h.position, h.size, h.record_count
+            )
     return out
 
 

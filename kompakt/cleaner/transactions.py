@@ -26,7 +26,7 @@ import numpy as np
 from kompakt.log.txn_index import AbortedTxn
 from kompakt.record.decode import RecordBatch
 from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
-from kompakt.record.scan import BatchHeaders
+from kompakt.record.scan import BatchHeaders, RecordScan
 
 ABORT = 0
 COMMIT = 1
@@ -166,19 +166,42 @@ class TxnTracker:
         """This pass's state as it stands (a group's starting state for a Spark task)."""
         return copy.deepcopy(self)
 
-    def on_headers(self, headers: BatchHeaders, control_types: dict[int, int | None]) -> None:
-        """Feed a segment's batches by their headers alone, as a rewrite would read them
-        (``control_types``: a control batch's position to its marker type, None when
-        empty). The decisions need nothing else, so this gives the tracker's state at
-        the next segment without reading a record."""
-        attrs = headers.attributes
-        # a plain batch changes nothing a later decision reads: only transactional and
-        # control batches are fed (aborted entries are taken from the queue by offset)
-        for i in np.flatnonzero(attrs & (CONTROL_BIT | TRANSACTIONAL_BIT)):
-            pid = int(headers.producer_id[i])
-            last = int(headers.last_offset[i])
-            if attrs[i] & CONTROL_BIT:
-                self.on_control_batch(pid, last, control_types.get(int(headers.position[i])))
-                self.retained_aborts.clear()
+    def read_batches(
+        self,
+        buf: np.ndarray | memoryview,
+        producer_id: np.ndarray,
+        last_offset: np.ndarray,
+        attributes: np.ndarray,
+        position: np.ndarray,
+        size: np.ndarray,
+        record_count: np.ndarray,
+    ) -> np.ndarray:
+        """Feed a segment's batches in order by their header columns (a
+        :class:`~kompakt.record.scan.RecordScan`'s ``batch_*`` or a
+        :class:`~kompakt.record.scan.BatchHeaders`'), reading only the markers' types
+        from ``buf``; returns, per batch, whether it is aborted data (``onBatchRead``).
+        A plain batch changes nothing a later decision reads, so only transactional and
+        control batches are fed (aborted entries are taken from the queue by offset)."""
+        aborted = np.zeros(len(attributes), bool)
+        for i in np.flatnonzero(attributes & (CONTROL_BIT | TRANSACTIONAL_BIT)):
+            pid, last = int(producer_id[i]), int(last_offset[i])
+            if attributes[i] & CONTROL_BIT:
+                pos, n = int(position[i]), int(size[i])
+                ctype = control_type_of(buf[pos : pos + n]) if record_count[i] else None
+                self.on_control_batch(pid, last, ctype)
             else:
-                self.on_batch(pid, last, bool(attrs[i] & TRANSACTIONAL_BIT))
+                aborted[i] = self.on_batch(pid, last, True)
+        self.retained_aborts.clear()  # only a rewrite writes them to a .txnindex
+        return aborted
+
+    def read_scan(self, scan: RecordScan, buf: np.ndarray | memoryview) -> np.ndarray:
+        """:meth:`read_batches` over a scanned segment's batches."""
+        return self.read_batches(
+            buf,
+            scan.batch_producer_id,
+            scan.batch_last_offset,
+            scan.batch_attributes,
+            scan.batch_position,
+            scan.batch_size,
+            scan.batch_record_count,
+        )

@@ -190,7 +190,7 @@ def test_group_rewrite_from_the_bitmap_equals_rewrite_from_exact_latest_offsets(
     exact = exact_latest(plog, first_dirty, end)
     segments = [s for s in plog.segments_snapshot() if s.base_offset < end]
     aborted = plog.collect_aborted_transactions(0, end)
-    ctx = RoundContext(end - 1, end, NOW + 1, 1000, summarize_producers(segments, NOW, aborted))
+    ctx = RoundContext(end - 1, end, NOW + 1, 1000, summarize_producers(plog, segments, NOW))
     states = tracker_states([segments[i : i + 2] for i in range(0, len(segments), 2)], aborted)
 
     def exact_lookup(scan):

@@ -321,9 +321,9 @@ def inspect_key(
     from kompakt.cleaner import cleanable, rule
     from kompakt.cleaner.key_map import feeds_key_map
     from kompakt.cleaner.segment_io import segment_buffer, summarize_producers
-    from kompakt.cleaner.transactions import TxnTracker, control_type_of
+    from kompakt.cleaner.transactions import TxnTracker
     from kompakt.record.decode import iter_batches
-    from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT, read_header
+    from kompakt.record.header import read_header
     from kompakt.record.scan import scan_records
 
     cfg = plog.config
@@ -349,13 +349,7 @@ def inspect_key(
                 f"min.cleanable.dirty.ratio {cfg.min_cleanable_dirty_ratio}: the background "
                 "cleaner waits; 'compact now' would clean as shown"
             )
-        producers = (
-            summarize_producers(
-                segments, now, plog.collect_aborted_transactions(0, plog.log_end_offset)
-            )
-            if dirty_bases
-            else None
-        )
+        producers = summarize_producers(plog, segments, now) if dirty_bases else None
         if producers is not None:
             _note_partial_map(rep, map_entries, producers, dirty)
     else:
@@ -419,18 +413,7 @@ def inspect_key(
         rewritten = map_end is not None and seg.base_offset < map_end
         aborted = np.zeros(len(scan.batch_position), bool)
         if rewritten and rw_txn is not None:
-            view = memoryview(buf)
-            for b in range(len(scan.batch_position)):
-                attrs = int(scan.batch_attributes[b])
-                pid, last = int(scan.batch_producer_id[b]), int(scan.batch_last_offset[b])
-                if attrs & CONTROL_BIT:
-                    pos, size = int(scan.batch_position[b]), int(scan.batch_size[b])
-                    empty = not scan.batch_record_count[b]
-                    rw_txn.on_control_batch(
-                        pid, last, None if empty else control_type_of(view[pos : pos + size])
-                    )
-                else:
-                    aborted[b] = rw_txn.on_batch(pid, last, bool(attrs & TRANSACTIONAL_BIT))
+            aborted = rw_txn.read_scan(scan, buf)
         if not len(rows):
             continue
         batches = {}
