@@ -57,3 +57,31 @@ def read_committed(plog) -> list[tuple[int, bytes, bytes | None]]:
             if r.offset >= plog.log_start_offset:
                 out.append((r.offset, bytes(r.key), None if r.value is None else bytes(r.value)))
     return out
+
+
+def fold(items) -> dict[bytes, bytes]:
+    """Fold (key, value) pairs in offset order into the table a consumer keeps: a None
+    value (a tombstone) deletes its key."""
+    table: dict[bytes, bytes] = {}
+    for k, v in items:
+        if v is None:
+            table.pop(k, None)
+        else:
+            table[k] = v
+    return table
+
+
+def intended_table(appended: dict, fate: dict, lso: int) -> dict[bytes, bytes]:
+    """What producers meant a read_committed consumer to see: plain and committed
+    records (``fate``: offset -> plain / open / commit / abort) below the last stable
+    offset, folded in offset order."""
+    return fold(
+        appended[off] for off in sorted(appended) if off < lso and fate[off] in ("plain", "commit")
+    )
+
+
+def model_lso(open_offsets: dict, log_end: int) -> int:
+    """Kafka's last stable offset: the first offset of the earliest open transaction
+    (``open_offsets``: producer -> its open transaction's offsets), else the log end."""
+    firsts = [offs[0] for offs in open_offsets.values()]
+    return min(firsts) if firsts else log_end

@@ -34,6 +34,7 @@ from pathlib import Path
 from cleaner_kit import T0, ManualClock, leftovers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from txn_kit import fold, intended_table, model_lso, read_committed
 
 from kompakt.cleaner import Cleaner, LocalEngine
 from kompakt.log.manager import LogManager
@@ -163,54 +164,15 @@ class Harness:
         ]
 
     def read_committed(self) -> dict[bytes, bytes]:
-        """The table a READ_COMMITTED consumer folds from the log: a transactional
-        batch is dropped when its producer's next marker is an ABORT (the fetch's
-        aborted list), not read at or past the LSO."""
-        batches = list(self.pl.iter_batches())
-        lso = self.pl.last_stable_offset
-        table: dict[bytes, bytes] = {}
-        for i, b in enumerate(batches):
-            h = b.header
-            if h.is_control or h.base_offset >= lso:
-                continue
-            if h.is_transactional:
-                nxt = next(
-                    (
-                        c
-                        for c in batches[i + 1 :]
-                        if c.header.is_control and c.header.producer_id == h.producer_id
-                    ),
-                    None,
-                )
-                if nxt is not None:
-                    (r,) = nxt.records()
-                    if CONTROL_KEY.unpack(bytes(r.key))[1] == CONTROL_ABORT:
-                        continue
-            for r in b.records():
-                if r.value is None:
-                    table.pop(bytes(r.key), None)
-                else:
-                    table[bytes(r.key)] = bytes(r.value)
-        return table
+        """The table a READ_COMMITTED consumer folds from the log (the consumer's
+        algorithm over the fetch's aborted list: :func:`txn_kit.read_committed`)."""
+        return fold((k, v) for _off, k, v in read_committed(self.pl))
 
     def model_lso(self) -> int:
-        """Kafka's last stable offset: the first offset of the earliest open
-        transaction, else the log end."""
-        firsts = [offs[0] for offs in self.open.values()]
-        return min(firsts) if firsts else self.pl.log_end_offset
+        return model_lso(self.open, self.pl.log_end_offset)
 
     def model_table(self) -> dict[bytes, bytes]:
-        """Plain and committed records below the LSO, folded in offset order."""
-        table: dict[bytes, bytes] = {}
-        lso = self.model_lso()
-        for off in sorted(self.appended):
-            if off < lso and self.fate[off] in ("plain", "commit"):
-                k, v = self.appended[off]
-                if v is None:
-                    table.pop(k, None)
-                else:
-                    table[k] = v
-        return table
+        return intended_table(self.appended, self.fate, self.model_lso())
 
     def check(self):
         for off, k, v in self.log_records():

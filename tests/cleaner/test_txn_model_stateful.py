@@ -28,7 +28,7 @@ from cleaner_kit import T0, ManualClock
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from txn_kit import read_committed
+from txn_kit import fold, intended_table, model_lso, read_committed
 
 from kompakt.cleaner import Cleaner, LocalEngine
 from kompakt.log.manager import LogManager
@@ -168,20 +168,7 @@ class TxnLog(RuleBasedStateMachine):
     # -- after every step --------------------------------------------------------------
 
     def model_lso(self) -> int:
-        firsts = [offs[0] for offs in self.open.values()]
-        return min(firsts) if firsts else self.plog.log_end_offset
-
-    def model_table(self) -> dict[bytes, bytes]:
-        table: dict[bytes, bytes] = {}
-        lso = self.model_lso()
-        for off in sorted(self.appended):
-            if off < lso and self.fate[off] in ("plain", "commit"):
-                k, v = self.appended[off]
-                if v is None:
-                    table.pop(k, None)
-                else:
-                    table[k] = v
-        return table
+        return model_lso(self.open, self.plog.log_end_offset)
 
     @invariant()
     def read_committed_matches_the_model(self) -> None:
@@ -189,15 +176,11 @@ class TxnLog(RuleBasedStateMachine):
             return
         assert self.plog.last_stable_offset == self.model_lso()
         seen = read_committed(self.plog)
-        table: dict[bytes, bytes] = {}
         for off, k, v in seen:
             assert (k, v) == self.appended[off], f"offset {off} changed"
             assert self.fate[off] in ("plain", "commit"), f"{self.fate[off]} record {off} read"
-            if v is None:
-                table.pop(k, None)
-            else:
-                table[k] = v
-        assert table == self.model_table()
+        table = fold((k, v) for _off, k, v in seen)
+        assert table == intended_table(self.appended, self.fate, self.model_lso())
 
     @invariant()
     def a_marker_outlives_its_transactions_data(self) -> None:
