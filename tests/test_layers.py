@@ -1,6 +1,6 @@
 """The layering of ``kompakt/`` holds: no import goes up a layer, and no import cycle.
 
-Layers, lowest first (docs: DESIGN.md "Layers"; Kafka keeps the same order in its
+Layers, lowest first (docs/design.md "Layers"; Kafka keeps the same order in its
 ``storage`` module: records < log < cleaner, and the broker on top):
 
     kompakt (package) and kompakt.errors < record < log < cleaner < pipeline

@@ -31,17 +31,17 @@ def test_session_is_one_per_process_configured_and_has_the_source(spark):
 
 
 def test_readme_example(spark, tmp_path, monkeypatch):
-    """The README's Spark example, run from the README text itself."""
+    """The Spark example of docs/spark.md, run from the page's text itself."""
     import re
     import tempfile
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "spark.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "session()" in b)
     data_dir = str(tmp_path / "data")
     monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: data_dir)
     scope: dict = {}
-    exec(compile(block, "README.md", "exec"), scope)
+    exec(compile(block, "docs/spark.md", "exec"), scope)
     latest = scope["latest"]
     from kompakt.log.manager import LogManager
 
