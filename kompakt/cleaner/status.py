@@ -23,6 +23,7 @@ import numpy as np
 
 from kompakt.cleaner.cleanable import is_eligible, log_to_clean, uncleanable_bound
 from kompakt.cleaner.stats import CleanStats
+from kompakt.errors import CorruptRecordError, KompaktError
 from kompakt.log.partition_log import PartitionLog
 from kompakt.record.header import BASE_TIMESTAMP_POS, DELETE_HORIZON_BIT
 from kompakt.record.scan import scan_records
@@ -116,15 +117,16 @@ class TombstoneCounter:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # per partition folder: (segment path, inode, size) -> counts, so forgetting
+        # guarded by _lock (request threads and the metrics scrape count at once): per
+        # partition folder, (segment path, inode, size) -> counts, so forgetting
         # replaced segments costs one partition's entries, not the whole cache
         self._cache: dict[str, dict[tuple[str, int, int], SegmentTombstones]] = {}
 
     def segments(self, plog: PartitionLog) -> list[SegmentTombstones]:
-        """The counts of each non-empty segment of the log (a segment deleted or damaged
-        meanwhile is left out)."""
-        with self._lock:
-            cache = self._cache.setdefault(str(plog.dir), {})
+        """The counts of each non-empty segment of the log (a segment deleted meanwhile,
+        by a clean's swap or retention, is left out). A segment is scanned outside the
+        lock; only the cache is read and changed under it."""
+        folder = str(plog.dir)
         out = []
         live = set()
         for seg in plog.segments_snapshot():
@@ -132,15 +134,20 @@ class TombstoneCounter:
                 continue
             try:
                 key = (str(seg.log_path), os.stat(seg.log_path).st_ino, seg.size)
-                counts = cache.get(key)
+                with self._lock:
+                    counts = self._cache.get(folder, {}).get(key)
                 if counts is None:
-                    counts = cache[key] = segment_tombstones(seg.read_all())
-            except Exception:  # a segment deleted or damaged meanwhile is not counted
+                    counts = segment_tombstones(seg.read_all())
+                    with self._lock:
+                        self._cache.setdefault(folder, {})[key] = counts
+            except (OSError, CorruptRecordError):  # removed, closed or damaged: not counted
                 continue
             live.add(key)
             out.append(counts)
-        for key in [k for k in cache if k not in live]:
-            cache.pop(key, None)
+        with self._lock:
+            cache = self._cache.get(folder, {})
+            for key in [k for k in cache if k not in live]:
+                del cache[key]
         return out
 
     def pending(self, plog: PartitionLog) -> int:
@@ -156,6 +163,14 @@ class TombstoneCounter:
         with self._lock:
             for d in [d for d in self._cache if d not in dirs]:
                 del self._cache[d]
+
+
+def is_live(logs: Any, plog: PartitionLog) -> bool:
+    """Still the log of its topic-partition (not deleted, nor deleted and re-created)."""
+    try:
+        return logs.get_log(plog.topic, plog.partition) is plog
+    except KompaktError:
+        return False
 
 
 class CleaningStatus:
@@ -181,9 +196,12 @@ class CleaningStatus:
         for plog in self.logs.logs():
             dirs.add(str(plog.dir))
             try:
-                yield plog, self.of(plog, checkpoints, now, last, tombstones)
-            except Exception:  # deleted during the walk
-                continue
+                st = self.of(plog, checkpoints, now, last, tombstones)
+            except (KompaktError, OSError):
+                if is_live(self.logs, plog):
+                    raise
+                continue  # deleted during the walk
+            yield plog, st
         if tombstones:
             self.tombstones.keep_only(dirs)
 

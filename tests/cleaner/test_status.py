@@ -121,3 +121,60 @@ def test_a_clean_without_an_offset_map_claims_no_map_fill():
     local = CleanStats("c", 0, "local")
     local.add_dirty(DirtyRange(end_offset=10, map_utilization=0.25, map_entries=4))
     assert "; map 25.0% full;" in local.log_line()
+
+
+def test_partitions_listed_while_logs_grow_and_topics_are_deleted_never_go_missing(tmp_path, clock):
+    """Kafka's LogCleanerManager answers its gauges under its lock: a status walk that
+    races appends (the tombstone cache changes under it) and topic deletions neither
+    swallows an error nor leaves out a partition that was live the whole time."""
+    import sys
+    import threading
+
+    from cleaner_kit import Run
+
+    stable = [(f"s{i}", 0) for i in range(3)]
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: the race shows in a few rounds
+    try:
+        with open_manager(tmp_path, clock) as m:
+            for topic, _p in stable:
+                m.create_topic(topic, 1, COMPACT)
+                for i in range(40):  # many sealed segments in each log's cache
+                    append(m.get_log(topic, 0), [(b"k%d" % i, None if i % 3 else b"v")])
+            status = CleaningStatus(m)
+            stop = threading.Event()
+
+            def write() -> None:
+                i = 0
+                while not stop.is_set():
+                    for topic, _p in stable:  # the active segment's size changes each time
+                        append(m.get_log(topic, 0), [(b"w%d" % i, None)])
+                    i += 1
+
+            def churn() -> None:
+                i = 0
+                while not stop.is_set():
+                    m.create_topic(f"churn{i}", 2, COMPACT)
+                    append(m.get_log(f"churn{i}", 0), [(b"a", None)])
+                    m.delete_topic(f"churn{i}")
+                    i += 1
+
+            def list_many() -> None:
+                for _ in range(150):
+                    listed = {(s.topic, s.partition) for _plog, s in status.partitions()}
+                    missing = set(stable) - listed
+                    assert not missing, f"live partitions left out: {sorted(missing)}"
+
+            background = [Run(write), Run(churn)]
+            listers = [Run(list_many) for _ in range(4)]
+            for t in background + listers:
+                t.start()
+            for t in listers:
+                t.join(120)
+            stop.set()
+            for t in background:
+                t.join(60)
+            errors = [t.error for t in background + listers if t.error is not None]
+            assert not errors, errors
+    finally:
+        sys.setswitchinterval(old_interval)
