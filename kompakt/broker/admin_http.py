@@ -20,7 +20,10 @@ Security (issues 16, 26): ``https://HOST:PORT`` serves TLS with the broker's ssl
 (overridable as ``listener.name.admin.ssl.*``). Every request passes the gate
 (:mod:`kompakt.broker.http_gate`): its principal is found as a Kafka connection's
 (``kompakt.admin.auth=basic``: HTTP Basic against the SCRAM users, for every route, GET
-included; ``none``: User:ANONYMOUS, an Authorization header ignored), and each route asks
+included; ``none``: User:ANONYMOUS, an Authorization header ignored, or on https with
+``listener.name.admin.ssl.client.auth=required`` (or ``requested``) the client
+certificate's subject through ``[listener.name.admin.]ssl.principal.mapping.rules``, as
+on a Kafka SSL listener), and each route asks
 the broker's authorizer for the Kafka operation it amounts to. Basic rather than a bearer
 token: the users and their rotation already exist (``kompakt user``), and a token would be
 one more secret in a config file. Browser safety (Host allow-list, Origin, JSON only,
@@ -160,6 +163,8 @@ def _tls_first_protocol(
     connection is upgraded with ``loop.start_tls`` before uvicorn's protocol sees it.
     """
 
+    from kompakt.broker.http_gate import PEER_CERT
+
     class CountingSSLObject(ssl.SSLObject):
         """Counts a failed handshake where it fails, before asyncio closes the socket,
         so a client that sees the refusal also sees it counted."""
@@ -212,6 +217,10 @@ def _tls_first_protocol(
             if tls_transport is None:  # closed meanwhile
                 return
             self.connected = True
+            sslobj = tls_transport.get_extra_info("ssl_object")
+            der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+            if der:  # the client certificate, for the gate: each request's scope["state"]
+                self.inner.app_state = {**self.inner.app_state, PEER_CERT: der}
             self.inner.connection_made(tls_transport)
             for data in self.early:
                 self.inner.data_received(data)

@@ -4,8 +4,14 @@ authorizer lets them, for every route, as for a Kafka request (issue 26).
 A request's principal is found exactly as a Kafka connection's: with
 ``kompakt.admin.auth=basic`` HTTP Basic credentials checked against the broker's SCRAM
 store (``ScramStore.verify_password``) give ``User:<name>``; without auth the listener is
-a PLAINTEXT one and every request is ``User:ANONYMOUS``. No header that nothing verified
-names a principal: with ``auth=none`` an ``Authorization`` header is ignored.
+a PLAINTEXT one and every request is ``User:ANONYMOUS``, or, on https asking client
+certificates (``listener.name.admin.ssl.client.auth``), an SSL one: the certificate's
+subject through ``ssl.principal.mapping.rules`` (the Kafka port's
+:func:`~kompakt.broker.security.principal.cert_principal`), ``User:ANONYMOUS`` without a
+certificate, 401 for a subject no rule maps (Kafka fails that authentication). With
+Basic as well, Basic names the principal, as SASL does on a SASL_SSL listener. No header
+that nothing verified names a principal: with ``auth=none`` an ``Authorization`` header
+is ignored.
 
 Each route then asks the broker's authorizer (:func:`kompakt.broker.acls.authorize`,
 the check every Kafka API's policy makes) for the Kafka operation it amounts to, from
@@ -35,8 +41,10 @@ from http import HTTPStatus
 from typing import Any
 
 from kompakt.broker.acls import CLUSTER_NAME, Authorizer, Op, ResourceType, authorize
+from kompakt.broker.security.principal import NoMatchingRule, PrincipalMapper, cert_principal
 
 ANONYMOUS = "User:ANONYMOUS"
+PEER_CERT = "kompakt.peer_cert"  # scope["state"] key: the https client's DER certificate
 
 # where a rule's resource name comes from
 PATH = "path"  # a path parameter named after the resource type: {topic}, {group}
@@ -243,7 +251,7 @@ FORBIDDEN = HTTPStatus.FORBIDDEN
 @dataclass
 class GateSettings:
     """What the gate needs from the broker: ``authenticate`` (None: no auth, every
-    request is User:ANONYMOUS), the broker's authorizer (looked up per request: None
+    request is User:ANONYMOUS, or its client certificate's through ``mapper``), the broker's authorizer (looked up per request: None
     allows all), whether /metrics is open, the Host names served and the base of the
     failed-login delay."""
 
@@ -253,6 +261,7 @@ class GateSettings:
     allowed_hosts: frozenset[str] = frozenset({"localhost", "127.0.0.1", "::1"})
     on_failure: Callable[[str], None] = lambda reason: None
     failed_delay_ms: int = 100
+    mapper: PrincipalMapper | None = None  # https asking client certificates: their rules
 
 
 def _json_error(_request: Any, status: int, message: str) -> Any:
@@ -323,6 +332,10 @@ class Gate:
             principal = await self.authenticate(scope, receive, send, headers)
             if principal is None:
                 return
+        elif self.s.mapper is not None and not public:
+            principal = await self.certificate(scope, receive, send)
+            if principal is None:
+                return
         client = (scope.get("client") or ("?",))[0]
         gate = RequestGate(
             principal,
@@ -383,6 +396,26 @@ class Gate:
             {"WWW-Authenticate": 'Basic realm="kompakt", charset="UTF-8"'},
         )
         return None
+
+    async def certificate(self, scope: Any, receive: Any, send: Any) -> str | None:
+        """The client certificate's principal (User:ANONYMOUS without one, as a Kafka SSL
+        listener with ``ssl.client.auth=requested``); a subject no rule maps answers 401
+        and None, counted as Kafka counts that failed authentication."""
+        import logging
+
+        assert self.s.mapper is not None
+        der = (scope.get("state") or {}).get(PEER_CERT)
+        if not der:
+            return ANONYMOUS
+        try:
+            return cert_principal(self.s.mapper, der)
+        except NoMatchingRule as exc:
+            client = (scope.get("client") or ("?",))[0]
+            logging.getLogger(__name__).info("admin request from %s refused: %s", client, exc)
+            self.s.on_failure("no_matching_rule")
+            status = HTTPStatus.UNAUTHORIZED
+            await self.answer(scope, receive, send, status, "no principal for the certificate")
+            return None
 
     async def answer(
         self,

@@ -29,7 +29,7 @@ from kompakt.broker.connection import CLOSED, NEED_DATA, Answer, KafkaConnection
 from kompakt.broker.metrics import BrokerMetrics, has_error
 from kompakt.broker.protocol import ProtocolError
 from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler, Result
-from kompakt.broker.security.principal import NoMatchingRule, PrincipalMapper, subject_dn
+from kompakt.broker.security.principal import NoMatchingRule, PrincipalMapper, cert_principal
 from kompakt.broker.security.sasl import SaslAuthenticator
 from kompakt.broker.state import BrokerState, RequestContext
 from kompakt.errors import KompaktError
@@ -183,11 +183,10 @@ class KafkaServer:
         sslobj = conn.writer.get_extra_info("ssl_object")
         der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
         if der and spec.mapper is not None:
-            dn = subject_dn(der)
             try:
-                conn.principal = "User:" + spec.mapper.name(dn)
-            except NoMatchingRule:
-                self._auth_failed(conn, "SSL", "no_matching_rule", f"no mapping rule for {dn}")
+                conn.principal = cert_principal(spec.mapper, der)
+            except NoMatchingRule as exc:
+                self._auth_failed(conn, "SSL", "no_matching_rule", str(exc))
                 return False
         return True
 

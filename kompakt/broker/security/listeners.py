@@ -81,7 +81,8 @@ def scram_store_of(cfg: Any, state: Any) -> ScramStore:
 
 def admin_security(cfg: Any, state: Any, metrics: Any) -> dict[str, Any]:
     """AdminServer's TLS context and gate settings from the kompakt.admin.* keys: the
-    SCRAM store as the Basic authenticator, the broker's authorizer (looked up per
+    SCRAM store as the Basic authenticator, the principal mapper when https asks client
+    certificates (``listener.name.admin.ssl.client.auth``), the broker's authorizer (looked up per
     request, as the Kafka APIs' guard sees it), the Host names served."""
     from kompakt.broker.admin_http import is_tls, parse_listener
     from kompakt.broker.handlers.acls import AUTHORIZER_KEY
@@ -89,8 +90,12 @@ def admin_security(cfg: Any, state: Any, metrics: Any) -> dict[str, Any]:
     from kompakt.broker.http_gate import GateSettings
 
     out: dict[str, Any] = {}
+    mapper = None
     if is_tls(cfg.admin_listener):
         out["tls"] = server_context(cfg, "ADMIN")
+        if str(cfg.listener_value("ADMIN", "ssl.client.auth")) != "none":  # an SSL listener's
+            rules = cfg.listener_value("ADMIN", "ssl.principal.mapping.rules")
+            mapper = PrincipalMapper(str(rules))
     authenticate = None
     if cfg.get("kompakt.admin.auth") == "basic":
         authenticate = scram_store_of(cfg, state).verify_password
@@ -108,5 +113,6 @@ def admin_security(cfg: Any, state: Any, metrics: Any) -> dict[str, Any]:
         allowed_hosts=allowed_hosts(parse_listener(cfg.admin_listener)[0], extra),
         on_failure=lambda reason: metrics.auth_failed("HTTP_BASIC", reason),
         failed_delay_ms=int(cfg.get("connection.failed.authentication.delay.ms")),
+        mapper=mapper,
     )
     return out

@@ -88,6 +88,13 @@ class PrincipalMapper:
         raise NoMatchingRule(f"No rules apply to {dn}, rules {self.rules}")
 
 
+def cert_principal(mapper: PrincipalMapper, der: bytes) -> str:
+    """``User:<name>`` of a DER client certificate: its subject DN through the rules, for
+    a Kafka TLS connection and an https admin request alike; NoMatchingRule if none
+    applies (the authentication fails)."""
+    return "User:" + mapper.name(subject_dn(der))
+
+
 def subject_dn(der: bytes) -> str:
     """The subject DN of a DER certificate in RFC 2253 form (Java's getName())."""
     from cryptography import x509
