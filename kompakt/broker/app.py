@@ -27,7 +27,8 @@ from kompakt.broker import authz
 from kompakt.broker.acls import build_authorizer
 from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
 from kompakt.broker.background import BackgroundTasks, PeriodicThread
-from kompakt.broker.config import CLEANER_DYNAMIC_KEYS, BrokerConfig
+from kompakt.broker.broker_keys import CLEANER_DYNAMIC_KEYS
+from kompakt.broker.config import BrokerConfig
 from kompakt.broker.coordinator.handlers import (
     coordinator_if_started,
     load_coordinator,

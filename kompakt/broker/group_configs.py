@@ -5,21 +5,19 @@ interval of its consumer (``consumer.*``) and share (``share.*``) protocol. Each
 default is the broker key ``group.<protocol>.<...>``, and a value must lie within the
 broker's ``group.<protocol>.min/max.*`` bounds with the heartbeat below the session
 timeout (``GroupConfig.validateValues``, INVALID_CONFIG). The values live in the
-``groups`` section of the dynamic configs file beside the broker's own (Kafka keeps them
-in its metadata log). kompakt's coordinator speaks the classic protocol only, so no
-group reads them yet; they are kept and described as Kafka does.
+``groups`` section of the dynamic configs file (:mod:`kompakt.broker.dynamic_config`;
+Kafka keeps them in its metadata log). kompakt's coordinator speaks the classic protocol
+only, so no group reads them yet; they are kept and described as Kafka does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kompakt.errors import InvalidConfigError
 from kompakt.log.config import parse_type
-from kompakt.log.durable import write_json_atomically
 
 GROUP_KEYS = (
     "consumer.session.timeout.ms",
@@ -89,26 +87,3 @@ def describe(stored: Mapping[str, str], broker: Any) -> list[GroupEntry]:
         else GroupEntry(k, str(broker.get(broker_default(k))), False)
         for k in GROUP_KEYS
     ]
-
-
-def read_all(path: Path) -> dict[str, dict[str, str]]:
-    """The ``groups`` section of the dynamic configs file ({group: {key: value}})."""
-    from kompakt.broker.config import _read_dynamic_file
-
-    groups = _read_dynamic_file(path).get("groups") or {}
-    return {str(g): {str(k): str(v) for k, v in c.items()} for g, c in groups.items()}
-
-
-def save(path: Path, group: str, values: Mapping[str, str]) -> None:
-    """Replace one group's values in the file, the other sections kept (atomic write)."""
-    from kompakt.broker.config import _read_dynamic_file
-
-    body = _read_dynamic_file(path)
-    groups = dict(body.get("groups") or {})
-    if values:
-        groups[group] = dict(values)
-    else:
-        groups.pop(group, None)
-    body["groups"] = groups
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomically(path, body)

@@ -24,12 +24,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1.request import IncrementalAlterConfigsRequest
 
 from kompakt.broker import group_configs
-from kompakt.broker.config import (
-    DYNAMIC_CONFIGS_FILE,
-    BrokerConfig,
-    broker_key,
-    is_known_key,
-)
+from kompakt.broker.broker_keys import broker_key, is_known_key
+from kompakt.broker.config import BrokerConfig
+from kompakt.broker.dynamic_config import DYNAMIC_CONFIGS_FILE, group_layers, save_group_layer
 from kompakt.broker.handlers.common import error_of
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
@@ -203,7 +200,7 @@ def _describe_group(ctx: RequestContext, r: Any, docs: bool) -> dict[str, Any]:
         res["error_message"] = "Group name must not be empty"
         return res
     keys = None if r.configuration_keys is None else set(r.configuration_keys)
-    stored = group_configs.read_all(_group_file(ctx)).get(r.resource_name, {})
+    stored = group_layers(_group_file(ctx)).get(r.resource_name, {})
     for e in group_configs.describe(stored, ctx.config):
         if keys is not None and e.name not in keys:
             continue
@@ -235,7 +232,7 @@ def _alter_group(ctx: RequestContext, r: Any, incremental: bool, validate_only: 
             path = _group_file(ctx)
             values: dict[str, str | None] = {}
             if incremental:
-                values.update(group_configs.read_all(path).get(r.resource_name, {}))
+                values.update(group_layers(path).get(r.resource_name, {}))
                 for c in r.configs:
                     op = c.config_operation
                     if op == OpType.SET:
@@ -251,7 +248,7 @@ def _alter_group(ctx: RequestContext, r: Any, incremental: bool, validate_only: 
             group_configs.validate(values, ctx.config)
             if not validate_only:
                 kept = {k: str(v) for k, v in values.items()}
-                group_configs.save(path, r.resource_name, kept)
+                save_group_layer(path, r.resource_name, kept)
         return _result(r)
     except Exception as exc:
         return _result(r, *error_of(exc))

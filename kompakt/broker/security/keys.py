@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from kompakt.errors import InvalidConfigError
-from kompakt.log.config.values import at_least
+from kompakt.log.config import ConfigKey, OneOf, at_least
 
 PASSWORD = "password"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -21,19 +21,6 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SASL_SERVER_MAX_RECEIVE_SIZE = 524288  # Kafka's BrokerSecurityConfigs default
 FAILED_AUTHENTICATION_DELAY_MS = 100  # Kafka's SocketServerConfigs default
-
-
-def _choice(*values: str):
-    """A validator: the value must be one of ``values`` (Kafka's ValidString)."""
-
-    def check(name: str, value: Any) -> None:
-        if value not in values:
-            raise InvalidConfigError(
-                f"Invalid value {value} for configuration {name}: String must be one of: "
-                + ", ".join(values)
-            )
-
-    return check
 
 
 def _store_type(name: str, value: Any) -> None:
@@ -65,58 +52,65 @@ def _protocols(name: str, value: Any) -> None:
         raise InvalidConfigError(f"Invalid value for configuration {name}: empty")
 
 
-# (name, type, default, doc, validator): the rows BrokerConfig turns into BrokerKeys
-SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
-    (
+SECURITY_KEYS: list[ConfigKey] = [
+    ConfigKey(
         "listener.security.protocol.map",
         "string",
         "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
         "Listener name to security protocol (Kafka's default maps each protocol to itself).",
         None,
     ),
-    (
+    ConfigKey(
         "ssl.keystore.type",
         "string",
         "PEM",
         "PEM only. Kafka's default is JKS; kompakt has no JKS reader, so PEM is the default.",
         _store_type,
     ),
-    (
+    ConfigKey(
         "ssl.keystore.location",
         "string",
         None,
         "PEM file with the private key and the certificate chain.",
         None,
     ),
-    (
+    ConfigKey(
         "ssl.keystore.password",
         PASSWORD,
         None,
         "A PEM store has none: set, it is refused as Kafka does.",
         None,
     ),
-    ("ssl.keystore.key", PASSWORD, None, "Inline PEM private key.", None),
-    ("ssl.keystore.certificate.chain", PASSWORD, None, "Inline PEM certificate chain.", None),
-    ("ssl.key.password", PASSWORD, None, "Password of an encrypted private key.", None),
-    ("ssl.truststore.type", "string", "PEM", "PEM only.", _store_type),
-    ("ssl.truststore.location", "string", None, "PEM file of trusted CA certificates.", None),
-    ("ssl.truststore.password", PASSWORD, None, "A PEM store has none: refused if set.", None),
-    ("ssl.truststore.certificates", PASSWORD, None, "Inline PEM trusted certificates.", None),
-    (
+    ConfigKey("ssl.keystore.key", PASSWORD, None, "Inline PEM private key.", None),
+    ConfigKey(
+        "ssl.keystore.certificate.chain", PASSWORD, None, "Inline PEM certificate chain.", None
+    ),
+    ConfigKey("ssl.key.password", PASSWORD, None, "Password of an encrypted private key.", None),
+    ConfigKey("ssl.truststore.type", "string", "PEM", "PEM only.", _store_type),
+    ConfigKey(
+        "ssl.truststore.location", "string", None, "PEM file of trusted CA certificates.", None
+    ),
+    ConfigKey(
+        "ssl.truststore.password", PASSWORD, None, "A PEM store has none: refused if set.", None
+    ),
+    ConfigKey(
+        "ssl.truststore.certificates", PASSWORD, None, "Inline PEM trusted certificates.", None
+    ),
+    ConfigKey(
         "ssl.client.auth",
         "string",
         "none",
         "none | requested | required: whether TLS clients present a certificate.",
-        _choice("none", "requested", "required"),
+        OneOf(("none", "requested", "required")),
     ),
-    (
+    ConfigKey(
         "ssl.enabled.protocols",
         "list",
         ("TLSv1.2", "TLSv1.3"),
         "TLS versions accepted (1.2 and 1.3 only).",
         _protocols,
     ),
-    (
+    ConfigKey(
         "ssl.principal.mapping.rules",
         "string",
         "DEFAULT",
@@ -124,14 +118,14 @@ SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
         "RULE:pattern/replacement/[LU], ..., DEFAULT.",
         None,
     ),
-    (
+    ConfigKey(
         "ssl.cipher.suites",
         "list",
         (),
         "OpenSSL cipher list for TLSv1.2 (empty: Python's defaults).",
         None,
     ),
-    (
+    ConfigKey(
         "sasl.enabled.mechanisms",
         "list",
         ("PLAIN",),
@@ -140,14 +134,14 @@ SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
         "come with the listener's JAAS config.",
         _mechanisms,
     ),
-    (
+    ConfigKey(
         "sasl.server.max.receive.size",
         "int",
         SASL_SERVER_MAX_RECEIVE_SIZE,
         "Largest frame accepted before authentication completes.",
         None,
     ),
-    (
+    ConfigKey(
         "connection.failed.authentication.delay.ms",
         "int",
         FAILED_AUTHENTICATION_DELAY_MS,
@@ -156,16 +150,16 @@ SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
         "connections.max.idle.ms (10 minutes), as Kafka asks.",
         at_least(0),
     ),
-    (
+    ConfigKey(
         "kompakt.admin.auth",
         "string",
         "none",
         "none | basic: HTTP Basic authentication of the admin endpoint against the SCRAM "
         "users, for every request (GET too); none: every request is User:ANONYMOUS. Each "
         "route is then authorized by the broker's authorizer (authorizer.class.name).",
-        _choice("none", "basic"),
+        OneOf(("none", "basic")),
     ),
-    (
+    ConfigKey(
         "kompakt.admin.auth.get",
         "boolean",
         False,
@@ -173,7 +167,7 @@ SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
         "credentials; kompakt.admin.metrics.public=true opens /metrics for a scraper.",
         None,
     ),
-    (
+    ConfigKey(
         "kompakt.admin.metrics.public",
         "boolean",
         False,
@@ -182,7 +176,7 @@ SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
         "names appear in its labels.",
         None,
     ),
-    (
+    ConfigKey(
         "kompakt.admin.allowed.hosts",
         "list",
         (),
@@ -191,7 +185,7 @@ SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
         "is answered 421 (DNS rebinding).",
         None,
     ),
-    (
+    ConfigKey(
         "kompakt.admin.allow.insecure",
         "boolean",
         False,
@@ -199,7 +193,7 @@ SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
         "with Basic credentials over plain http.",
         None,
     ),
-    (
+    ConfigKey(
         "kompakt.sasl.bootstrap.users",
         PASSWORD,
         None,
@@ -211,7 +205,7 @@ SECURITY_KEYS: list[tuple[str, str, Any, str, Any]] = [
 
 _PREFIX = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
 _JAAS_KEY = re.compile(r"^([a-z0-9-]+)\.sasl\.jaas\.config$")
-_OVERRIDABLE = {k[0] for k in SECURITY_KEYS if k[0].startswith(("ssl.", "sasl."))}
+_OVERRIDABLE = {k.name for k in SECURITY_KEYS if k.name.startswith(("ssl.", "sasl."))}
 
 
 def listener_prefix(listener: str) -> str:
@@ -226,9 +220,9 @@ def listener_key_type(key: str) -> str:
     rest = m.group(2)
     if _JAAS_KEY.match(rest) or rest == "sasl.jaas.config":
         return PASSWORD
-    for name, type_, *_ in SECURITY_KEYS:
-        if name == rest and name in _OVERRIDABLE:
-            return type_
+    for k in SECURITY_KEYS:
+        if k.name == rest and k.name in _OVERRIDABLE:
+            return k.type
     raise InvalidConfigError(f"Unknown broker config key: {key}")
 
 

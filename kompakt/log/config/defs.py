@@ -50,16 +50,33 @@ class BrokerSynonym:
 
 
 @dataclass(frozen=True)
-class ConfigDef:
+class ConfigKey:
+    """One config key, Kafka's ``ConfigDef.ConfigKey``: the one type of every key table
+    (topic configs here, the broker's and its security keys in :mod:`kompakt.broker`).
+
+    ``type`` is Kafka's ``ConfigDef.Type`` in lower case ('int' | 'long' | 'double' |
+    'string' | 'list' | 'boolean' | 'password'); ``validator`` raises Kafka's "Invalid value
+    X for configuration Y: ..." text. ``broker_synonyms`` (topic configs only) are the broker
+    keys that supply the default, highest priority first (``TOPIC_CONFIG_SYNONYMS``).
+    """
+
     name: str
-    type: str  # 'int' | 'long' | 'double' | 'string' | 'list' | 'boolean'
+    type: str
     default: Any
-    validator: Validator | None
     doc: str
-    broker_synonym: str | None  # the highest-priority broker key, Kafka's TOPIC_CONFIG_SYNONYMS
-    broker_synonyms: tuple[BrokerSynonym, ...] = field(default=())
-    # Why kompakt accepts the key but does not act on it; None: the key is honoured.
+    validator: Validator | None = None
+    # Why kompakt accepts the key (for Kafka compatibility) but does not act on it;
+    # None: the key is honoured.
     ignored: str | None = None
+    # Only in DescribeConfigs when set: keys of Kafka's sample server.properties that
+    # have no meaning on one node.
+    hidden: bool = False
+    broker_synonyms: tuple[BrokerSynonym, ...] = field(default=())
+
+    @property
+    def broker_synonym(self) -> str | None:
+        """The highest-priority broker key, Kafka's ``TOPIC_CONFIG_SYNONYMS`` entry."""
+        return self.broker_synonyms[0].name if self.broker_synonyms else None
 
     def valid_values(self) -> str:
         return str(self.validator) if self.validator is not None else ""
@@ -76,7 +93,7 @@ def documentation(doc: str, ignored: str | None) -> str:
     return doc if ignored is None else f"{doc} Ignored by kompakt: {ignored}"
 
 
-CONFIG_DEFS: dict[str, ConfigDef] = {}
+CONFIG_DEFS: dict[str, ConfigKey] = {}
 
 
 def _define(
@@ -97,15 +114,8 @@ def _define(
         validator(name, default)  # like Kafka's ConfigKey: a bad default is our bug
     if isinstance(synonyms, str):
         synonyms = (BrokerSynonym(synonyms, type_, 1, to_string(default)),)
-    CONFIG_DEFS[name] = ConfigDef(
-        name,
-        type_,
-        default,
-        validator,
-        doc,
-        synonyms[0].name if synonyms else None,
-        synonyms,
-        ignored,
+    CONFIG_DEFS[name] = ConfigKey(
+        name, type_, default, doc, validator, ignored, broker_synonyms=synonyms
     )
 
 
@@ -185,7 +195,7 @@ BROKER_LOG_KEYS: frozenset[str] = frozenset(
 )
 
 
-def broker_synonym(name: str) -> tuple[ConfigDef, BrokerSynonym] | None:
+def broker_synonym(name: str) -> tuple[ConfigKey, BrokerSynonym] | None:
     """The topic config that the broker key ``name`` supplies a default for, and the
     synonym itself; None when ``name`` is not one of ``BROKER_LOG_KEYS``."""
     for d in CONFIG_DEFS.values():
@@ -195,7 +205,7 @@ def broker_synonym(name: str) -> tuple[ConfigDef, BrokerSynonym] | None:
     return None
 
 
-def definition(name: str) -> ConfigDef:
+def definition(name: str) -> ConfigKey:
     d = CONFIG_DEFS.get(name)
     if d is None:
         raise InvalidConfigError(f"Unknown topic config name: {name}")

@@ -16,7 +16,7 @@ from kompakt.log.config.defs import (
     CLEANUP_POLICY_DELETE,
     CONFIG_DEFS,
     BrokerSynonym,
-    ConfigDef,
+    ConfigKey,
     definition,
     parse_value,
 )
@@ -29,7 +29,7 @@ STATIC_BROKER_CONFIG = "STATIC_BROKER_CONFIG"
 DEFAULT_CONFIG = "DEFAULT_CONFIG"
 
 
-def _parse_broker(d: ConfigDef, syn: BrokerSynonym, raw: str) -> Any:
+def _parse_broker(d: ConfigKey, syn: BrokerSynonym, raw: str) -> Any:
     """A broker synonym's value in the topic's unit, checked by both keys' rules."""
     value = parse_type(syn.name, raw, syn.type)
     if syn.validator is not None:
