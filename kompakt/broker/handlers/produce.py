@@ -81,6 +81,17 @@ def _append(
     }
 
 
+def produce_error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
+    """A Produce partition answered with ``code``: nothing appended, offsets unknown."""
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": UNKNOWN_OFFSET,
+        "log_append_time": NO_TIMESTAMP,
+        "log_start_offset": UNKNOWN_OFFSET,
+    }
+
+
 def _record_errors(exc: BaseException) -> dict[str, Any]:
     """KIP-467: each offending record by its own index (Kafka's ``RecordError``), so the
     client fails only those records and retries or reports the rest."""
@@ -98,11 +109,7 @@ def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]],
     for name, key, tdata in topics:
         parts = []
         for p in tdata.partition_data:
-            resp: dict[str, Any] = {
-                "index": p.index,
-                "base_offset": UNKNOWN_OFFSET,
-                "log_start_offset": UNKNOWN_OFFSET,
-            }
+            resp = produce_error_partition(p.index, ErrorCode.none)
             if name is None:
                 resp["error_code"] = unknown_topic_code("topic_id" in key)
             elif p.records is None or len(p.records) == 0:
@@ -144,11 +151,7 @@ def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             {
                 **key,
                 "partition_responses": [
-                    {
-                        "index": p.index,
-                        "error_code": ErrorCode.invalid_required_acks,
-                        "base_offset": UNKNOWN_OFFSET,
-                    }
+                    produce_error_partition(p.index, ErrorCode.invalid_required_acks)
                     for p in t.partition_data
                 ],
             }
