@@ -247,6 +247,22 @@ def _topic_name(ctx: RequestContext, t: Any) -> str | None:
     return None
 
 
+def commit_error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
+    """An OffsetCommit (and TxnOffsetCommit, OffsetDelete) partition answered ``code``."""
+    return {"partition_index": index, "error_code": code}
+
+
+def offset_fetch_error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
+    """An OffsetFetch partition answered ``code``: no committed offset, no metadata."""
+    return {
+        "partition_index": index,
+        "committed_offset": NO_OFFSET,
+        "committed_leader_epoch": NO_LEADER_EPOCH,
+        "metadata": "",
+        "error_code": code,
+    }
+
+
 async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     gc = await coordinator(ctx)
     group_error = (
@@ -287,7 +303,7 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
                         now,
                         expire,
                     )
-            parts.append({"partition_index": p.partition_index, "error_code": code})
+            parts.append(commit_error_partition(p.partition_index, code))
         topics.append(
             {
                 "name": name or getattr(t, "name", ""),
@@ -338,13 +354,7 @@ def _fetch_group(
                 "name": name,
                 "topic_id": tid or ZERO_UUID,
                 "partitions": [
-                    {
-                        "partition_index": p,
-                        "committed_offset": NO_OFFSET,
-                        "committed_leader_epoch": NO_LEADER_EPOCH,
-                        "metadata": "",
-                        "error_code": ErrorCode.unstable_offset_commit,
-                    }
+                    offset_fetch_error_partition(p, ErrorCode.unstable_offset_commit)
                     if (name, p) in unstable
                     else {
                         "partition_index": p,
