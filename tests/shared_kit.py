@@ -30,20 +30,65 @@ T = TypeVar("T")
 STEP = 0.02  # seconds between two looks at the condition: short against every timeout
 
 
-def wait_for(predicate: Callable[[], T], what: str = "the condition", timeout: float = 30.0) -> T:
-    """Return ``predicate()``'s first truthy value; fail naming ``what`` after ``timeout`` s.
-
-    Kafka ``TestUtils.waitUntilTrue(condition, msg, waitTimeMs)``: the only pause in a
-    test is between two looks at the thing it waits for.
-    """
+def poll_until(predicate: Callable[[], T], timeout: float = 30.0, step: float = STEP) -> T | None:
+    """``predicate()``'s first truthy value within ``timeout`` s, else None: the one
+    deadline loop of the suite. ``step`` is finer than ``STEP`` only for evidence that
+    lives milliseconds (a clean's ``.cleaned`` file)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(STEP)
+            return None
+        time.sleep(step)
+
+
+def wait_for(predicate: Callable[[], T], what: str = "the condition", timeout: float = 30.0) -> T:
+    """Return ``predicate()``'s first truthy value; fail naming ``what`` after ``timeout`` s.
+
+    Kafka ``TestUtils.waitUntilTrue(condition, msg, waitTimeMs)``: the only pause in a
+    test is between two looks at the thing it waits for.
+    """
+    value = poll_until(predicate, timeout)
+    if not value:
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    return value
+
+
+def consume_until(
+    consumer: Any,
+    done: Callable[[list[Any]], bool] | None = None,
+    timeout: float = 30.0,
+    what: str = "the records",
+) -> list[Any]:
+    """Messages a confluent-kafka ``consumer`` (already assigned or subscribed) returns
+    until ``done(messages)`` holds, or, with ``done`` None, until every assigned
+    partition reached its end (``enable.partition.eof`` must be on). A message with an
+    error other than partition EOF fails the test; so does ``timeout``.
+    (Kafka's ``TestUtils.consumeRecords``: consume until the expected records came.)"""
+    from confluent_kafka import KafkaError
+
+    out: list[Any] = []
+    at_end: set[tuple[str, int]] = set()
+
+    def step() -> bool:
+        for m in consumer.consume(500, timeout=STEP * 10):
+            err = m.error()
+            if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                at_end.add((m.topic(), m.partition()))
+            elif err is not None:
+                raise AssertionError(f"consume error: {err}")
+            else:
+                at_end.discard((m.topic(), m.partition()))
+                out.append(m)
+        if done is not None:
+            return done(out)
+        assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+        return bool(assigned) and assigned <= at_end
+
+    wait_for(step, what, timeout)
+    return out
 
 
 def free_port() -> int:

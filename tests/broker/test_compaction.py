@@ -9,13 +9,12 @@ admin compact endpoint show the clean.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from shared_kit import wait_for
+from shared_kit import consume_until, wait_for
 
 from kompakt.broker.app import start_test_broker
 
@@ -48,19 +47,10 @@ def consume_all(bootstrap: str, topic: str, end: int) -> list:
         {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False}
     )
     c.assign([TopicPartition(topic, 0, 0)])
-    out = []
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        m = c.poll(0.5)
-        if m is None or m.error():
-            if out and out[-1].offset() >= end - 1:
-                break
-            continue
-        out.append(m)
-        if m.offset() >= end - 1:
-            break
-    c.close()
-    return out
+    try:
+        return consume_until(c, lambda out: bool(out) and out[-1].offset() >= end - 1)
+    finally:
+        c.close()
 
 
 def test_background_spark_cleaner_keeps_latest_state(spark_broker):

@@ -4,12 +4,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from shared_kit import free_port, wait_for_port
+from shared_kit import consume_until, free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,14 +50,10 @@ def read_all(bootstrap, topic, n):
         }
     )
     c.assign([TopicPartition(topic, 0, 0)])
-    out = []
-    deadline = time.monotonic() + 10
-    while len(out) < n and time.monotonic() < deadline:
-        for m in c.consume(n, timeout=0.2):
-            assert m.error() is None
-            out.append(m.value())
-    c.close()
-    return out
+    try:
+        return [m.value() for m in consume_until(c, lambda out: len(out) >= n, what=f"{n} records")]
+    finally:
+        c.close()
 
 
 def test_sigterm_is_a_clean_shutdown(tmp_path):

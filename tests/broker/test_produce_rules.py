@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.schema.errors import ErrorCode
 from raw_kafka import API, call
-from shared_kit import wait_for
+from shared_kit import consume_until, wait_for
 
 TIMEOUT = 20
 
@@ -56,19 +56,11 @@ def consume_all(broker, topic: str, partition: int = 0) -> list:
     )
     lo, _hi = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT)
     c.assign([TopicPartition(topic, partition, lo)])
-    out = []
-    deadline = time.monotonic() + TIMEOUT
-    while time.monotonic() < deadline:
-        m = c.poll(1.0)
-        if m is None:
-            continue
-        if m.error():
-            if m.error().code() == KafkaError._PARTITION_EOF:
-                break
-            raise KafkaException(m.error())
-        out.append((m.offset(), m.key(), m.value(), m.timestamp()))
-    c.close()
-    return out
+    try:
+        got = consume_until(c, timeout=TIMEOUT, what=f"{topic}-{partition} to its end")
+    finally:
+        c.close()
+    return [(m.offset(), m.key(), m.value(), m.timestamp()) for m in got]
 
 
 def delete_records(broker, topic: str, offset: int, partition: int = 0):

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from shared_kit import consume_until
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 
@@ -83,21 +83,11 @@ def read_all(bootstrap: str, topic: str, isolation: str) -> list[tuple[bytes, in
         }
     )
     c.assign([TopicPartition(topic, 0, 0)])
-    out: list[tuple[bytes, int]] = []
-    deadline = time.monotonic() + TIMEOUT
     try:
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    return out
-                raise AssertionError(m.error())
-            out.append((m.key(), len(m.value())))
+        got = consume_until(c, timeout=TIMEOUT, what=f"{topic}-0 to its end")
     finally:
         c.close()
-    raise AssertionError(f"no partition EOF within {TIMEOUT} s; read {out}")
+    return [(m.key(), len(m.value())) for m in got]
 
 
 def run_repro(b: BrokerThread, topic: str) -> list[tuple[bytes, int]]:

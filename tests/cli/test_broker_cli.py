@@ -4,14 +4,13 @@ produce/consume, consumer groups, and one-line errors. One real broker per modul
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cli_kit import assert_one_line_error
 from confluent_kafka import Consumer
-from shared_kit import free_port
+from shared_kit import free_port, wait_for
 from typer.testing import CliRunner
 
 from kompakt.broker.app import BrokerThread, start_test_broker
@@ -218,10 +217,8 @@ def test_reset_and_delete_refused_while_the_group_has_members(cli, broker: Broke
     assigned: list = []
     consumer.subscribe(["busy"], on_assign=lambda _c, tps: assigned.extend(tps))
     try:
-        deadline = time.monotonic() + 20
-        while not assigned and time.monotonic() < deadline:
-            consumer.poll(0.2)
-        assert assigned, "the test consumer never got its assignment"
+        wait_for(lambda: consumer.poll(0.2) or assigned, "the test consumer's assignment", 20)
+        assert assigned
         d = group_json(cli, "busy-group")
         assert d["state"] == "Stable"
         [member] = d["members"]

@@ -93,7 +93,7 @@ from reliability.kit import (
     read_partition,
 )
 from reliability.wire_kit import call, connect
-from shared_kit import accepts_connections, wait_for
+from shared_kit import accepts_connections, poll_until, wait_for
 
 COMPACTED = {"fc-users": 3, "fc-orders": 2}
 # the background cleaner leaves fc-orders dirty for a while (ratio 0.9), so the Spark
@@ -684,8 +684,8 @@ class Campaign:
     def _wait_for_file(
         self, dirs: list[Path], suffix: str, timeout: float, spin: bool = False
     ) -> str | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def found() -> str | None:
             for d in dirs:
                 try:
                     for name in os.listdir(d):
@@ -693,9 +693,10 @@ class Campaign:
                             return name
                 except FileNotFoundError:
                     continue
-            if not spin:
-                time.sleep(0.001)  # poll: a .cleaned file lives milliseconds
-        return None
+            return None
+
+        # a fine step (or none): a .cleaned file lives milliseconds
+        return poll_until(found, timeout, step=0.0 if spin else 0.001)
 
     def _dirs(self, topics: list[str]) -> list[Path]:
         return [p for p in self.broker.data_dir.iterdir() if p.name.rsplit("-", 1)[0] in topics]

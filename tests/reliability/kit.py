@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shared_kit import free_port, wait_for_port
+from shared_kit import consume_until, free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 TOMBSTONE = None
@@ -386,23 +386,19 @@ def read_partition(
     try:
         _low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-        out: list[tuple[int, bytes | None, bytes | None]] = []
-        deadline = time.monotonic() + timeout
-        idle_since = time.monotonic()
-        while time.monotonic() < deadline:
-            msgs = c.consume(500, timeout=0.2)
-            for m in msgs:
-                if m.error() is not None:
-                    raise AssertionError(f"consume error: {m.error()}")
-                out.append((m.offset(), m.key(), m.value()))
-            if msgs:
-                idle_since = time.monotonic()
-            if out and out[-1][0] >= high - 1:
-                break
+        seen = [0, time.monotonic()]  # messages so far, when the last one came
+
+        def at_end(msgs: list) -> bool:
+            if len(msgs) > seen[0]:
+                seen[:] = [len(msgs), time.monotonic()]
+            if msgs and msgs[-1].offset() >= high - 1:
+                return True
             pos = c.position([TopicPartition(topic, partition)])[0].offset
-            if pos >= high or (not msgs and time.monotonic() - idle_since > 3):
-                break
-        return out
+            # past the high watermark, or nothing new for 3 s (a compacted tail's gaps)
+            return pos >= high or time.monotonic() - seen[1] > 3
+
+        msgs = consume_until(c, at_end, timeout, f"{topic}-{partition} up to offset {high}")
+        return [(m.offset(), m.key(), m.value()) for m in msgs]
     finally:
         c.close()
 

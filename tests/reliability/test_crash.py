@@ -36,6 +36,7 @@ from reliability.kit import (
     leftovers,
     read_partition,
 )
+from shared_kit import poll_until
 
 KILLS = int(os.environ.get("KOMPAKT_CRASH_KILLS", "20"))
 COMPACTED, DELETE = "users", "events"
@@ -65,12 +66,8 @@ def crash_seed() -> int:
 
 def wait_for_clean_in_progress(data: Path, timeout: float) -> bool:
     """Poll for a ``.cleaned``/``.swap`` file: a clean is between its write and its swap."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if leftovers(data):
-            return True
-        time.sleep(0.002)  # a fine poll: the .cleaned file lives milliseconds
-    return False
+    # a fine step: the .cleaned file lives milliseconds
+    return bool(poll_until(lambda: leftovers(data), timeout, step=0.002))
 
 
 def targets() -> dict[tuple[str, int], tuple[int, float]]:

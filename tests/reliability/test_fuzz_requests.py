@@ -23,6 +23,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from reliability.fuzz_kit import huge_count_frames, run_fuzz
 from reliability.wire_kit import call, connect, recv_frame, rss_bytes, tree
+from shared_kit import consume_until
 
 from kompakt.broker.app import start_test_broker
 
@@ -71,13 +72,10 @@ def _assert_healthy(broker, root: Path, data: Path, before: set[str]) -> None:
         }
     )
     c.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.time() + 30
-    while len(got) < 10 and time.time() < deadline:
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-    c.close()
+    try:
+        got = [m.value() for m in consume_until(c, lambda out: len(out) >= 10, what="10 records")]
+    finally:
+        c.close()
     assert sorted(got) == sorted(b"v%d" % i for i in range(10))
     assert tree(root, skip=data) == before
 

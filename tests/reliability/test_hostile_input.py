@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from reliability.wire_kit import HOSTILE_NAMES, call, connect, tree
+from shared_kit import consume_until
 from typer.testing import CliRunner
 
 from kompakt.broker.app import start_test_broker
@@ -363,13 +364,10 @@ def test_real_client_create_and_produce_to_hostile_names_then_works(wire_broker)
         }
     )
     c.subscribe(["real"])
-    got = None
-    deadline = time.time() + 20
-    while got is None and time.time() < deadline:
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
-            got = m.value()
-    c.close()
+    try:
+        got = consume_until(c, bool, 20, "the record on 'real'")[0].value()
+    finally:
+        c.close()
     assert got == b"v"
     sandbox.assert_untouched()
 
