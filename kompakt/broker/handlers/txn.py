@@ -476,6 +476,11 @@ def _init_failed(error: ErrorCode) -> dict[str, Any]:
 # -- AddPartitionsToTxn / AddOffsetsToTxn / EndTxn ---------------------------------------
 
 
+def add_partitions_result(index: int, code: ErrorCode) -> dict[str, Any]:
+    """One partition's result of AddPartitionsToTxn (v3 and below)."""
+    return {"partition_index": index, "partition_error_code": code}
+
+
 async def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """AddPartitionsToTxn v0-3 (one transaction per request): an unknown partition
     fails the request, the others answer OPERATION_NOT_ATTEMPTED (Kafka's
@@ -516,8 +521,7 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict[st
             {
                 "name": t.name,
                 "results_by_partition": [
-                    {"partition_index": p, "partition_error_code": errors[(t.name, int(p))]}
-                    for p in t.partitions
+                    add_partitions_result(p, errors[(t.name, int(p))]) for p in t.partitions
                 ],
             }
             for t in topics
@@ -657,19 +661,23 @@ async def handle_describe_transactions(ctx: RequestContext, req: Any) -> dict[st
                 tid,
                 ErrorCode.transactional_id_not_found if tid else ErrorCode.invalid_request,
             )
-        states.append(
-            {
-                "error_code": d.error,
-                "transactional_id": tid,
-                "transaction_state": d.state,
-                "transaction_timeout": d.txn_timeout_ms,
-                "transaction_start_time": d.txn_start_timestamp,
-                "producer_id": d.producer_id,
-                "producer_epoch": d.producer_epoch,
-                "topics": [{"topic": t, "partitions": list(ps)} for t, ps in d.topics.items()],
-            }
-        )
+        states.append(describe_transactions_entry(d))
     return {"throttle_time": 0, "transaction_states": states}
+
+
+def describe_transactions_entry(d: TransactionDescription) -> dict[str, Any]:
+    """One transactional id of DescribeTransactions (a refusal: ``TransactionDescription
+    .failed``, Kafka's zero defaults)."""
+    return {
+        "error_code": d.error,
+        "transactional_id": d.transactional_id,
+        "transaction_state": d.state,
+        "transaction_timeout": d.txn_timeout_ms,
+        "transaction_start_time": d.txn_start_timestamp,
+        "producer_id": d.producer_id,
+        "producer_epoch": d.producer_epoch,
+        "topics": [{"topic": t, "partitions": list(ps)} for t, ps in d.topics.items()],
+    }
 
 
 async def handle_list_transactions(ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -738,14 +746,7 @@ def handle_describe_producers(ctx: RequestContext, req: Any) -> dict[str, Any]:
         parts = []
         for p in t.partition_indexes:
             if not 0 <= p < nparts:
-                parts.append(
-                    {
-                        "partition_index": p,
-                        "error_code": ErrorCode.unknown_topic_or_partition,
-                        "error_message": None,
-                        "active_producers": [],
-                    }
-                )
+                parts.append(producers_error_partition(p, ErrorCode.unknown_topic_or_partition))
                 continue
             parts.append(
                 {
@@ -757,6 +758,16 @@ def handle_describe_producers(ctx: RequestContext, req: Any) -> dict[str, Any]:
             )
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}
+
+
+def producers_error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
+    """A DescribeProducers partition answered ``code``: no producers listed."""
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "error_message": None,
+        "active_producers": [],
+    }
 
 
 def active_producers(state: Any, topic: str, partition: int) -> list[dict[str, int]]:
