@@ -29,6 +29,7 @@ from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
 from kompakt.broker.background import BackgroundTasks, PeriodicThread
 from kompakt.broker.broker_keys import CLEANER_DYNAMIC_KEYS
 from kompakt.broker.config import BrokerConfig
+from kompakt.broker.coordinator.faults import NO_FAULTS, CoordinatorFaults
 from kompakt.broker.coordinator.handlers import (
     coordinator_if_started,
     load_coordinator,
@@ -67,10 +68,13 @@ class Broker:
         cleaner_factory: Callable[[], Any] | None = None,
         registry: ApiRegistry | None = None,
         clock: Callable[[], int] | None = None,
+        faults: CoordinatorFaults = NO_FAULTS,
     ):
         """``clock`` (ms) is the time the log manager and the group coordinator read
-        (Kafka's ``Time`` handed to ``KafkaServer``); None: the system clock."""
+        (Kafka's ``Time`` handed to ``KafkaServer``); None: the system clock. ``faults``:
+        a test's crash or error points in the coordinators' writes."""
         self.config = config
+        self.faults = faults
         self.clock = clock
         self.cleaner_factory = cleaner_factory
         self.registry = register_all(registry or ApiRegistry())
@@ -128,8 +132,9 @@ class Broker:
             # a retried batch whose original retention or a clean removed since the start
             # must still be found a duplicate: build the state before such a removal
             self.logs.batch_removal_listeners.append(self.state.producers.for_log)
-            start_coordinator(self.state, self.logs.clock)  # loaded below or on first use
-            start_txn_coordinator(self.state, self.logs.clock)
+            # loaded below or on first use
+            start_coordinator(self.state, self.logs.clock, self.faults)
+            start_txn_coordinator(self.state, self.logs.clock, self.faults)
             specs = await asyncio.to_thread(listener_specs, cfg, self.state)
             self.server = KafkaServer(self.state, self.registry, self.metrics, listeners=specs)
             await self.server.start()
@@ -466,13 +471,17 @@ class Broker:
         return response
 
 
-def run(config: BrokerConfig, cleaner_factory: Callable[[], Any] | None = None) -> int:
+def run(
+    config: BrokerConfig,
+    cleaner_factory: Callable[[], Any] | None = None,
+    faults: CoordinatorFaults = NO_FAULTS,
+) -> int:
     """Run a broker until SIGTERM/SIGINT; 0 after a clean stop (130 when SIGINT asked
     for it, as a JVM running Kafka exits), 1 if it cannot start or could not stop
     cleanly (then the next start recovers the logs)."""
 
     async def main() -> int:
-        broker = Broker(config, cleaner_factory)
+        broker = Broker(config, cleaner_factory, faults=faults)
         loop = asyncio.get_running_loop()
         signals: list[int] = []
         started = False

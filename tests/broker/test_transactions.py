@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -28,10 +27,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from raw_kafka import API, call
+from reliability.crash_faults import command as broker_command
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator.records import partition_for
-from kompakt.broker.handlers.txn import KILL_BEFORE_MARKERS_ENV, TRANSACTION_STATE_TOPIC
+from kompakt.broker.handlers.txn import TRANSACTION_STATE_TOPIC
 from kompakt.broker.txn import records as txn_rec
 from kompakt.broker.txn.state import TransactionState
 from kompakt.log.manager import LogManager
@@ -289,23 +289,20 @@ def test_transactional_offsets_after_restart_only_the_committed_ones(tmp_path: P
         b.stop()
 
 
-def start_process(data_dir: Path, port: int, env: dict[str, str]) -> subprocess.Popen:
-    args = [sys.executable, "-m", "kompakt.broker"]
-    for k, v in {
-        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-        "log.dirs": str(data_dir),
-        "kompakt.admin.listener": "http://127.0.0.1:0",
-        "kompakt.cleaner.engine": "local",
-        **SMALL,
-    }.items():
-        args += ["--override", f"{k}={v}"]
+def start_process(data_dir: Path, port: int, faults: str) -> subprocess.Popen:
+    """A broker process with the named crash points (``reliability.crash_faults``)."""
+    args = broker_command(
+        faults,
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "log.dirs": str(data_dir),
+            "kompakt.admin.listener": "http://127.0.0.1:0",
+            "kompakt.cleaner.engine": "local",
+            **SMALL,
+        },
+    )
     proc = subprocess.Popen(
-        args,
-        cwd=REPO,
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     assert proc.stdout is not None
     # the broker logs "listening on" once its port is open: wait for that line
@@ -343,7 +340,7 @@ def test_broker_killed_between_prepare_commit_and_markers_completes_on_restart(
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
     topic, tid, group = unique("crash"), unique("tx"), unique("g")
-    proc = start_process(tmp_path, port, {KILL_BEFORE_MARKERS_ENV: "1"})
+    proc = start_process(tmp_path, port, "kill_before_markers")
     try:
         create(bootstrap, topic)
         p = txn_producer(bootstrap, tid)
@@ -368,7 +365,7 @@ def test_broker_killed_between_prepare_commit_and_markers_completes_on_restart(
             proc.kill()
             proc.wait()
     assert states(tmp_path, tid)[-1] == TransactionState.PREPARE_COMMIT
-    proc = start_process(tmp_path, port, {})
+    proc = start_process(tmp_path, port, "none")
     try:
         # the load finishes the commit without a client; InitProducerId answers
         # CONCURRENT_TRANSACTIONS (librdkafka retries) until CompleteCommit is written

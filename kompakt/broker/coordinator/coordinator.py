@@ -2,13 +2,19 @@
 ``GroupMetadataManager``): JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the
 group-level check of an OffsetCommit.
 
-Group state and its legal transitions are in :mod:`.state`, committed offsets (commit,
-fetch, expiry, deletion) in :mod:`.offsets`, reading and writing ``__consumer_offsets``
-in :mod:`.storage`. Time and timers come from an injected :class:`.scheduler.Scheduler`
-(``now``, ``call_later``): session expiry, the rebalance deadline, the initial rebalance
-delay and pending member ids are timers on it, so the broker runs them on its event loop
-and tests on a manual clock. A JoinGroup or SyncGroup that must wait gets a
-:class:`.state.Reply` that a later request or timer completes.
+Group state and its legal transitions are in :mod:`.state`, session timers and join
+rounds in :mod:`.rebalance`, committed offsets (commit, fetch, expiry, deletion) in
+:mod:`.offsets`, reading and writing ``__consumer_offsets`` in :mod:`.storage`. Time and
+timers come from an injected :class:`.scheduler.Scheduler` (``now``, ``call_later``), so
+the broker runs them on its event loop and tests on a manual clock. A JoinGroup or
+SyncGroup that must wait gets a :class:`.state.Reply` that a later request, timer or
+write completes.
+
+A group's metadata record is written before the answer it backs, as Kafka's
+``GroupMetadataManager.storeGroup`` callback answers SyncGroup: the members are told
+their assignment only once it is in the log, so after a crash the group loads as its
+members were told; a failed write resets the assignment and the members get Kafka's
+error (:data:`.storage.STORE_GROUP_ERRORS`).
 
 After a restart :meth:`GroupCoordinator.ensure_loaded` rebuilds committed offsets and
 each group's membership from the topic (Kafka's ``GroupMetadataManager.loadGroup``): a
@@ -27,25 +33,31 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kompakt.broker.coordinator import records as rec
+from kompakt.broker.coordinator.faults import NO_FAULTS, CoordinatorFaults
 from kompakt.broker.coordinator.offsets import OffsetManager
+from kompakt.broker.coordinator.rebalance import Rebalancer, StoreDone, joined
 from kompakt.broker.coordinator.scheduler import Scheduler
+from kompakt.broker.coordinator.snapshot import CoordinatorSnapshot
 from kompakt.broker.coordinator.state import (
     UNKNOWN_GENERATION_ID,
     Group,
     GroupState,
     Member,
     Reply,
+    restored_group,
 )
-from kompakt.broker.coordinator.storage import OffsetsStorage, Records
+from kompakt.broker.coordinator.storage import OffsetsStorage, store_group_error
 
 log = logging.getLogger("kompakt.broker.coordinator")
 
 MAX_METADATA = 4096
 """Kafka's ``offset.metadata.max.bytes`` default: longer commit metadata is refused."""
 
+SNAPSHOT_TIMEOUT_S = 10.0
+"""How long a reader on another thread waits for the loop to copy the groups."""
 
-class GroupCoordinator:
+
+class GroupCoordinator(Rebalancer):
     """Kafka's ``GroupCoordinator`` for classic groups, driven by ``scheduler``.
 
     ``config`` answers ``get(key)`` with the broker's ``group.*`` and ``offsets.*``
@@ -53,17 +65,30 @@ class GroupCoordinator:
     in unit tests that never load or write.
     """
 
-    def __init__(self, config: Any, scheduler: Scheduler, storage: OffsetsStorage | None = None):
+    def __init__(
+        self,
+        config: Any,
+        scheduler: Scheduler,
+        storage: OffsetsStorage | None = None,
+        faults: CoordinatorFaults = NO_FAULTS,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ):
         self.config = config
         self.scheduler = scheduler
         self.storage = storage
+        self.faults = faults
+        self.loop = loop
+        """The loop that owns every group (None in unit tests that run without one)."""
         self.groups: dict[str, Group] = {}
+        """Owned by the event loop; other threads read :meth:`snapshot`."""
         self._closed = False
         self._load_lock = asyncio.Lock()
         self._write_lock = asyncio.Lock()
         self.offsets = OffsetManager(config, scheduler, storage, self.groups, self._write_lock)
         """Commits, fetches and removals of the groups' offsets."""
         self._tasks: set[asyncio.Task] = set()
+        self._group_writes: dict[str, asyncio.Task] = {}
+        """The latest metadata write of each group (writes run in order)."""
 
     @property
     def loaded(self) -> bool:
@@ -75,18 +100,23 @@ class GroupCoordinator:
         """Offsets removed by retention since start (for metrics)."""
         return self.offsets.offsets_expired
 
-    # -- config, time, background work ----------------------------------------------------
-    def _cfg(self, key: str) -> int:
-        """A ``group.*`` / ``offsets.*`` setting, read at each use (dynamic configs apply
-        at once); defaults live in the broker config table, not here."""
-        return int(self.config.get(key))
+    def snapshot(self) -> CoordinatorSnapshot:
+        """Frozen copies of every group, built on the loop that owns them: safe from
+        any thread (the console, ``/metrics``)."""
+        loop = self.loop
+        try:
+            on_loop = loop is None or asyncio.get_running_loop() is loop
+        except RuntimeError:  # no loop in this thread
+            on_loop = False
+        if on_loop or loop is None or loop.is_closed():
+            return CoordinatorSnapshot.of(self.groups, self.offsets_expired)
 
-    def now(self) -> int:
-        return self.scheduler.now()
+        async def copy() -> CoordinatorSnapshot:
+            return CoordinatorSnapshot.of(self.groups, self.offsets_expired)
 
-    def _set_state(self, g: Group, state: GroupState) -> None:
-        g.transition_to(state, self.now())
+        return asyncio.run_coroutine_threadsafe(copy(), loop).result(SNAPSHOT_TIMEOUT_S)
 
+    # -- background work -------------------------------------------------------------------
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
@@ -123,7 +153,7 @@ class GroupCoordinator:
             loaded = await asyncio.to_thread(storage.load)
             now = self.now()
             for group_id, (meta, offsets) in loaded.items():
-                g = self.groups[group_id] = _restored_group(group_id, meta, now)
+                g = self.groups[group_id] = restored_group(group_id, meta, now)
                 g.offsets.update(offsets)
             await self.offsets.drop_gone_topics()
             self.offsets.loaded = True
@@ -155,151 +185,57 @@ class GroupCoordinator:
                 self._prepare_rebalance(g)
 
     # -- writing ---------------------------------------------------------------------------
-    def _persist_group(self, g: Group) -> None:
-        """Write the group's metadata record (in the background, in order)."""
-        if not self.loaded or self._closed:
+    def _store_group(
+        self, g: Group, done: StoreDone | None = None, assignment: dict[str, bytes] | None = None
+    ) -> None:
+        """Kafka's ``GroupMetadataManager.storeGroup``: append the group's metadata
+        record (members' assignments from ``assignment`` if given), then tell ``done``
+        on the loop: NONE once written, else the error of :func:`store_group_error`.
+        Without storage (unit tests) or before the load there is nothing to write."""
+        if self._closed:
+            if done is not None:
+                done(ErrorCode.not_coordinator)
             return
-        assert self.storage is not None
-        self._spawn(self._write(g.group_id, [self.storage.group_record(g, self.now())]))
+        if self.storage is None or not self.loaded:
+            if done is not None:
+                done(ErrorCode.none)
+            return
+        record = self.storage.group_record(g, self.now(), assignment)
+        task = self._spawn(self._write_group(g.group_id, g.generation, record, done))
+        self._group_writes[g.group_id] = task
+        task.add_done_callback(lambda t, gid=g.group_id: self._write_done(gid, t))
 
-    async def _write(self, group_id: str, items: Records) -> None:
-        assert self.storage is not None
+    def _write_done(self, group_id: str, task: asyncio.Task) -> None:
+        if self._group_writes.get(group_id) is task:
+            del self._group_writes[group_id]
+
+    async def _write_group(
+        self, group_id: str, generation: int, record: tuple[bytes, bytes], done: StoreDone | None
+    ) -> None:
+        storage, hook = self.storage, self.faults.before_group_write
+        assert storage is not None
+
+        def append() -> None:
+            if hook is not None:
+                hook(group_id, generation)
+            storage.append_group(group_id, [record])
+
+        error = ErrorCode.none
         try:
             async with self._write_lock:
-                await asyncio.to_thread(self.storage.append_group, group_id, items)
-        except Exception:
-            log.exception("cannot write group %s metadata", group_id)
+                await asyncio.to_thread(append)
+        except Exception as exc:  # told to the members below, never swallowed
+            error = store_group_error(exc)
+            log.warning("cannot write group %s metadata: %s (%s)", group_id, exc, error.name)
+        if done is not None:
+            done(error)
 
-    # -- groups and members ----------------------------------------------------------------
-    def group(self, group_id: str, create: bool = False) -> Group | None:
-        g = self.groups.get(group_id)
-        if g is None and create:
-            g = self.groups[group_id] = Group(group_id)
-        return g
-
-    def _arm_session(self, g: Group, m: Member) -> None:
-        """(Re)start ``m``'s session timer (Kafka's ``completeAndScheduleNextHeartbeatExpiration``)."""
-        if m.timer is not None:
-            m.timer.cancel()
-        m.timer = self.scheduler.call_later(m.session_timeout_ms, self._session_expired, g, m)
-
-    def _session_expired(self, g: Group, m: Member) -> None:
-        """Kafka's ``onMemberHeartbeatExpired``: a member with no heartbeat for its session
-        timeout leaves the group, unless it waits in a join or sync."""
-        if g.members.get(m.member_id) is not m:
-            return
-        if m.is_awaiting_join() or m.is_awaiting_sync():
-            self._arm_session(g, m)  # waiting members are kept alive
-            return
-        log.info("group %s: member %s session expired", g.group_id, m.member_id)
-        self._remove_member(g, m)
-
-    @staticmethod
-    def _forget(g: Group, m: Member) -> None:
-        g.members.pop(m.member_id, None)
-        if m.group_instance_id is not None and g.static.get(m.group_instance_id) == m.member_id:
-            del g.static[m.group_instance_id]
-        if m.timer is not None:
-            m.timer.cancel()
-
-    def _remove_member(self, g: Group, m: Member) -> None:
-        """Kafka's ``removeMemberAndUpdateClassicGroup``: answer its parked requests
-        UNKNOWN_MEMBER_ID, pass on the leadership, and rebalance."""
-        self._forget(g, m)
-        m.answer_join({"error_code": ErrorCode.unknown_member_id})
-        m.answer_sync({"error_code": ErrorCode.unknown_member_id})
-        if g.leader == m.member_id:
-            g.leader = next(iter(g.members), None)
-        if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._prepare_rebalance(g)
-        if g.state == GroupState.PREPARING_REBALANCE:
-            self._maybe_complete_join(g)
-
-    def _prepare_rebalance(self, g: Group) -> None:
-        """Kafka's ``prepareRebalance``: parked syncs are told REBALANCE_IN_PROGRESS; the
-        join phase ends when every member rejoined or at the rebalance timeout (the
-        largest member's), and an Empty group first waits
-        ``group.initial.rebalance.delay.ms`` for more members (``InitialDelayedJoin``)."""
-        if g.state == GroupState.COMPLETING_REBALANCE:
-            for m in g.members.values():
-                m.answer_sync({"error_code": ErrorCode.rebalance_in_progress})
-        was_empty = g.state == GroupState.EMPTY
-        self._set_state(g, GroupState.PREPARING_REBALANCE)
-        delay = self._cfg("group.initial.rebalance.delay.ms") if was_empty else 0
-        timeout = max((m.rebalance_timeout_ms for m in g.members.values()), default=0)
-        g.cancel_join_timers()
-        g.join_timer = self.scheduler.call_later(timeout, self._join_deadline, g)
-        if was_empty and delay > 0:
-            g.delay_timer = self.scheduler.call_later(
-                min(delay, timeout), self._end_initial_delay, g
-            )
-        log.info("group %s: preparing rebalance (generation %d)", g.group_id, g.generation)
-
-    def _end_initial_delay(self, g: Group) -> None:
-        g.delay_timer = None
-        self._maybe_complete_join(g)
-
-    def _join_deadline(self, g: Group) -> None:
-        """The rebalance timeout passed (Kafka's ``onCompleteJoin`` from the delayed join
-        expiring): members that did not rejoin are removed, then the round completes."""
-        g.join_timer = None
-        if g.state != GroupState.PREPARING_REBALANCE:
-            return
-        for m in list(g.members.values()):
-            if not m.is_awaiting_join():
-                log.info("group %s: member %s did not rejoin in time", g.group_id, m.member_id)
-                self._forget(g, m)
-        for h in g.pending.values():
-            h.cancel()
-        g.pending.clear()
-        self._complete_join(g)
-
-    def _maybe_complete_join(self, g: Group) -> None:
-        if g.state != GroupState.PREPARING_REBALANCE:
-            return
-        if g.members and g.all_joined() and not g.delaying:
-            self._complete_join(g)
-        elif not g.members and not g.pending:
-            self._complete_join(g)
-
-    def _complete_join(self, g: Group) -> None:
-        """Kafka's ``onCompleteJoin``: a new generation; an empty group goes Empty, else
-        CompletingRebalance with every parked join answered (the leader gets the members'
-        metadata)."""
-        g.cancel_join_timers()
-        if g.leader not in g.members:
-            g.leader = next(iter(g.members), None)
-        g.generation += 1
-        if not g.members:
-            self._set_state(g, GroupState.EMPTY)
-            g.protocol = None
-            g.leader = None
-            g.subscribed = set() if g.protocol_type == "consumer" else None
-            self._persist_group(g)
-            return
-        g.protocol = g.select_protocol()
-        self._set_state(g, GroupState.COMPLETING_REBALANCE)
-        g.subscribed = _subscribed_topics(g)
-        log.info(
-            "group %s: generation %d, protocol %s, leader %s, %d members",
-            g.group_id,
-            g.generation,
-            g.protocol,
-            g.leader,
-            len(g.members),
-        )
-        members = [
-            {
-                "member_id": m.member_id,
-                "group_instance_id": m.group_instance_id,
-                "metadata": m.metadata_for(g.protocol),
-            }
-            for m in g.members.values()
-        ]
-        for m in g.members.values():
-            m.assignment = b""
-            m.answer_join(_joined(g, m.member_id, members if m.member_id == g.leader else []))
-            self._arm_session(g, m)
+    async def flushed(self, group_id: str) -> None:
+        """Wait until the group's metadata writes asked so far are done (a LeaveGroup
+        that emptied the group answers after its record, as Kafka's runtime does)."""
+        task = self._group_writes.get(group_id)
+        if task is not None:
+            await asyncio.shield(task)
 
     # -- JoinGroup -------------------------------------------------------------------------
     def join(
@@ -403,7 +339,7 @@ class GroupCoordinator:
         m.answer_join({"error_code": ErrorCode.unknown_member_id})  # superseded
         if g.state == GroupState.STABLE and not changed and member_id != g.leader:
             self._arm_session(g, m)
-            return Reply.of(_joined(g, member_id, []))
+            return Reply.of(joined(g, member_id, []))
         reply = m.awaiting_join = Reply()
         self._arm_session(g, m)
         if g.state != GroupState.PREPARING_REBALANCE:
@@ -425,38 +361,69 @@ class GroupCoordinator:
         """A restarted static member (KIP-345) takes its old member's place under a new
         member id. As Kafka's ``updateStaticMemberAndRebalance``: in a Stable group whose
         selected protocol stays the same there is no rebalance; the member keeps its
-        assignment, and the reply names the old leader so it does not reassign. In any
-        other state the group rebalances. The old member id is fenced."""
+        assignment, and the reply (sent once the group's record with the new member id
+        is written) names the old leader so it does not reassign. If that write fails
+        the replacement is undone and the member gets the write's error with no member
+        id. In any other state the group rebalances. The old member id is fenced."""
         m = g.members.pop(old_id)
         m.answer_join({"error_code": ErrorCode.fenced_instance_id})
         m.answer_sync({"error_code": ErrorCode.fenced_instance_id})
         m.awaiting_join = m.awaiting_sync = None
         old_leader = g.leader
+        before = (m.client_id, m.client_host, m.session_timeout_ms, m.rebalance_timeout_ms)
+        old_protocols = m.protocols
         new_id = f"{instance_id}-{uuid.uuid4()}"
+        details = (client_id, client_host, session_timeout_ms, rebalance_timeout_ms)
+        self._rename_static(g, m, instance_id, new_id, details, protocols)
+        log.info("group %s: static member %s replaced %s", g.group_id, new_id, old_id)
+        reply = m.awaiting_join = Reply()
+        if g.state == GroupState.STABLE and g.select_protocol() == g.protocol:
+
+            def stored(error: ErrorCode) -> None:
+                if m.awaiting_join is reply:
+                    m.awaiting_join = None
+                if error == ErrorCode.none:
+                    reply.complete({**joined(g, new_id, []), "leader": old_leader})
+                    return
+                if g.members.get(new_id) is m:  # undo (Kafka's replaceStaticMember back)
+                    self._rename_static(g, m, instance_id, old_id, before, old_protocols)
+                reply.complete(
+                    {
+                        **joined(g, "", []),
+                        "error_code": error,
+                        "leader": g.leader or "",
+                    }
+                )
+
+            self._store_group(g, stored)
+            return reply
+        if g.state != GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(g)
+        self._maybe_complete_join(g)
+        return reply
+
+    def _rename_static(
+        self,
+        g: Group,
+        m: Member,
+        instance_id: str,
+        new_id: str,
+        details: tuple[str, str, int, int],
+        protocols: list[tuple[str, bytes]],
+    ) -> None:
+        """Put static member ``m`` under ``new_id`` with its client id and host, session
+        and rebalance timeouts from ``details`` (Kafka's ``replaceStaticMember`` and
+        ``updateMember``); the leadership follows it."""
+        old_id = m.member_id
+        g.members.pop(old_id, None)
         m.member_id = new_id
-        m.client_id, m.client_host = client_id, client_host
-        m.session_timeout_ms, m.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        m.client_id, m.client_host, m.session_timeout_ms, m.rebalance_timeout_ms = details
         m.protocols = protocols
         g.members[new_id] = m
         g.static[instance_id] = new_id
         if g.leader == old_id:
             g.leader = new_id
         self._arm_session(g, m)
-        log.info("group %s: static member %s replaced %s", g.group_id, new_id, old_id)
-        if g.state == GroupState.STABLE and g.select_protocol() == g.protocol:
-            self._persist_group(g)
-            return Reply.of({**_joined(g, new_id, []), "leader": old_leader})
-        reply = m.awaiting_join = Reply()
-        if g.state != GroupState.PREPARING_REBALANCE:
-            self._prepare_rebalance(g)
-        self._maybe_complete_join(g)
-        return reply
-
-    def _pending_expired(self, g: Group, member_id: str) -> None:
-        """A member id handed out with MEMBER_ID_REQUIRED that never joined (Kafka's
-        ``removePendingMemberAndUpdateClassicGroup``)."""
-        if g.pending.pop(member_id, None) is not None:
-            self._maybe_complete_join(g)
 
     # -- SyncGroup -------------------------------------------------------------------------
     def sync(
@@ -502,14 +469,25 @@ class GroupCoordinator:
         reply = m.awaiting_sync = Reply()
         self._arm_session(g, m)
         if member_id == g.leader:
-            for mm in g.members.values():
-                mm.assignment = assignments.get(mm.member_id, b"")
-            self._set_state(g, GroupState.STABLE)
-            log.info("group %s: stable at generation %d", g.group_id, g.generation)
-            self._persist_group(g)
-            for mm in g.members.values():
-                mm.answer_sync({**ok, "assignment": mm.assignment})
-                self._arm_session(g, mm)
+            # Kafka's doSyncGroup: store the group with the leader's assignment, and
+            # answer every member only once that record is written
+            assignment = {mid: assignments.get(mid, b"") for mid in g.members}
+            generation = g.generation
+
+            def stored(error: ErrorCode) -> None:
+                # a member may have joined meanwhile: only the same round completes
+                if (
+                    self.groups.get(g.group_id) is not g
+                    or g.state != GroupState.COMPLETING_REBALANCE
+                    or g.generation != generation
+                ):
+                    return
+                if error == ErrorCode.none:
+                    self._propagate_assignment(g, assignment)
+                else:
+                    self._reset_assignment(g, error)
+
+            self._store_group(g, stored, assignment)
         return reply
 
     # -- Heartbeat / LeaveGroup ------------------------------------------------------------
@@ -599,60 +577,6 @@ class GroupCoordinator:
         if m is not None:
             self._arm_session(g, m)
         return ErrorCode.none
-
-
-def _restored_group(group_id: str, meta: rec.GroupMetadataValue | None, now: int) -> Group:
-    """Kafka's ``ClassicGroup.fromRecord`` (``GroupMetadataManager.loadGroup`` before
-    KIP-848): the group comes back from its latest metadata record with its protocol
-    type and name, generation, leader and members (member id, group.instance.id, client
-    id and host, timeouts, subscription and assignment); Stable if it has members, else
-    Empty. A group with no metadata record (a simple consumer's) has offsets only.
-    Session timers are armed by ``_on_loaded``."""
-    if meta is None:
-        return Group(group_id)
-    g = Group(group_id, generation=meta.generation, protocol_type=meta.protocol_type or None)
-    g.state_timestamp = meta.state_timestamp if meta.state_timestamp >= 0 else now
-    if not meta.members:
-        g.subscribed = set() if g.protocol_type == "consumer" else None
-        return g
-    g.protocol = meta.protocol
-    for mid, iid, cid, host, rb, sess, sub, asg in meta.members:
-        g.members[mid] = Member(
-            mid, iid, cid, host, sess, rb, meta.protocol_type, [(meta.protocol or "", sub)], asg
-        )
-        if iid is not None:
-            g.static[iid] = mid
-    g.leader = meta.leader if meta.leader in g.members else next(iter(g.members))
-    g.state = GroupState.STABLE  # loaded in its saved state, not a transition (loadGroup)
-    g.subscribed = _subscribed_topics(g)
-    return g
-
-
-def _joined(g: Group, member_id: str, members: list[dict[str, Any]]) -> dict[str, Any]:
-    """A successful JoinGroup response for ``member_id`` at the group's generation."""
-    return {
-        "error_code": ErrorCode.none,
-        "generation_id": g.generation,
-        "protocol_type": g.protocol_type,
-        "protocol_name": g.protocol,
-        "leader": g.leader,
-        "member_id": member_id,
-        "members": members,
-    }
-
-
-def _subscribed_topics(g: Group) -> set[str] | None:
-    """Union of the members' subscriptions (Kafka's ``computeSubscribedTopics``);
-    None (no expiry while members exist) unless every member's metadata parses."""
-    if g.protocol_type != "consumer" or g.protocol is None:
-        return None
-    topics: set[str] = set()
-    try:
-        for m in g.members.values():
-            topics |= rec.subscription_topics(m.metadata_for(g.protocol))
-    except Exception:
-        return None
-    return topics
 
 
 def _inconsistent(asked: str | None, actual: str | None) -> bool:

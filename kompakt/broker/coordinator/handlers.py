@@ -27,6 +27,7 @@ from kio.schema.offset_fetch.v1.request import OffsetFetchRequest
 from kio.schema.sync_group.v0.request import SyncGroupRequest
 
 from kompakt.broker.coordinator.coordinator import MAX_METADATA, GroupCoordinator
+from kompakt.broker.coordinator.faults import NO_FAULTS, CoordinatorFaults
 from kompakt.broker.coordinator.records import NO_LEADER_EPOCH, NO_OFFSET, OffsetAndMetadata
 from kompakt.broker.coordinator.scheduler import LoopScheduler
 from kompakt.broker.coordinator.state import UNKNOWN_GENERATION_ID, GroupState
@@ -58,7 +59,9 @@ def coordinator_if_started(state: Any) -> GroupCoordinator | None:
     return state.extra.get(_KEY)
 
 
-def start_coordinator(state: Any, clock: Callable[[], int] | None = None) -> GroupCoordinator:
+def start_coordinator(
+    state: Any, clock: Callable[[], int] | None = None, faults: CoordinatorFaults = NO_FAULTS
+) -> GroupCoordinator:
     """Make the broker's coordinator on the running loop (not yet loaded): timers on the
     loop, time from ``clock`` (default: the log manager's), ``__consumer_offsets`` in the
     broker's logs. It shuts down (parked requests answered NOT_COORDINATOR, timers
@@ -70,7 +73,9 @@ def start_coordinator(state: Any, clock: Callable[[], int] | None = None) -> Gro
         int(cfg.get("offsets.topic.num.partitions")),
         int(cfg.get("offsets.topic.segment.bytes")),
     )
-    gc = GroupCoordinator(cfg, LoopScheduler(loop, clock or state.logs.clock), storage)
+    gc = GroupCoordinator(
+        cfg, LoopScheduler(loop, clock or state.logs.clock), storage, faults, loop=loop
+    )
     state.extra[_KEY] = gc
     shutdown_when_closing(state, _KEY, gc)
     return gc
@@ -216,9 +221,13 @@ async def handle_heartbeat(ctx: RequestContext, req: Any) -> dict[str, Any]:
 
 
 async def handle_leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
+    """LeaveGroup, answered once a group it emptied is stored (as Kafka's runtime
+    answers after the operation's records are written)."""
     gc = await coordinator(ctx)
     if ctx.api_version < 3:
-        return {"throttle_time": 0, "error_code": gc.leave(req.group_id, req.member_id)}
+        code = gc.leave(req.group_id, req.member_id)
+        await gc.flushed(req.group_id)
+        return {"throttle_time": 0, "error_code": code}
     if gc.group(req.group_id) is None:
         return {"throttle_time": 0, "error_code": ErrorCode.unknown_member_id, "members": []}
     members = [
@@ -231,6 +240,7 @@ async def handle_leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
         }
         for m in req.members
     ]
+    await gc.flushed(req.group_id)
     return {"throttle_time": 0, "error_code": ErrorCode.none, "members": members}
 
 

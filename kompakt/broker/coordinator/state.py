@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kompakt.broker.coordinator import records as rec
 from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.broker.coordinator.scheduler import TimerHandle
 from kompakt.broker.transitions import check_transition
@@ -270,3 +271,44 @@ class Group:
             return False
         known = self.static.get(instance_id)
         return known is not None and known != member_id
+
+
+def subscribed_topics(g: Group) -> set[str] | None:
+    """Union of the members' subscriptions (Kafka's ``computeSubscribedTopics``);
+    None (no expiry while members exist) unless every member's metadata parses."""
+    if g.protocol_type != "consumer" or g.protocol is None:
+        return None
+    topics: set[str] = set()
+    try:
+        for m in g.members.values():
+            topics |= rec.subscription_topics(m.metadata_for(g.protocol))
+    except Exception:
+        return None
+    return topics
+
+
+def restored_group(group_id: str, meta: rec.GroupMetadataValue | None, now: int) -> Group:
+    """Kafka's ``ClassicGroup.fromRecord`` (``GroupMetadataManager.loadGroup`` before
+    KIP-848): the group comes back from its latest metadata record with its protocol
+    type and name, generation, leader and members (member id, group.instance.id, client
+    id and host, timeouts, subscription and assignment); Stable if it has members, else
+    Empty. A group with no metadata record (a simple consumer's) has offsets only.
+    Session timers are armed by the coordinator's ``_on_loaded``."""
+    if meta is None:
+        return Group(group_id)
+    g = Group(group_id, generation=meta.generation, protocol_type=meta.protocol_type or None)
+    g.state_timestamp = meta.state_timestamp if meta.state_timestamp >= 0 else now
+    if not meta.members:
+        g.subscribed = set() if g.protocol_type == "consumer" else None
+        return g
+    g.protocol = meta.protocol
+    for mid, iid, cid, host, rb, sess, sub, asg in meta.members:
+        g.members[mid] = Member(
+            mid, iid, cid, host, sess, rb, meta.protocol_type, [(meta.protocol or "", sub)], asg
+        )
+        if iid is not None:
+            g.static[iid] = mid
+    g.leader = meta.leader if meta.leader in g.members else next(iter(g.members))
+    g.state = GroupState.STABLE  # loaded in its saved state, not a transition (loadGroup)
+    g.subscribed = subscribed_topics(g)
+    return g

@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kompakt.broker.coordinator import records as rec
 from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.broker.coordinator.state import Group
@@ -40,6 +42,35 @@ event (``GroupCoordinator.onPartitionsDeleted``)."""
 
 Records = list[tuple[bytes, bytes | None]]
 Loaded = dict[str, tuple[rec.GroupMetadataValue | None, dict[tuple[str, int], OffsetAndMetadata]]]
+
+
+STORE_GROUP_ERRORS: dict[ErrorCode, ErrorCode] = {
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+    ErrorCode.request_timed_out: ErrorCode.rebalance_in_progress,
+    ErrorCode.message_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
+    ErrorCode.invalid_fetch_size: ErrorCode.unknown_server_error,
+}
+"""How a failed group metadata write is told to the members (Kafka's
+``GroupMetadataManager.storeGroup`` callback); other codes pass unchanged."""
+
+
+def store_group_error(exc: BaseException) -> ErrorCode:
+    """The error a member gets when its group's record cannot be written: a disk error
+    is KAFKA_STORAGE_ERROR before the mapping (so NOT_COORDINATOR: the client looks
+    for the coordinator again), anything else not a kompakt error is our bug."""
+    if isinstance(exc, KompaktError):
+        code = ErrorCode(exc.error_code)
+    elif isinstance(exc, OSError):
+        code = ErrorCode.kafka_storage_error
+    else:
+        log.error("unexpected error writing group metadata", exc_info=exc)
+        code = ErrorCode.unknown_server_error
+    return STORE_GROUP_ERRORS.get(code, code)
 
 
 class OffsetsStorage:
@@ -112,9 +143,13 @@ class OffsetsStorage:
         plog.flush()
 
     @staticmethod
-    def group_record(g: Group, now: int) -> tuple[bytes, bytes]:
+    def group_record(
+        g: Group, now: int, assignment: dict[str, bytes] | None = None
+    ) -> tuple[bytes, bytes]:
         """The group's metadata record (Kafka's ``GroupCoordinatorRecordHelpers
-        .newGroupMetadataRecord``): protocol, generation, leader, state time, members."""
+        .newGroupMetadataRecord``): protocol, generation, leader, state time, members;
+        each member's assignment from ``assignment`` when given (SyncGroup's, stored
+        before the members get it), else its current one."""
         value = rec.group_value(
             rec.GroupMetadataValue(
                 g.protocol_type or "",
@@ -131,7 +166,7 @@ class OffsetsStorage:
                         m.rebalance_timeout_ms,
                         m.session_timeout_ms,
                         m.metadata_for(g.protocol),
-                        m.assignment,
+                        m.assignment if assignment is None else assignment[m.member_id],
                     )
                     for m in g.members.values()
                 ),

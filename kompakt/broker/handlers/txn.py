@@ -25,9 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import re
-import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -44,6 +42,7 @@ from kio.schema.txn_offset_commit.v0.request import TxnOffsetCommitRequest
 
 from kompakt.broker.coordinator import handlers as group_handlers
 from kompakt.broker.coordinator import records as group_rec
+from kompakt.broker.coordinator.faults import NO_FAULTS, CoordinatorFaults
 from kompakt.broker.coordinator.records import NO_LEADER_EPOCH, OffsetAndMetadata
 from kompakt.broker.coordinator.scheduler import LoopScheduler
 from kompakt.broker.coordinator.state import Group
@@ -79,10 +78,6 @@ log = logging.getLogger("kompakt.broker.txn")
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 _KEY = "txn_coordinator"
-
-KILL_BEFORE_MARKERS_ENV = "KOMPAKT_TEST_TXN_KILL_BEFORE_MARKERS"
-"""Test hook: when set, the broker SIGKILLs itself once an EndTxn's Prepare record is
-written and before any marker is (the crash of issue 15's "Must show")."""
 
 
 class TransactionLog:
@@ -131,8 +126,14 @@ class TransactionBroker:
     """The coordinator with its I/O: ``__transaction_state``, the markers and the
     transactional offsets waiting for their marker."""
 
-    def __init__(self, state: Any, clock: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        state: Any,
+        clock: Callable[[], int] | None = None,
+        faults: CoordinatorFaults = NO_FAULTS,
+    ):
         cfg = state.config
+        self.faults = faults
         loop = asyncio.get_running_loop()
         self.state = state
         self.loop = loop
@@ -281,9 +282,11 @@ class TransactionBroker:
         todo = set(partitions)
         control = CONTROL_COMMIT if result == TransactionResult.COMMIT else CONTROL_ABORT
 
+        hook = self.faults.before_txn_markers
+
         def write() -> None:
-            if os.environ.get(KILL_BEFORE_MARKERS_ENV):
-                os.kill(os.getpid(), signal.SIGKILL)
+            if hook is not None:
+                hook(producer_id)
             for topic, partition in sorted(todo):
                 try:
                     plog = self.state.logs.get_log(topic, partition)
@@ -380,10 +383,12 @@ def txn_broker_if_started(state: Any) -> TransactionBroker | None:
     return state.extra.get(_KEY)
 
 
-def start_txn_coordinator(state: Any, clock: Callable[[], int] | None = None) -> TransactionBroker:
+def start_txn_coordinator(
+    state: Any, clock: Callable[[], int] | None = None, faults: CoordinatorFaults = NO_FAULTS
+) -> TransactionBroker:
     """Make the broker's transaction coordinator on the running loop (not yet loaded).
     It shuts down when the broker starts closing, like the group coordinator."""
-    tb = TransactionBroker(state, clock)
+    tb = TransactionBroker(state, clock, faults)
     state.extra[_KEY] = tb
     group_handlers.shutdown_when_closing(state, _KEY, tb)
     return tb

@@ -1,0 +1,141 @@
+"""A group's metadata record is written before the answer it backs (Kafka's
+``GroupCoordinator.doSyncGroup`` → ``GroupMetadataManager.storeGroup`` callback), and a
+failed write resets the group with Kafka's error (``resetAndPropagateAssignmentError``,
+the ``storeGroup`` error mapping; ``updateStaticMemberAndRebalance`` undoes a static
+member's replacement).
+
+Real parts: the coordinator on a real event loop (``LoopScheduler``), storing into a
+real ``__consumer_offsets`` of a real ``LogManager``; the failure comes from the write
+thread through the coordinator's fault hook, as a failing disk would raise there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from kompakt.broker.config import BrokerConfig
+from kompakt.broker.coordinator.coordinator import GroupCoordinator
+from kompakt.broker.coordinator.faults import CoordinatorFaults
+from kompakt.broker.coordinator.scheduler import LoopScheduler
+from kompakt.broker.coordinator.state import GroupState
+from kompakt.broker.coordinator.storage import OffsetsStorage
+from kompakt.errors import UnknownTopicError
+from kompakt.log.manager import LogManager
+
+PROTOCOLS = [("range", b"r")]
+TIMEOUT = 10
+
+
+def fail_from(generation: int, exc: Exception) -> Callable[[str, int], None]:
+    """A write hook that raises ``exc`` for every record of ``generation`` or later."""
+
+    def hook(_group: str, gen: int) -> None:
+        if gen >= generation:
+            raise exc
+
+    return hook
+
+
+def fail_after(stored: int, exc: Exception) -> Callable[[str, int], None]:
+    """A write hook that lets ``stored`` records through, then raises ``exc``."""
+    count = [0]
+
+    def hook(_group: str, _gen: int) -> None:
+        count[0] += 1
+        if count[0] > stored:
+            raise exc
+
+    return hook
+
+
+async def loaded(logs: LogManager, faults: CoordinatorFaults) -> GroupCoordinator:
+    cfg = BrokerConfig.from_mapping(
+        {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "100"}
+    )
+    loop = asyncio.get_running_loop()
+    gc = GroupCoordinator(
+        cfg, LoopScheduler(loop, logs.clock), OffsetsStorage(logs, 1, 1 << 20), faults, loop
+    )
+    await gc.ensure_loaded()
+    return gc
+
+
+def join(gc: GroupCoordinator, member_id: str, instance: str | None = None) -> Any:
+    return gc.join("g", member_id, instance, "cli", "/h", 6000, 6000, "consumer", PROTOCOLS, False)
+
+
+async def answer(reply: Any) -> dict[str, Any]:
+    return await asyncio.wait_for(reply, TIMEOUT)
+
+
+@pytest.mark.parametrize(
+    ("exc", "told"),
+    [
+        (OSError(errno.EIO, "Input/output error"), ErrorCode.not_coordinator),
+        (UnknownTopicError("__consumer_offsets-0 is gone"), ErrorCode.coordinator_not_available),
+    ],
+)
+def test_failed_sync_write_resets_group_with_kafkas_error(
+    tmp_path: Path, exc: Exception, told: ErrorCode
+) -> None:
+    """``resetAndPropagateAssignmentError``: both members' SyncGroup get the mapped
+    error (KAFKA_STORAGE_ERROR → NOT_COORDINATOR, UNKNOWN_TOPIC_OR_PARTITION →
+    COORDINATOR_NOT_AVAILABLE), every assignment is emptied, the group rebalances, and
+    the log still holds the previous generation."""
+
+    async def main(logs: LogManager) -> None:
+        gc = await loaded(logs, CoordinatorFaults(before_group_write=fail_from(2, exc)))
+        first = await answer(join(gc, ""))
+        a = first["member_id"]
+        assert (await answer(gc.sync("g", 1, a, {a: b"A-all"})))["assignment"] == b"A-all"
+        pending_b = join(gc, "")
+        pending_a = join(gc, a)
+        jb, ja = await answer(pending_b), await answer(pending_a)
+        b = jb["member_id"]
+        assert ja["generation_id"] == jb["generation_id"] == 2
+        sync_b = gc.sync("g", 2, b, {})
+        sync_a = gc.sync("g", 2, a, {a: b"A", b: b"B"})
+        assert (await answer(sync_b))["error_code"] == told
+        assert (await answer(sync_a))["error_code"] == told
+        g = gc.groups["g"]
+        assert g.state == GroupState.PREPARING_REBALANCE
+        assert [m.assignment for m in g.members.values()] == [b"", b""]
+        gc.shutdown()
+        stored = await asyncio.to_thread(OffsetsStorage(logs, 1, 1 << 20).load)
+        meta, _offsets = stored["g"]
+        assert meta is not None and meta.generation == 1
+        assert [(m[0], m[7]) for m in meta.members] == [(a, b"A-all")]
+
+    with LogManager(tmp_path) as logs:
+        asyncio.run(main(logs))
+
+
+def test_failed_static_replacement_write_undoes_it_and_tells_the_error(tmp_path: Path) -> None:
+    """``updateStaticMemberAndRebalance``: a restarted static member of a Stable group
+    is answered only once the record with its new member id is written; when that
+    write fails it gets the mapped error and no member id, and the old member id stays
+    the group's (its heartbeats are still accepted)."""
+
+    async def main(logs: LogManager) -> None:
+        disk_full = OSError(errno.ENOSPC, "No space left on device")
+        gc = await loaded(logs, CoordinatorFaults(before_group_write=fail_after(1, disk_full)))
+        old = (await answer(join(gc, "", "static-1")))["member_id"]
+        assert (await answer(gc.sync("g", 1, old, {old: b"mine"})))["error_code"] == 0
+        again = await answer(join(gc, "", "static-1"))
+        assert again["error_code"] == ErrorCode.not_coordinator
+        assert again["member_id"] == ""
+        g = gc.groups["g"]
+        assert list(g.members) == [old] and g.static == {"static-1": old}
+        assert g.leader == old and g.state == GroupState.STABLE
+        assert gc.heartbeat("g", 1, old, "static-1") == ErrorCode.none
+        gc.shutdown()
+
+    with LogManager(tmp_path) as logs:
+        asyncio.run(main(logs))
