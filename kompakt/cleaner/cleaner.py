@@ -1,10 +1,11 @@
-"""The log cleaner's policy: which log, when, and what happens around a clean.
+"""The log cleaner's pass: what happens around a clean.
 
 Kafka splits its cleaner in two: ``LogCleanerManager`` (policy: checkpoints, the
-in-progress / aborted / paused / uncleanable state, the filthiest log) and ``Cleaner``
-(mechanism: offset map and rewrite of one ``LogToClean``). :class:`Cleaner` here is the
-policy, with Kafka's ``CleanerThread.cleanLog`` around it: it picks the log, hands a
-:class:`~kompakt.cleaner.engine.CleanJob` to an :class:`~kompakt.cleaner.engine.Engine`
+in-progress / aborted / paused / uncleanable state, the filthiest log; here
+:class:`~kompakt.cleaner.manager.LogCleanerManager`) and ``Cleaner`` (mechanism: offset
+map and rewrite of one ``LogToClean``). :class:`Cleaner` here is Kafka's
+``CleanerThread.cleanLog`` around the mechanism: it takes the log the manager chose,
+hands a :class:`~kompakt.cleaner.engine.CleanJob` to an :class:`~kompakt.cleaner.engine.Engine`
 (the mechanism: :class:`~kompakt.cleaner.local_engine.LocalEngine` or the Spark engine),
 swaps each cleaned group in (crash-safe, :meth:`PartitionLog.replace_segments`) and
 writes the cleaner checkpoint last. "Compact now" (:meth:`Cleaner.compact_now`) is the
@@ -23,7 +24,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from kompakt.cleaner import cleanable, report
-from kompakt.cleaner.cleanable import LogToClean
 from kompakt.cleaner.config import (
     IO_CHECK_INTERVAL_DEFAULT,
     IO_CHECK_INTERVAL_KEY,
@@ -32,15 +32,11 @@ from kompakt.cleaner.config import (
 )
 from kompakt.cleaner.engine import CleanJob, Engine, Progress, log_changed
 from kompakt.cleaner.local_engine import LocalEngine
-from kompakt.cleaner.manager import CleaningAbortedError, CleaningStates
+from kompakt.cleaner.manager import CleaningAbortedError, LogCleanerManager
 from kompakt.cleaner.rewrite import GroupStats
-from kompakt.cleaner.segment_io import (
-    locate_corruption,
-    remove_cleaned_files,
-    summarize_producers,
-)
+from kompakt.cleaner.segment_io import remove_cleaned_files, summarize_producers
 from kompakt.cleaner.stats import CleanStats, RunningClean
-from kompakt.cleaner.status import CleaningStatus
+from kompakt.cleaner.status import CleaningStatus, is_live
 from kompakt.cleaner.throttle import BacklogController, BacklogSettings, Throttler
 from kompakt.errors import (
     CorruptRecordError,
@@ -103,11 +99,13 @@ def reraise_classified(
 class Cleaner:
     """Cleans the compacted logs of a :class:`~kompakt.log.manager.LogManager`.
 
-    Policy in the manner of Kafka's ``LogCleanerManager``: :attr:`states` holds the
-    partitions being cleaned, so the background pass (:meth:`clean_once`) and "compact
-    now" (:meth:`compact_now`, called by the CLI offline and by ``POST /v1/compact``)
-    never clean one partition twice at once; a partition is taken *before* its clean is
-    planned. The engine (mechanism) runs one clean at a time, under :attr:`lock`.
+    :attr:`manager` (Kafka's ``LogCleanerManager``) holds the partitions being cleaned,
+    so the background pass (:meth:`clean_once`), "compact now" (:meth:`compact_now`,
+    called by the CLI offline and by ``POST /v1/compact``) and the embedded
+    :meth:`clean_partition` never clean one partition twice at once; a partition is
+    taken *before* its clean is planned. All three go through :meth:`_plan_and_clean`,
+    the one entry to the pass and the swap; the engine (mechanism) runs one clean at a
+    time, under :attr:`lock`.
 
     :attr:`throttle` is Kafka's cleaner ``Throttler`` (``log.cleaner.io.max.bytes.per.second``;
     unlimited unless the config names it: the broker always does), its rate raised by
@@ -133,12 +131,12 @@ class Cleaner:
         self._engines: dict[str, Engine] = {}
         self.clock = clock or logs.clock
         self.lock = threading.Lock()  # one engine run at a time, like one cleaner thread
-        self.states = CleaningStates()
-        self._checkpoint_lock = threading.Lock()
-        self._corrupt_at: dict[tuple[str, int], tuple[str, int]] = {}
+        self.manager = LogCleanerManager(logs, self.clock)
+        # written by the thread holding self.lock (the one clean at a time); other
+        # threads read a copy (dict(...)): the last clean of each partition ...
         self.last_stats: dict[tuple[str, int], CleanStats] = {}
-        # cleans under way with their progress, and who hears of each finished clean
-        # (the broker's console history); both for every clean, background or on demand
+        # ... and the cleans under way with their progress; the listeners (the broker's
+        # console history) hear of each finished clean, background or on demand
         self.running: dict[tuple[str, int], RunningClean] = {}
         self.listeners: list[Callable[[CleanStats], None]] = []
         self.status = CleaningStatus(logs, lambda: self.last_stats)
@@ -154,7 +152,7 @@ class Cleaner:
         self.throttle.rate_source = self.backlog
         register = getattr(logs, "register_cleaning", None)
         if register is not None:  # partition deletion aborts and waits for our cleans
-            register(self.states)
+            register(self.manager)
 
     @staticmethod
     def _io_max(config: Mapping[str, str], default: float) -> float:
@@ -192,30 +190,23 @@ class Cleaner:
             self._engines[name] = self._engine_factory(name)
         return self._engines[name]
 
-    # -- checkpoints ----------------------------------------------------------------------
+    # -- the manager's state, for callers of the cleaner ------------------------------
+    @property
+    def states(self) -> LogCleanerManager:
+        """:attr:`manager`, by the name the broker and the CLI read its states with."""
+        return self.manager
+
     def checkpoints(self) -> dict[tuple[str, int], int]:
-        return self.logs.cleaner_checkpoint().read()
+        return self.manager.checkpoints()
 
     def _update_checkpoint(self, tp: tuple[str, int], offset: int) -> None:
-        """Written last, via ``.tmp`` + fsync + rename (OffsetCheckpointFile)."""
-        with self._checkpoint_lock:
-            cp = self.logs.cleaner_checkpoint()
-            entries = cp.read()
-            entries[tp] = offset
-            live = {(p.topic, p.partition) for p in self.logs.logs()}
-            cp.write({k: v for k, v in entries.items() if k in live})
+        self.manager.update_checkpoint(tp, offset)  # (a crash test writes one directly)
 
-    # -- status ---------------------------------------------------------------------------
     def uncleanable(self) -> dict[tuple[str, int], str]:
-        return {
-            (p.topic, p.partition): p.uncleanable_reason
-            for p in self.logs.logs()
-            if p.uncleanable_reason
-        }
+        return self.manager.uncleanable()
 
-    def log_to_clean(self, plog: PartitionLog) -> LogToClean:
-        cps = self.checkpoints()
-        return cleanable.log_to_clean(plog, cps.get((plog.topic, plog.partition)), self.clock())
+    def log_to_clean(self, plog: PartitionLog) -> cleanable.LogToClean:
+        return self.manager.log_to_clean(plog)
 
     # -- cleaning -------------------------------------------------------------------------
     def clean_once(self) -> bool:
@@ -225,17 +216,7 @@ class Cleaner:
         ``log.cleaner.backoff.ms`` instead of retrying a failing log in a tight loop.
         """
         self.last_run_ms = self.clock()
-
-        def choose(skip: set[tuple[str, int]]) -> LogToClean | None:
-            return cleanable.grab_filthiest(
-                self.logs.logs(),
-                self.checkpoints(),
-                self.clock(),
-                skip=skip,
-                on_reset=self._update_checkpoint,
-            )
-
-        ltc = self.states.grab(choose, lambda t: t.topic_partition)
+        ltc = self.manager.grab_filthiest()  # in progress from here
         if ltc is None:
             return False
         try:
@@ -243,31 +224,18 @@ class Cleaner:
         except CleaningAbortedError as exc:
             log.info("%s", exc)
             return False
-        except Exception as exc:  # I/O: logged, retried after the backoff
+        except Exception as exc:  # I/O (is_io_error): logged, retried after the backoff
             log.error(
                 "I/O error while cleaning %s; its segments are unchanged: %s", ltc.log.name, exc
             )
             return False
         finally:
-            self.states.done(ltc.topic_partition)
+            self.manager.done(ltc.topic_partition)
         return result.status == report.CLEANED
 
-    def due(self, force: bool = False, update_resets: bool = True) -> list[LogToClean]:
-        """Every compacted log that a pass would clean (``force``: ignore the ratio);
-        checkpoints that had to be reset are rewritten unless ``update_resets`` is off
-        (a dry run writes nothing)."""
-        cps = self.checkpoints()
-        now = self.clock()
-        out = []
-        for plog in self.logs.logs():
-            if not plog.config.compact or plog.uncleanable_reason:
-                continue
-            ltc = cleanable.log_to_clean(plog, cps.get((plog.topic, plog.partition)), now)
-            if ltc.checkpoint_reset and update_resets:
-                self._update_checkpoint((plog.topic, plog.partition), ltc.first_dirty_offset)
-            if cleanable.is_eligible(ltc, force=force):
-                out.append(ltc)
-        return sorted(out, key=lambda t: -t.cleanable_ratio)
+    def due(self, force: bool = False, update_resets: bool = True) -> list[cleanable.LogToClean]:
+        """:meth:`LogCleanerManager.due`: the logs a pass would clean, filthiest first."""
+        return self.manager.due(force, update_resets)
 
     def clean_partition(
         self,
@@ -279,27 +247,8 @@ class Cleaner:
     ) -> CleanStats | None:
         """Clean one log now (``force``: whatever its dirty ratio); None if nothing to do.
         Errors are raised, not turned into an uncleanable mark (the embedded API)."""
-        tp = (plog.topic, plog.partition)
-        self.states.begin(tp)
-        try:
-            with self.lock:
-                ltc = self.log_to_clean(plog)
-                if not cleanable.is_eligible(ltc, force=force):
-                    return None
-                return self._clean(ltc, dry_run, progress, self.engine)
-        finally:
-            self.states.done(tp)
-
-    def clean(
-        self, ltc: LogToClean, *, dry_run: bool = False, progress: Progress | None = None
-    ) -> CleanStats:
-        """Kafka ``doClean`` for an already planned log: dedup, rewrite, swap, checkpoint."""
-        self.states.begin(ltc.topic_partition)
-        try:
-            with self.lock:
-                return self._clean(ltc, dry_run, progress, self.engine)
-        finally:
-            self.states.done(ltc.topic_partition)
+        result = self._compact_one(plog, force, dry_run, self.engine, progress, embedded=True)
+        return result.stats
 
     def compact_now(
         self,
@@ -357,17 +306,23 @@ class Cleaner:
         dry_run: bool,
         engine: Engine,
         progress: Progress | None,
+        embedded: bool = False,
     ) -> report.PartitionResult:
         tp = (plog.topic, plog.partition)
-        if plog.uncleanable_reason:
+        if plog.uncleanable_reason and not embedded:
             return self._uncleanable_result(plog)
-        self.states.begin(tp)
+        self.manager.begin(tp)
         try:
             return self._plan_and_clean(
-                plog, force=force, dry_run=dry_run, engine=engine, progress=progress
+                plog,
+                force=force,
+                dry_run=dry_run,
+                engine=engine,
+                progress=progress,
+                embedded=embedded,
             )
         finally:
-            self.states.done(tp)
+            self.manager.done(tp)
 
     def _plan_and_clean(
         self,
@@ -377,24 +332,27 @@ class Cleaner:
         dry_run: bool = False,
         engine: Engine | None = None,
         progress: Progress | None = None,
+        embedded: bool = False,
     ) -> report.PartitionResult:
-        """Plan and clean a partition this thread owns in :attr:`states`.
+        """Plan and clean a partition this thread owns in :attr:`manager`: the one
+        entry to the pass and the swap.
 
         Like Kafka's ``CleanerThread.cleanLog``: an aborted clean and an I/O error are
-        raised (the partition stays cleanable); anything else marks it uncleanable.
+        raised (the partition stays cleanable); anything else marks it uncleanable,
+        unless ``embedded`` (:meth:`clean_partition`), which raises every error.
         """
         tp = (plog.topic, plog.partition)
         with self.lock:
-            if not self._is_live(plog):  # deleted while this request waited for it
+            if not embedded and not is_live(self.logs, plog):  # deleted while it waited
                 return report.PartitionResult(
                     plog.topic,
                     plog.partition,
                     report.SKIPPED,
                     reason=f"{plog.name} was deleted; nothing to clean",
                 )
-            ltc = self.log_to_clean(plog)
+            ltc = self.manager.log_to_clean(plog)
             if ltc.checkpoint_reset and not dry_run:
-                self._update_checkpoint(tp, ltc.first_dirty_offset)
+                self.manager.update_checkpoint(tp, ltc.first_dirty_offset)
             result = report.PartitionResult(
                 plog.topic,
                 plog.partition,
@@ -408,12 +366,14 @@ class Cleaner:
             try:
                 result.stats = self._clean(ltc, dry_run, progress, engine or self.engine)
             except SegmentsChangedError as exc:
+                if embedded:
+                    raise
                 log.info("%s", exc)
                 result.reason = str(exc)
                 return result
             except CleaningAbortedError:
                 raise
-            except Exception as exc:
+            except Exception as exc:  # classified here: I/O, else uncleanable (Kafka)
                 if is_io_error(exc):
                     # Kafka's LogCleaner: an IOException takes the log dir offline
                     # (LogDirFailureChannel), in either engine; no retry loop on it
@@ -421,37 +381,15 @@ class Cleaner:
                     if report_io is not None:
                         report_io(plog.topic, plog.partition, exc, f"cleaning {plog.name}")
                     raise
-                self._mark_uncleanable(plog, exc)
+                if embedded:
+                    raise
+                self.manager.mark_uncleanable(plog, exc)
                 return self._uncleanable_result(plog)
         result.status = report.DRY_RUN if dry_run else report.CLEANED
         return result
 
-    def _is_live(self, plog: PartitionLog) -> bool:
-        """Still the log of its topic-partition (not deleted, not deleted and re-created)."""
-        try:
-            return self.logs.get_log(plog.topic, plog.partition) is plog
-        except KompaktError:
-            return False
-
-    def _mark_uncleanable(self, plog: PartitionLog, exc: BaseException) -> None:
-        """Kafka ``markPartitionUncleanable``, with the corrupt batch's file and position
-        when there is one (found again by a scan when the engine lost them)."""
-        found = None
-        if isinstance(exc, CorruptRecordError) and exc.file and exc.position is not None:
-            found = (exc.file, exc.position, str(exc))
-        if found is None:
-            found = locate_corruption(plog.segments_snapshot())
-        if found is not None:
-            file, position, message = found
-            self._corrupt_at[(plog.topic, plog.partition)] = (file, position)
-            reason = f"corrupt batch in {file} at byte position {position}: {message}"
-        else:
-            reason = f"{type(exc).__name__}: {exc}"
-        plog.uncleanable_reason = reason
-        log.error("marking %s uncleanable: %s", plog.name, reason)
-
     def _uncleanable_result(self, plog: PartitionLog) -> report.PartitionResult:
-        file, position = self._corrupt_at.get((plog.topic, plog.partition), (None, None))
+        file, position = self.manager.corrupt_at((plog.topic, plog.partition))
         return report.PartitionResult(
             plog.topic,
             plog.partition,
@@ -464,11 +402,11 @@ class Cleaner:
     def abort_all(self, why: str) -> None:
         """Abort every running clean and refuse new ones (shutdown, Ctrl-C); the engines
         stop at their next check and leave each partition as it was."""
-        self.states.close(why)
+        self.manager.close(why)
         self.throttle.close()  # a throttle sleep under way ends now
 
     def _clean(
-        self, ltc: LogToClean, dry_run: bool, progress: Progress | None, engine: Engine
+        self, ltc: cleanable.LogToClean, dry_run: bool, progress: Progress | None, engine: Engine
     ) -> CleanStats:
         """:meth:`_run_clean`, shown in :attr:`running` while it runs and told to the
         :attr:`listeners` when a real (not dry-run) clean has finished."""
@@ -497,7 +435,7 @@ class Cleaner:
         return stats
 
     def _run_clean(
-        self, ltc: LogToClean, dry_run: bool, progress: Progress | None, engine: Engine
+        self, ltc: cleanable.LogToClean, dry_run: bool, progress: Progress | None, engine: Engine
     ) -> CleanStats:
         """Kafka ``CleanerThread.cleanLog`` around ``Cleaner.clean``: hand the planned
         log to the engine, swap its cleaned groups in, then write the checkpoint."""
@@ -508,7 +446,7 @@ class Cleaner:
 
         def check_done() -> None:
             try:
-                self.states.check_done(tp)
+                self.manager.check_done(tp)
             except CleaningAbortedError as exc:
                 if exc.shutdown:
                     raise
@@ -516,7 +454,7 @@ class Cleaner:
                 raise SegmentsChangedError(
                     f"{plog.name} {exc.why}; the clean is abandoned"
                 ) from None
-            if not self._is_live(plog):  # Kafka's deleteLog aborts the clean first
+            if not is_live(self.logs, plog):  # Kafka's deleteLog aborts the clean first
                 raise SegmentsChangedError(
                     f"{plog.name} was deleted during the clean; the clean is abandoned"
                 )
@@ -577,7 +515,7 @@ class Cleaner:
         # what this clean made of the log it started from (a segment rolled meanwhile is not)
         stats.segments_after = len(segments) - len(to_clean) + len(run.groups)
         if not dry_run:
-            self._update_checkpoint(tp, run.dirty.end_offset)
+            self.manager.update_checkpoint(tp, run.dirty.end_offset)
             self.compactions_total += 1
             self.cleaned_bytes_total += stats.bytes_read
         stats.duration_s = time.monotonic() - t0
@@ -590,7 +528,7 @@ class Cleaner:
         """Abort what still runs and wait for it to stop (Kafka's shutdown of the cleaner
         threads aborts their cleans)."""
         self.abort_all("shutting down")
-        if not self.states.wait_idle(timeout):
+        if not self.manager.wait_idle(timeout):
             log.warning("a clean did not stop within %.0f s", timeout)
 
 

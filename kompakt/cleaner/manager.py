@@ -1,4 +1,12 @@
-"""Which partitions are being cleaned now, and how a clean is stopped.
+"""The cleaner's policy state under one lock: Kafka's ``LogCleanerManager``.
+
+:class:`LogCleanerManager` owns what Kafka's does: the cleaner checkpoints (read, and
+updated last after a swap: ``updateCheckpoints``), the uncleanable partitions
+(``markPartitionUncleanable``, with the corrupt batch's file and position), the
+in-progress / aborted / paused states and the choice of the filthiest log
+(``grabFilthiestCompactedLog``), all under its one lock, so a partition is chosen and
+marked in progress in one step and a checkpoint is never rewritten by two threads.
+The :class:`~kompakt.cleaner.cleaner.Cleaner` keeps the pass and the swap.
 
 Kafka's ``LogCleanerManager`` keeps an ``inProgress`` map (``LogCleaningInProgress``,
 ``LogCleaningAborted``, ``LogCleaningPaused``): ``grabFilthiestCompactedLog`` skips a
@@ -6,7 +14,7 @@ partition that is in it and puts the one it picks there *before* the clean is pl
 ``abortAndPauseCleaning`` flips a running clean to aborted and waits for it;
 ``checkCleaningAborted`` (the ``checkDone`` callback the ``Cleaner`` polls between
 segments) throws ``LogCleaningAbortedException``; ``doneCleaning`` takes the partition
-out and wakes waiters. :class:`CleaningStates` is that map for kompakt, shared by the
+out and wakes waiters. The manager's states are that map for kompakt, shared by the
 background pass and every "compact now" request, so two cleans of one partition never
 overlap: a second request waits for the running one and then plans afresh.
 
@@ -21,17 +29,23 @@ shutdown or a Ctrl-C.
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kompakt.errors import KompaktError
+from kompakt.cleaner import cleanable
+from kompakt.cleaner.cleanable import LogToClean
+from kompakt.cleaner.segment_io import locate_corruption
+from kompakt.errors import CorruptRecordError, KompaktError
+from kompakt.log.partition_log import PartitionLog
 
+log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
-T = TypeVar("T")
+Clock = Callable[[], int]
 
 
 class CleaningState(enum.Enum):
@@ -55,28 +69,116 @@ class CleaningAbortedError(KompaktError):
         super().__init__(f"{why}: compaction of {name} cancelled, nothing changed")
 
 
-class CleaningStates:
-    """The partitions being cleaned and their state; thread-safe."""
+class LogCleanerManager:
+    """Kafka's ``LogCleanerManager`` for the logs of one
+    :class:`~kompakt.log.manager.LogManager`; thread-safe (see the module doc)."""
 
-    def __init__(self) -> None:
-        self._cv = threading.Condition()
-        self._states: dict[TopicPartition, CleaningState] = {}
-        self._closed: str | None = None  # why every clean is aborted from now on
-        self._paused: dict[TopicPartition, int] = {}  # Kafka LogCleaningPaused(count)
-        self._abort_why: dict[TopicPartition, str] = {}
+    def __init__(self, logs: Any, clock: Clock) -> None:
+        self.logs = logs
+        self.clock = clock
+        # Kafka's LogCleanerManager.lock: guards every field below and the checkpoint
+        # update; reentrant, as a choice rewrites a reset checkpoint while holding it
+        self._cv = threading.Condition(threading.RLock())
+        self._states: dict[TopicPartition, CleaningState] = {}  # guarded by _cv
+        self._closed: str | None = None  # guarded by _cv: why every clean is aborted now
+        self._paused: dict[TopicPartition, int] = {}  # guarded by _cv: LogCleaningPaused(n)
+        self._abort_why: dict[TopicPartition, str] = {}  # guarded by _cv
+        # guarded by _cv: where an uncleanable partition's corrupt batch is; the reason
+        # itself is the log's ``uncleanable_reason`` (it goes with the log when the
+        # partition is deleted), written only by mark_uncleanable under _cv
+        self._corrupt_at: dict[TopicPartition, tuple[str, int]] = {}
 
-    # -- taking a partition ---------------------------------------------------------------
-    def grab(self, choose: Callable[[set[TopicPartition]], T | None], tp_of) -> T | None:
-        """Kafka ``grabFilthiestCompactedLog``: ``choose`` sees the partitions to skip;
-        the one it returns is in progress before the lock is let go."""
+    # -- checkpoints (Kafka allCleanerCheckpoints / updateCheckpoints) --------------------
+    def checkpoints(self) -> dict[TopicPartition, int]:
+        with self._cv:
+            return self.logs.cleaner_checkpoint().read()
+
+    def update_checkpoint(self, tp: TopicPartition, offset: int) -> None:
+        """Written last, via ``.tmp`` + fsync + rename (OffsetCheckpointFile); entries
+        of partitions no longer live are dropped."""
+        with self._cv:
+            cp = self.logs.cleaner_checkpoint()
+            entries = cp.read()
+            entries[tp] = offset
+            live = {(p.topic, p.partition) for p in self.logs.logs()}
+            cp.write({k: v for k, v in entries.items() if k in live})
+
+    def log_to_clean(self, plog: PartitionLog) -> LogToClean:
+        """Kafka's ``LogToClean`` of ``plog`` now, from its checkpoint."""
+        cps = self.checkpoints()
+        return cleanable.log_to_clean(plog, cps.get((plog.topic, plog.partition)), self.clock())
+
+    # -- uncleanable partitions (Kafka markPartitionUncleanable) --------------------------
+    def mark_uncleanable(self, plog: PartitionLog, exc: BaseException) -> str:
+        """Mark ``plog`` uncleanable with the corrupt batch's file and position when
+        there is one (found again by a scan when the engine lost them); the reason."""
+        found = None
+        if isinstance(exc, CorruptRecordError) and exc.file and exc.position is not None:
+            found = (exc.file, exc.position, str(exc))
+        if found is None:
+            found = locate_corruption(plog.segments_snapshot())
+        with self._cv:
+            if found is not None:
+                file, position, message = found
+                self._corrupt_at[(plog.topic, plog.partition)] = (file, position)
+                reason = f"corrupt batch in {file} at byte position {position}: {message}"
+            else:
+                reason = f"{type(exc).__name__}: {exc}"
+            plog.uncleanable_reason = reason
+        log.error("marking %s uncleanable: %s", plog.name, reason)
+        return reason
+
+    def corrupt_at(self, tp: TopicPartition) -> tuple[str | None, int | None]:
+        """(file, byte position) of an uncleanable partition's corrupt batch, if known."""
+        with self._cv:
+            return self._corrupt_at.get(tp, (None, None))
+
+    def uncleanable(self) -> dict[TopicPartition, str]:
+        with self._cv:
+            return {
+                (p.topic, p.partition): p.uncleanable_reason
+                for p in self.logs.logs()
+                if p.uncleanable_reason
+            }
+
+    # -- choosing a log -----------------------------------------------------------------
+    def grab_filthiest(self) -> LogToClean | None:
+        """Kafka ``grabFilthiestCompactedLog``: the filthiest eligible compacted log not
+        in progress, paused or uncleanable, in progress before the lock is let go; a
+        checkpoint that had to be reset is rewritten (``forceUpdateCheckpoint``)."""
         with self._cv:
             if self._closed is not None:
                 return None
-            chosen = choose(set(self._states) | set(self._paused))
+            chosen = cleanable.grab_filthiest(
+                self.logs.logs(),
+                self.checkpoints(),
+                self.clock(),
+                skip=set(self._states) | set(self._paused),
+                on_reset=self.update_checkpoint,
+            )
             if chosen is not None:
-                self._states[tp_of(chosen)] = CleaningState.IN_PROGRESS
+                self._states[chosen.topic_partition] = CleaningState.IN_PROGRESS
             return chosen
 
+    def due(self, force: bool = False, update_resets: bool = True) -> list[LogToClean]:
+        """Every compacted log that a pass would clean (``force``: ignore the ratio),
+        filthiest first; checkpoints that had to be reset are rewritten unless
+        ``update_resets`` is off (a dry run writes nothing)."""
+        with self._cv:
+            cps = self.checkpoints()
+            now = self.clock()
+            out = []
+            for plog in self.logs.logs():
+                if not plog.config.compact or plog.uncleanable_reason:
+                    continue
+                ltc = cleanable.log_to_clean(plog, cps.get((plog.topic, plog.partition)), now)
+                if ltc.checkpoint_reset and update_resets:
+                    self.update_checkpoint(ltc.topic_partition, ltc.first_dirty_offset)
+                if cleanable.is_eligible(ltc, force=force):
+                    out.append(ltc)
+        return sorted(out, key=lambda t: -t.cleanable_ratio)
+
+    # -- taking a partition ---------------------------------------------------------------
     def begin(self, tp: TopicPartition) -> None:
         """Own ``tp`` for a clean, first waiting for a running clean of it to finish
         (a "compact now" while the background cleaner is on the same partition)."""

@@ -294,3 +294,27 @@ def test_corrupt_segment_marks_partition_uncleanable(manager):
     assert ("a", 0) not in manager.cleaner_checkpoint().read()
     assert dir_bytes(a.dir, (".log", ".index", ".timeindex")) == before_a
     assert c.clean_once() is False
+
+
+def test_the_manager_hands_each_filthy_log_to_one_taker_and_skips_paused_ones(manager, clock):
+    """Kafka's LogCleanerManager.grabFilthiestCompactedLog: the log chosen is in progress
+    before the lock is let go, so two cleaner threads never take the same one, and a
+    paused partition (abortAndPauseCleaning, as a topic deletion does) is not chosen."""
+    from kompakt.cleaner.manager import LogCleanerManager
+
+    logs = []
+    for name in ("a", "b", "c"):
+        pl = compacted(manager, name, segment_bytes="200")
+        fill(pl, 30)
+        pl.roll()
+        logs.append(pl)
+    m = LogCleanerManager(manager, clock)
+    assert m.abort_and_pause(("c", 0), "paused by the test")
+    first, second = m.grab_filthiest(), m.grab_filthiest()
+    assert {first.topic_partition, second.topic_partition} == {("a", 0), ("b", 0)}
+    assert m.grab_filthiest() is None  # both taken, the third paused
+    assert set(m.in_progress()) == {("a", 0), ("b", 0)}
+    m.done(("a", 0))
+    assert m.grab_filthiest().topic_partition == ("a", 0)
+    m.resume(("c", 0))
+    assert m.grab_filthiest().topic_partition == ("c", 0)

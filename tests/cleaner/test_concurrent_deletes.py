@@ -157,7 +157,7 @@ def test_delete_topic_aborts_and_waits_for_the_running_clean(tmp_path: Path, clo
     close = old.close
 
     def watched_close() -> None:  # the moment the files go away
-        cleaning_at_close.append(dict(c.states.in_progress()))
+        cleaning_at_close.append(dict(c.manager.in_progress()))
         close()
 
     old.close = watched_close
@@ -165,8 +165,8 @@ def test_delete_topic_aborts_and_waits_for_the_running_clean(tmp_path: Path, clo
     assert cleaning_at_close == [{}], "the partition was deleted under a running clean"
     run.join(10)
     assert not run.is_alive()
-    assert c.states.in_progress() == {}
-    assert not c.states.is_paused(("a", 0))  # resumed after the delete
+    assert c.manager.in_progress() == {}
+    assert not c.manager.is_paused(("a", 0))  # resumed after the delete
     m.create_topic("a", 1, TOPIC)
     fill(m, clock, n=30, keys=30)
     plog = m.get_log("a", 0)
