@@ -9,6 +9,7 @@ leader epoch and each batch's maxTimestamp, as ``validateMessagesAndAssignOffset
 
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 import numpy as np
@@ -21,13 +22,13 @@ from kompakt.errors import (
 )
 from kompakt.log.config import LONG_MAX, LONG_MIN, TopicConfig
 from kompakt.record import codecs
+from kompakt.record.checks import KEY_NULL, OUT_OF_RANGE, RecordChecks
 from kompakt.record.decode import RecordBatch, iter_batches
 from kompakt.record.encode import build_batch_like
 from kompakt.record.header import (
     CREATE_TIME,
     HEADER_SIZE,
     MAGIC,
-    NO_TIMESTAMP,
     TIMESTAMP_TYPE_BIT,
     Header,
     set_base_offset,
@@ -35,13 +36,13 @@ from kompakt.record.header import (
     set_max_timestamp,
     set_partition_leader_epoch,
 )
-from kompakt.record.scan import scan_records
-from kompakt.record.stream_scan import stream_records
+from kompakt.record.stream_scan import Run, stream_parts
 
 LEADER_EPOCH = 0  # single node: the partition's leader epoch never changes
 # Decompressed bytes of one record set that validation holds at once; the batches
 # beyond it are walked a chunk at a time. A memory bound only: nothing is refused by it.
 IN_MEMORY_EXPANSION = 8 << 20
+ERRORS_KEPT = 1024  # record errors held before a second pass that keeps them all
 
 Buffer = bytes | bytearray | memoryview
 
@@ -85,134 +86,112 @@ def validate(
 
 
 def validate_records(
-    records: Buffer, batches: list[RecordBatch], config: TopicConfig, name: str, now: int
+    records: Buffer,
+    batches: list[RecordBatch],
+    config: TopicConfig,
+    name: str,
+    now: int,
+    capacity: int = ERRORS_KEPT,
 ) -> list[int | None]:
     """Kafka's ``LogValidator.validateRecord`` over every record: a key on a compacted
     topic, then the timestamp (``validateTimestamp``, KIP-937 bounds). Every offending
     record is listed by its position in the record set (KIP-467's ``RecordError``).
 
-    Compressed payloads are read in memory up to :data:`IN_MEMORY_EXPANSION` bytes in
-    all; a batch beyond that is walked a chunk at a time (:mod:`kompakt.record.
-    stream_scan`), as Kafka's streaming iterator does, so its expansion is never held.
+    One compiled pass over the bytes (:mod:`kompakt.record.checks`): uncompressed
+    batches in place, compressed payloads in memory up to :data:`IN_MEMORY_EXPANSION`
+    bytes in all, and a batch beyond that a chunk at a time (:mod:`kompakt.record.
+    stream_scan`), as Kafka's streaming iterator walks it, so its expansion is never held.
 
     Returns each batch's largest record timestamp (None for batches without data
     records), which CreateTime batches then carry as their maxTimestamp.
     """
     cfg = config
     create_time = cfg.message_timestamp_type != "LogAppendTime"
-    data = [b for b in batches if not b.header.is_control and b.header.record_count]
-    if not cfg.compact and not create_time and not any(_log_append(b) for b in data):
+    data = [i for i, b in enumerate(batches) if not b.header.is_control and b.header.record_count]
+    if not cfg.compact and not create_time and not any(_log_append(batches[i]) for i in data):
         return [None] * len(batches)  # LogAppendTime, no keys to check: nothing to read
-    budget = IN_MEMORY_EXPANSION
+    lo = now - cfg.message_timestamp_before_max_ms
+    hi = now + cfg.message_timestamp_after_max_ms
+    checks = RecordChecks(
+        batches, cfg.compact, create_time, max(lo, LONG_MIN), min(hi, LONG_MAX), capacity
+    )
+    counts = [0] * len(batches)
+    for i in data:
+        counts[i] = batches[i].header.record_count
+    first_rows = list(itertools.accumulate(counts, initial=0))  # rows count data records only
+    plain = [i for i in data if batches[i].header.compression == codecs.NONE]
+    packed: list[tuple[int, bytes]] = []
     streamed: list[int] = []
-
-    def inflate(i: int, b: RecordBatch) -> bytes | None:
-        nonlocal budget
+    budget = IN_MEMORY_EXPANSION
+    for i in data:
+        b = batches[i]
+        if b.header.compression == codecs.NONE:
+            continue
         payload = codecs.decompress_bounded(b.header.compression, b.buffer[HEADER_SIZE:], budget)
         if payload is None:
             streamed.append(i)
         else:
             budget -= len(payload)
-        return payload
-
-    scan = scan_records(records, verify_crc=False, decompress=inflate)
-    check = _RecordCheck(batches, cfg, name, now)
-    rows = np.arange(len(scan))
-    counts = np.array([0 if b.header.is_control else b.header.record_count for b in batches])
-    if streamed:  # a scanned row's index in the record set counts the streamed records
-        skipped = np.zeros(len(batches), np.int64)
-        skipped[streamed] = counts[streamed]
-        rows = rows + (np.cumsum(skipped) - skipped)[scan.batch_index]
-    check.add(rows, scan.offset, scan.timestamp, scan.key_null, scan.batch_index)
-    del scan
-    first_rows = np.cumsum(counts) - counts
+            packed.append((i, payload))
+    if plain:
+        parts = [_in_place(batches[i], counts[i], first_rows[i], i) for i in plain]
+        checks.walk(np.frombuffer(records, np.uint8), parts)
+    for i, payload in packed:
+        checks.walk(
+            np.frombuffer(payload, np.uint8), [(0, len(payload), counts[i], i, first_rows[i])]
+        )
+    del packed
     for i in streamed:
-        row = int(first_rows[i])
-        for offset, ts, key_null in stream_records(batches[i], i):
-            n = len(offset)
-            check.add(np.arange(row, row + n), offset, ts, key_null, np.full(n, i, np.int32))
-            row += n
-    return check.result()
-
-
-class _RecordCheck:
-    """The per-record rules of :func:`validate_records`, fed columns a part at a time
-    (all of an in-memory scan, or one chunk of a streamed batch)."""
-
-    def __init__(self, batches: list[RecordBatch], config: TopicConfig, name: str, now: int):
-        self.name = name
-        self.compact = config.compact
-        self.create_time = config.message_timestamp_type != "LogAppendTime"
-        self.lo = now - config.message_timestamp_before_max_ms
-        self.hi = now + config.message_timestamp_after_max_ms
-        self.batch_log_append = np.array([_log_append(b) for b in batches], np.bool_)
-        self.per_batch = np.full(len(batches), LONG_MIN, np.int64)
-        self.present = np.zeros(len(batches), np.bool_)
-        self.errors: list[tuple[int, str]] = []
-        self.bad_timestamp = False
-
-    def add(
-        self,
-        rows: np.ndarray,
-        offset: np.ndarray,
-        ts: np.ndarray,
-        key_null: np.ndarray,
-        batch_index: np.ndarray,
-    ) -> None:
-        """Check records (``rows``: their positions in the record set)."""
-        n = len(rows)
-        lo, hi = self.lo, self.hi
-        key_bad = key_null if self.compact else np.zeros(n, np.bool_)
-        stamped = ts != NO_TIMESTAMP if self.create_time else np.zeros(n, np.bool_)
-        out_of_range = stamped & ((ts < max(lo, LONG_MIN)) | (ts > min(hi, LONG_MAX)))
-        claims_log_append = ~stamped & self.batch_log_append[batch_index]
-        for j in np.flatnonzero(key_bad | out_of_range | claims_log_append).tolist():
-            i = int(rows[j])
-            if key_bad[j]:
-                self.errors.append(
-                    (
-                        i,
-                        "Compacted topic cannot accept message without key in topic "
-                        f"partition {self.name}.",
-                    )
-                )
-            elif out_of_range[j]:
-                self.bad_timestamp = True
-                self.errors.append(
-                    (
-                        i,
-                        f"Timestamp {int(ts[j])} of message with offset {int(offset[j])} is "
-                        f"out of range. The timestamp should be within [{lo}, {hi}]",
-                    )
-                )
+        row = first_rows[i]
+        for part in stream_parts(batches[i]):
+            if isinstance(part, Run):
+                checks.walk(part.buf, [(part.start, part.end, part.count, i, row)])
+                row += part.count
             else:
-                self.bad_timestamp = True
-                self.errors.append(
-                    (
-                        i,
-                        f"Invalid timestamp type in message at offset {int(offset[j])}. "
-                        "Producer should not set timestamp type to LogAppendTime.",
-                    )
-                )
-        if n:
-            np.maximum.at(self.per_batch, batch_index, ts)
-            self.present[batch_index] = True
+                checks.add(row, i, part.offset_delta, part.timestamp_delta, part.key_len)
+                row += 1
+    if not checks.complete:  # more errors than kept: check again, keeping them all
+        return validate_records(records, batches, config, name, now, checks.n_errors)
+    _raise_record_errors(checks.found(), name, lo, hi)
+    return checks.batch_maxima()
 
-    def result(self) -> list[int | None]:
-        """Each batch's largest timestamp, or the errors found, as Kafka raises them."""
-        errors = sorted(self.errors)
-        if self.bad_timestamp:
-            raise InvalidTimestampError(
-                "One or more records have been rejected due to invalid timestamp", errors
-            )
-        if errors:
-            shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
-            raise InvalidRecordError(
-                f"One or more records have been rejected due to {len(errors)} record errors "
-                f"in total, and only showing the first three errors at most: [{shown}]",
-                errors,
-            )
-        return [int(m) if p else None for m, p in zip(self.per_batch, self.present, strict=True)]
+
+def _in_place(b: RecordBatch, count: int, row: int, i: int) -> tuple[int, int, int, int, int]:
+    """The part of :meth:`RecordChecks.walk` for uncompressed batch ``i``, read in place."""
+    return (b.position + HEADER_SIZE, b.position + b.header.size, count, i, row)
+
+
+def _raise_record_errors(found: list[tuple[int, int, int, int]], name: str, lo: int, hi: int):
+    """Raise the records' errors as Kafka's ``processRecordErrors`` does: any timestamp
+    error makes the whole set INVALID_TIMESTAMP, otherwise INVALID_RECORD."""
+    if not found:
+        return
+    errors = [(row, _message(kind, offset, ts, name, lo, hi)) for row, kind, offset, ts in found]
+    if any(kind != KEY_NULL for _r, kind, _o, _t in found):
+        raise InvalidTimestampError(
+            "One or more records have been rejected due to invalid timestamp", errors
+        )
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    raise InvalidRecordError(
+        f"One or more records have been rejected due to {len(errors)} record errors "
+        f"in total, and only showing the first three errors at most: [{shown}]",
+        errors,
+    )
+
+
+def _message(kind: int, offset: int, ts: int, name: str, lo: int, hi: int) -> str:
+    """Kafka's ``LogValidator`` message for one record's error."""
+    if kind == KEY_NULL:
+        return f"Compacted topic cannot accept message without key in topic partition {name}."
+    if kind == OUT_OF_RANGE:
+        return (
+            f"Timestamp {ts} of message with offset {offset} is out of range. "
+            f"The timestamp should be within [{lo}, {hi}]"
+        )
+    return (
+        f"Invalid timestamp type in message at offset {offset}. "
+        "Producer should not set timestamp type to LogAppendTime."
+    )
 
 
 def codec_for(config: TopicConfig) -> int | None:

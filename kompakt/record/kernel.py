@@ -40,7 +40,7 @@ LAYOUT = 8  # body_pos (record attributes), tail_pos (after timestamp delta), re
 RECORD_ATTRIBUTES_SIZE = 1  # the unused int8 after a record's length
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def read_field(buf, pos, end):
     """A length-prefixed field (key, value, header key or value) at ``pos``: (data
     position, length or -1 for null, next position), next position < 0 if it overruns."""
@@ -48,6 +48,31 @@ def read_field(buf, pos, end):
     if pos < 0 or pos + max(n, 0) > end:
         return 0, 0, -1
     return pos, n, pos + max(n, 0)
+
+
+@numba.njit(inline="always", **_JIT)
+def read_record(buf, pos, end):
+    """The fields of the record at ``pos`` up to its value (Kafka's
+    ``DefaultRecord.readFrom``): (body position, position after the timestamp delta,
+    record end, timestamp delta, offset delta, key position, key length, value position,
+    value length, position after the value); that last is < 0 if the record is malformed
+    (its length or a field overrunning ``end`` or the record)."""
+    length, pos = decode_varint(buf, pos, end)
+    if pos < 0 or length < 0 or pos + length > end:
+        return 0, 0, 0, 0, 0, 0, 0, 0, 0, -1
+    body = pos
+    rec_end = pos + length
+    ts_delta, pos = decode_varint(buf, pos + RECORD_ATTRIBUTES_SIZE, rec_end)
+    tail = pos
+    off_delta = 0
+    if pos >= 0:
+        off_delta, pos = decode_varint(buf, pos, rec_end)
+    kpos = klen = vpos = vlen = 0
+    if pos >= 0:
+        kpos, klen, pos = read_field(buf, pos, rec_end)
+    if pos >= 0:
+        vpos, vlen, pos = read_field(buf, pos, rec_end)
+    return body, tail, rec_end, ts_delta, off_delta, kpos, klen, vpos, vlen, pos
 
 
 @numba.njit(**_JIT)
@@ -88,31 +113,18 @@ def walk_records(
         pos = starts[i]
         end = ends[i]
         for _ in range(counts[i]):
-            length, pos = decode_varint(buf, pos, end)
-            if pos < 0 or length < 0 or pos + length > end:
+            body, tail, rec_end, ts_delta, off_delta, kpos, klen, vpos, vlen, pos = read_record(
+                buf, pos, end
+            )
+            if pos < 0:
                 return -1 - i, 0
-            rec_end = pos + length
             if flags & LAYOUT:
-                body_pos[row] = pos
+                body_pos[row] = body
+                tail_pos[row] = tail
                 rec_end_pos[row] = rec_end
-            pos += RECORD_ATTRIBUTES_SIZE
-            ts_delta, pos = decode_varint(buf, pos, rec_end)
-            if pos < 0:
-                return -1 - i, 0
-            if flags & LAYOUT:
-                tail_pos[row] = pos
-            off_delta, pos = decode_varint(buf, pos, rec_end)
-            if pos < 0:
-                return -1 - i, 0
-            kpos, klen, pos = read_field(buf, pos, rec_end)
-            if pos < 0:
-                return -1 - i, 0
             if flags & KEYS:
                 key_pos[row] = kpos
                 key_len[row] = klen
-            vpos, vlen, pos = read_field(buf, pos, rec_end)
-            if pos < 0:
-                return -1 - i, 0
             if flags & VALUES:
                 value_pos[row] = vpos
                 value_len[row] = vlen
@@ -264,14 +276,20 @@ def locate_records(
         loc.hv_len,
     )
     if rows < 0:
-        bad = batches[-1 - rows]
-        raise CorruptRecordError(
-            f"malformed record in batch at offset {bad.header.base_offset}", position=bad.position
-        )
+        raise malformed(batches[-1 - rows])
     loc.hk_pos, loc.hk_len, loc.hv_pos, loc.hv_len = (
         c[:nh] for c in (loc.hk_pos, loc.hk_len, loc.hv_pos, loc.hv_len)
     )
     return loc
+
+
+def malformed(batch: RecordBatch) -> CorruptRecordError:
+    """The error of a batch the kernel found malformed (Kafka's ``InvalidRecordException``
+    from ``DefaultRecord.readFrom``; CORRUPT_MESSAGE here, with the batch's position)."""
+    h = batch.header
+    return CorruptRecordError(
+        f"malformed record in batch at offset {h.base_offset}", position=batch.position
+    )
 
 
 def slice_offsets(lens: np.ndarray) -> np.ndarray:

@@ -4,15 +4,16 @@ A compressed payload may expand far beyond its size (32 KiB of zstd can hold 1 G
 zeros), and Kafka's ``LogValidator`` never holds a batch's expansion: it walks the
 records with a streaming iterator (``skipKeyValueIterator``). Here the payload is
 decompressed in chunks (:func:`codecs.decompress_chunks`); each chunk's whole records go
-through the record kernel (:func:`kernel.locate_records`, the rules of every bulk
-reader), a partial record is carried into the next chunk, and a record larger than a
-chunk is read field by field with its key, value and headers skipped unread. At most
-about two chunks and one chunk's columns are held at a time.
+as one run to the record kernel (the validator's compiled pass, :mod:`kompakt.record.
+checks`, or :func:`kernel.locate_records` for columns), a partial record is carried into
+the next chunk, and a record larger than a chunk is read field by field with its key,
+value and headers skipped unread. At most about two chunks are held at a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -21,7 +22,7 @@ from kompakt.errors import CorruptRecordError
 from kompakt.record import codecs
 from kompakt.record.decode import RecordBatch
 from kompakt.record.header import HEADER_SIZE, TIMESTAMP_TYPE_BIT
-from kompakt.record.kernel import KEYS, decode_varint, locate_records
+from kompakt.record.kernel import KEYS, decode_varint, locate_records, malformed
 from kompakt.record.varint import MAX_VARINT_BYTES, TRUNCATED
 from kompakt.record.varint import decode_varint as py_varint
 
@@ -81,25 +82,40 @@ class _Source:
         return True
 
 
-def stream_records(batch: RecordBatch, batch_id: int, chunk: int = CHUNK) -> Iterator[Rows]:
-    """(offset, timestamp, key-is-null) columns of ``batch``'s records, a chunk at a time.
+class Run(NamedTuple):
+    """``count`` whole records in ``buf[start:end]``: what the record kernel walks."""
 
-    Raises :class:`CorruptRecordError` as :func:`kernel.locate_records` does: a record
-    overrunning the batch, or bytes left after the last record.
+    buf: np.ndarray
+    start: int
+    end: int
+    count: int
+
+
+class BigRecord(NamedTuple):
+    """A record longer than a chunk, read with its key, value and headers skipped."""
+
+    offset_delta: int
+    timestamp_delta: int
+    key_len: int  # < 0: null
+
+
+def stream_parts(batch: RecordBatch, chunk: int = CHUNK) -> Iterator[Run | BigRecord]:
+    """``batch``'s records in order, as runs of whole records in a decompressed chunk
+    and the single records larger than a chunk.
+
+    Raises :class:`CorruptRecordError` as the kernel does for a record cut by the end
+    of the batch, or bytes left after the last record; a run's records themselves are
+    checked by whoever walks them.
     """
     h = batch.header
     src = _Source(codecs.decompress_chunks(h.compression, batch.buffer[HEADER_SIZE:], chunk))
-    bad = CorruptRecordError(
-        f"malformed record in batch at offset {h.base_offset}", position=batch.position
-    )
+    bad = malformed(batch)
     remaining = h.record_count
     while remaining:
         arr = np.frombuffer(src.buf, np.uint8)
         n, after = _whole_records(arr, src.pos, len(arr), remaining)
         if n:
-            part = RecordBatch(h._replace(record_count=n), batch.buffer, batch.position)
-            loc = locate_records(arr, [src.pos], [after], [part], [batch_id], KEYS)
-            yield loc.offset, loc.timestamp, loc.key_len < 0
+            yield Run(arr, src.pos, after, n)
             src.pos = after
             remaining -= n
             continue
@@ -110,16 +126,34 @@ def stream_records(batch: RecordBatch, batch_id: int, chunk: int = CHUNK) -> Ite
             continue
         if p < 0 or length < 0:
             raise bad
-        yield _big_record(src, batch, bad)
+        yield _big_record(src, bad)
         remaining -= 1
     if src.avail() or src.fill():  # Kafka: "Incorrect declared batch size"
         raise bad
 
 
-def _big_record(src: _Source, batch: RecordBatch, bad: CorruptRecordError) -> Rows:
+def stream_records(batch: RecordBatch, batch_id: int, chunk: int = CHUNK) -> Iterator[Rows]:
+    """(offset, timestamp, key-is-null) columns of ``batch``'s records, a chunk at a time
+    (:func:`stream_parts` with each run located by :func:`kernel.locate_records`)."""
+    h = batch.header
+    log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
+    for part in stream_parts(batch, chunk):
+        if isinstance(part, Run):
+            sub = RecordBatch(h._replace(record_count=part.count), batch.buffer, batch.position)
+            loc = locate_records(part.buf, [part.start], [part.end], [sub], [batch_id], KEYS)
+            yield loc.offset, loc.timestamp, loc.key_len < 0
+        else:
+            ts = h.max_timestamp if log_append else h.base_timestamp + part.timestamp_delta
+            yield (
+                np.array([h.base_offset + part.offset_delta], np.int64),
+                np.array([ts], np.int64),
+                np.array([part.key_len < 0], np.bool_),
+            )
+
+
+def _big_record(src: _Source, bad: CorruptRecordError) -> BigRecord:
     """One record longer than a chunk, read as ``walk_records`` reads it (the key and
     value must fit in the record) but with only its leading fields held."""
-    h = batch.header
     length, src.pos = py_varint(src.buf, src.pos, len(src.buf))
     left = length
     src.ensure(min(left, _RECORD_PREFIX))
@@ -143,10 +177,4 @@ def _big_record(src: _Source, batch: RecordBatch, bad: CorruptRecordError) -> Ro
     src.pos = p
     if max(value_len, 0) > left or not src.skip(left):  # the value and headers, unread
         raise bad
-    log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
-    ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
-    return (
-        np.array([h.base_offset + off_delta], np.int64),
-        np.array([ts], np.int64),
-        np.array([key_len < 0], np.bool_),
-    )
+    return BigRecord(off_delta, ts_delta, key_len)

@@ -1,0 +1,179 @@
+"""Produce validation's record pass, compiled: Kafka's ``LogValidator.validateRecord``
+over the bytes of a record set without a Python object per record.
+
+:func:`check_records` walks records with the record kernel's reader
+(:func:`kernel.read_record`) and applies the per-record rules (a key on a compacted
+topic, ``validateKey``; the timestamp against ``message.timestamp.type`` and the KIP-937
+bounds, ``validateTimestamp``), keeping only what the append needs: each batch's largest
+record timestamp and the records in error (row, kind, offset, timestamp).
+:class:`RecordChecks` carries that state from call to call, so a record set in memory and
+a compressed batch streamed a chunk at a time pass the same compiled rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numba
+import numpy as np
+
+from kompakt.record.decode import RecordBatch
+from kompakt.record.header import NO_TIMESTAMP, TIMESTAMP_TYPE_BIT
+from kompakt.record.kernel import malformed, read_record
+
+_JIT = {"cache": True, "nogil": True}
+_LONG_MIN = -(2**63)
+
+# What is wrong with a record (0: nothing), in Kafka's order of checks.
+KEY_NULL = 1  # validateKey: a compacted topic's record without a key
+OUT_OF_RANGE = 2  # validateTimestamp: outside [now - before.max.ms, now + after.max.ms]
+LOG_APPEND_CLAIMED = 3  # validateTimestamp: the producer set the LogAppendTime type
+
+
+@numba.njit(inline="always", **_JIT)
+def judge(ts, key_len, log_append, compact, create_time, lo, hi):
+    """The rule a record breaks (Kafka's ``validateRecord``): the key first, then the
+    timestamp: a CreateTime topic's stamped record must lie in [lo, hi], and otherwise
+    the batch must not claim LogAppendTime."""
+    if compact and key_len < 0:
+        return KEY_NULL
+    if create_time and ts != NO_TIMESTAMP:
+        return OUT_OF_RANGE if ts < lo or ts > hi else 0
+    return LOG_APPEND_CLAIMED if log_append else 0
+
+
+@numba.njit(inline="always", **_JIT)
+def note(row, offset, ts, key_len, log_append, rules, errors, n_errors):
+    """Judge one record (``rules``: compact, create time, lo, hi) and list it if in
+    error; the new error count."""
+    compact, create_time, lo, hi = rules
+    kind = judge(ts, key_len, log_append, compact, create_time, lo, hi)
+    if kind:
+        if n_errors < errors.shape[0]:
+            errors[n_errors, 0] = row
+            errors[n_errors, 1] = kind
+            errors[n_errors, 2] = offset
+            errors[n_errors, 3] = ts
+        n_errors += 1
+    return n_errors
+
+
+# columns of ``check_records``' arrays
+START, END, COUNT, BATCH, FIRST_ROW = range(5)  # parts: one row per run of records
+BASE_OFFSET, BASE_TS, MAX_TS, LOG_APPEND = range(4)  # meta: one row per batch
+TOP, SEEN = range(2)  # state: one row per batch
+
+
+@numba.njit(**_JIT)
+def check_records(buf, parts, meta, rules, state, errors, n_errors):
+    """Check ``parts[k, COUNT]`` records in ``buf[parts[k, START]:parts[k, END]]`` of
+    batch ``parts[k, BATCH]`` (rows from ``parts[k, FIRST_ROW]``), folding their
+    timestamps into that batch's ``state`` row. Return (0, error count), or (-1 - k, ...)
+    when part k is malformed: a record overrunning it, or bytes left after its last
+    record (Kafka: "Incorrect declared batch size")."""
+    for k in range(parts.shape[0]):
+        b = parts[k, BATCH]
+        pos = parts[k, START]
+        end = parts[k, END]
+        row = parts[k, FIRST_ROW]
+        base_offset = meta[b, BASE_OFFSET]
+        base_ts = meta[b, BASE_TS]
+        appended = meta[b, LOG_APPEND] != 0
+        top = state[b, TOP]
+        for _ in range(parts[k, COUNT]):
+            rec = read_record(buf, pos, end)
+            if rec[9] < 0:
+                return -1 - k, n_errors
+            pos = rec[2]
+            ts = meta[b, MAX_TS] if appended else base_ts + rec[3]
+            n_errors = note(
+                row, base_offset + rec[4], ts, rec[6], appended, rules, errors, n_errors
+            )
+            top = max(top, ts)
+            row += 1
+        if pos != end:
+            return -1 - k, n_errors
+        state[b, TOP] = top
+        if parts[k, COUNT] > 0:
+            state[b, SEEN] = 1
+    return 0, n_errors
+
+
+class RecordChecks:
+    """The state of one record set's check: each batch's largest timestamp and the
+    records in error, filled by :meth:`walk` (the kernel) and :meth:`add` (a record read
+    elsewhere, e.g. one larger than a streamed chunk).
+
+    Only the first ``capacity`` errors are kept; :attr:`n_errors` counts them all, so a
+    caller that must list every error can check again with a larger capacity."""
+
+    def __init__(
+        self,
+        batches: Sequence[RecordBatch],
+        compact: bool,
+        create_time: bool,
+        lo: int,
+        hi: int,
+        capacity: int,
+    ):
+        self.batches = batches
+        self.rules = (bool(compact), bool(create_time), np.int64(lo), np.int64(hi))
+        self.meta = np.array(
+            [
+                (
+                    h.base_offset,
+                    h.base_timestamp,
+                    h.max_timestamp,
+                    h.attributes & TIMESTAMP_TYPE_BIT,
+                )
+                for h in (b.header for b in batches)
+            ],
+            np.int64,
+        ).reshape(-1, 4)
+        self.state = np.zeros((len(batches), 2), np.int64)
+        self.state[:, TOP] = _LONG_MIN
+        self.errors = np.empty((capacity, 4), np.int64)
+        self.n_errors = 0
+
+    def walk(self, buf: np.ndarray, parts: Sequence[tuple[int, int, int, int, int]]) -> None:
+        """Check the records of each part, (start, end, count, batch index, first row)
+        (see :func:`check_records`); a malformed part raises :class:`CorruptRecordError`
+        naming its batch."""
+        table = np.array(parts, np.int64).reshape(-1, 5)
+        bad, self.n_errors = check_records(
+            buf, table, self.meta, self.rules, self.state, self.errors, self.n_errors
+        )
+        if bad < 0:
+            raise malformed(self.batches[int(table[-1 - bad, BATCH])])
+
+    def add(self, row: int, b: int, offset_delta: int, ts_delta: int, key_len: int) -> None:
+        """Check one record of batch ``b`` read outside the kernel (its deltas as read)."""
+        base_offset, base_ts, max_ts, appended = self.meta[b].tolist()
+        ts = max_ts if appended else base_ts + ts_delta
+        self.n_errors = note(
+            row,
+            base_offset + offset_delta,
+            ts,
+            key_len,
+            bool(appended),
+            self.rules,
+            self.errors,
+            self.n_errors,
+        )
+        self.state[b, TOP] = max(int(self.state[b, TOP]), ts)
+        self.state[b, SEEN] = 1
+
+    @property
+    def complete(self) -> bool:
+        """Whether every error found is kept."""
+        return self.n_errors <= len(self.errors)
+
+    def found(self) -> list[tuple[int, int, int, int]]:
+        """The errors kept, as (row, kind, offset, timestamp), in row order."""
+        if not self.n_errors:
+            return []
+        return sorted(map(tuple, self.errors[: min(self.n_errors, len(self.errors))].tolist()))
+
+    def batch_maxima(self) -> list[int | None]:
+        """Each batch's largest record timestamp; None for a batch with no record checked."""
+        return [top if seen else None for top, seen in self.state.tolist()]
