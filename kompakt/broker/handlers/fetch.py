@@ -67,6 +67,22 @@ def _committed_only(plog: Any, fetch_offset: int, data: bytes, lso: int) -> tupl
     ]
 
 
+def fetch_error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
+    """A Fetch partition answered with ``code`` and no data (Kafka's
+    ``FetchResponse.partitionResponse``): offsets unknown, an empty record set (Kafka's
+    ``MemoryRecords.EMPTY``: librdkafka refuses a null one)."""
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": UNKNOWN_OFFSET,
+        "last_stable_offset": UNKNOWN_OFFSET,
+        "log_start_offset": UNKNOWN_OFFSET,
+        "aborted_transactions": None,
+        "preferred_read_replica": NO_PREFERRED_REPLICA,
+        "records": b"",
+    }
+
+
 def _read_all(
     ctx: RequestContext, wanted: list, max_bytes: int, committed: bool
 ) -> tuple[list, int]:
@@ -76,19 +92,12 @@ def _read_all(
     for name, key, tdata in wanted:
         parts = []
         for p in tdata.partitions:
-            resp: dict[str, Any] = {
-                "partition_index": p.partition,
-                "high_watermark": UNKNOWN_OFFSET,
-                "last_stable_offset": UNKNOWN_OFFSET,
-                "log_start_offset": UNKNOWN_OFFSET,
-                "aborted_transactions": None,
-                "preferred_read_replica": NO_PREFERRED_REPLICA,
-                "records": b"",
-            }
             if name is None:
-                resp["error_code"] = unknown_topic_code("topic_id" in key)
-                parts.append(resp)
+                parts.append(
+                    fetch_error_partition(p.partition, unknown_topic_code("topic_id" in key))
+                )
                 continue
+            resp = fetch_error_partition(p.partition, ErrorCode.none)
             try:
                 plog = ctx.logs.get_log(name, p.partition)
                 with plog.lock:
@@ -196,18 +205,25 @@ def _list_offset(
     return resp
 
 
+def list_offsets_error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
+    """A ListOffsets partition answered with ``code``: no offset, no timestamp."""
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "timestamp": NO_TIMESTAMP,
+        "offset": UNKNOWN_OFFSET,
+        "leader_epoch": NO_LEADER_EPOCH,
+    }
+
+
 def _list_offsets(ctx: RequestContext, req: Any) -> list:
     out = []
     for t in req.topics:
         if not ctx.logs.has_topic(t.name):
             parts = [
-                {
-                    "partition_index": p.partition_index,
-                    "error_code": ErrorCode.unknown_topic_or_partition,
-                    "timestamp": NO_TIMESTAMP,
-                    "offset": UNKNOWN_OFFSET,
-                    "leader_epoch": NO_LEADER_EPOCH,
-                }
+                list_offsets_error_partition(
+                    p.partition_index, ErrorCode.unknown_topic_or_partition
+                )
                 for p in t.partitions
             ]
         else:

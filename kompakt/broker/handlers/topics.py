@@ -55,9 +55,22 @@ def _requested_partitions(ctx: RequestContext, topics: Any) -> int:
     return total
 
 
-def _refuse_all(names: list[str], code: int, message: str, **extra: Any) -> list[dict]:
-    """Kafka's getErrorResponse: every topic of the request gets the one error."""
+def topic_errors(names: list[str], code: int, message: str, **extra: Any) -> list[dict]:
+    """Kafka's getErrorResponse: every topic named gets the one error."""
     return [{"name": n, "error_code": code, "error_message": message, **extra} for n in names]
+
+
+def create_topics_errors(names: list[str], code: int, message: str) -> list[dict]:
+    """CreateTopics results of topics not created: no id, partitions or configs."""
+    return topic_errors(
+        names,
+        code,
+        message,
+        topic_id=ZERO_UUID,
+        num_partitions=USE_DEFAULT,
+        replication_factor=USE_DEFAULT,
+        configs=[],
+    )
 
 
 def _create_one(
@@ -147,15 +160,7 @@ def _create_one(
 def _create_topics(ctx: RequestContext, req: Any) -> list:
     names = [t.name for t in req.topics]
     if _requested_partitions(ctx, req.topics) > MAX_PARTITIONS_PER_OP:
-        return _refuse_all(
-            names,
-            ErrorCode.policy_violation,
-            CREATE_TOO_LARGE,
-            topic_id=ZERO_UUID,
-            num_partitions=USE_DEFAULT,
-            replication_factor=USE_DEFAULT,
-            configs=[],
-        )
+        return create_topics_errors(names, ErrorCode.policy_violation, CREATE_TOO_LARGE)
     counts = Counter(names)
     validate_only = bool(getattr(req, "validate_only", False))
     described: dict = {}
@@ -214,7 +219,7 @@ def _create_partitions(ctx: RequestContext, req: Any) -> list:
     try:  # Kafka bounds the whole request: a result per topic, a record per new partition
         check_batch_size(max(len(req.topics), _new_partitions(ctx, req.topics)))
     except KompaktError as exc:
-        return _refuse_all([t.name for t in req.topics], *error_of(exc))
+        return topic_errors([t.name for t in req.topics], *error_of(exc))
     out = []
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": ErrorCode.none, "error_message": None}
@@ -241,15 +246,17 @@ def handle_create_partitions(ctx: RequestContext, req: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "results": _create_partitions(ctx, req)}
 
 
+def delete_records_error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
+    """A DeleteRecords partition answered with ``code``: low watermark unknown."""
+    return {"partition_index": index, "error_code": code, "low_watermark": UNKNOWN_OFFSET}
+
+
 def _delete_records(ctx: RequestContext, req: Any) -> list:
     out = []
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            res: dict[str, Any] = {
-                "partition_index": p.partition_index,
-                "low_watermark": UNKNOWN_OFFSET,
-            }
+            res = delete_records_error_partition(p.partition_index, ErrorCode.none)
             if is_internal(t.name):  # Kafka's ReplicaManager.deleteRecordsOnLocalLog
                 res["error_code"] = ErrorCode.invalid_topic_exception
                 parts.append(res)
