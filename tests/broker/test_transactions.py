@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from raw_kafka import API, call
-from reliability.crash_faults import command as broker_command
+from reliability.crash_faults import start as start_broker
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator.records import partition_for
@@ -291,31 +291,7 @@ def test_transactional_offsets_after_restart_only_the_committed_ones(tmp_path: P
 
 def start_process(data_dir: Path, port: int, faults: str) -> subprocess.Popen:
     """A broker process with the named crash points (``reliability.crash_faults``)."""
-    args = broker_command(
-        faults,
-        {
-            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "log.dirs": str(data_dir),
-            "kompakt.admin.listener": "http://127.0.0.1:0",
-            "kompakt.cleaner.engine": "local",
-            **SMALL,
-        },
-    )
-    proc = subprocess.Popen(
-        args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    assert proc.stdout is not None
-    # the broker logs "listening on" once its port is open: wait for that line
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if "kompakt broker listening on" in line:
-            break
-    else:
-        raise AssertionError("broker did not start:\n" + "".join(seen))
-    drain = threading.Thread(target=proc.stdout.read, daemon=True)  # never block its log
-    drain.start()
-    return proc
+    return start_broker(data_dir, port, faults, SMALL)
 
 
 def states(data_dir: Path, tid: str) -> list[TransactionState]:

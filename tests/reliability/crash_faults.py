@@ -15,7 +15,9 @@ import argparse
 import logging
 import os
 import signal
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +27,7 @@ from kompakt.broker.config import BrokerConfig
 from kompakt.broker.coordinator.faults import CoordinatorFaults
 
 SCRIPT = Path(__file__).resolve()
+REPO = SCRIPT.parents[2]
 
 SLOW_WRITE_S = 1.0
 """How long a doomed group write stalls before the kill, as a slow disk would: time
@@ -65,6 +68,37 @@ def command(faults: str, settings: dict[str, object]) -> list[str]:
     for k, v in settings.items():
         cmd += ["--override", f"{k}={v}"]
     return cmd
+
+
+def start(
+    data_dir: Path, port: int, faults: str = "none", overrides: dict[str, object] | None = None
+) -> subprocess.Popen:
+    """A broker process on ``127.0.0.1:port`` over ``data_dir`` with the named faults,
+    returned once it listens; its log is drained on a thread so it never blocks."""
+    settings = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "log.dirs": str(data_dir),
+        "kompakt.admin.listener": "http://127.0.0.1:0",
+        "kompakt.cleaner.engine": "local",
+        **(overrides or {}),
+    }
+    proc = subprocess.Popen(
+        command(faults, settings),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # the broker logs "listening on" once its port is open
+        seen.append(line)
+        if "kompakt broker listening on" in line:
+            break
+    else:
+        raise AssertionError("broker did not start:\n" + "".join(seen))
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    return proc
 
 
 def main() -> int:
