@@ -1,7 +1,7 @@
 """Segment files as a clean reads and writes them (Kafka's ``Cleaner`` I/O helpers).
 
-Reading a segment's bytes (memory-mapped), summarising its producers from batch
-headers, writing one cleaned group into ``<first base>.log.cleaned`` and removing what
+Reading a segment's bytes (memory-mapped), asking the log what a clean needs of its
+producers, writing one cleaned group into ``<first base>.log.cleaned`` and removing what
 a failed rewrite left behind. No policy here: the engines call these, the
 :class:`~kompakt.cleaner.cleaner.Cleaner` decides when.
 """
@@ -18,11 +18,7 @@ from typing import Any
 import numpy as np
 
 from kompakt.cleaner.rewrite import GroupStats, IoReport, LatestLookup, RoundContext, clean_group
-from kompakt.cleaner.transactions import (
-    ProducerSummary,
-    SummaryBuilder,
-    TxnTracker,
-)
+from kompakt.cleaner.transactions import ProducerSummary, TxnTracker
 from kompakt.errors import CorruptRecordError
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_files
@@ -40,25 +36,47 @@ def segment_buffer(path: str | os.PathLike, size: int | None = None) -> np.ndarr
     return np.frombuffer(m, np.uint8)
 
 
+class SegmentRecordCounts(dict):
+    """Base offset -> record count of the segments a summary covers, each read from its
+    batch headers on first ask: a clean asks only for its dirty range's (to size the
+    key map), so the segments before it are never read for this."""
+
+    def __init__(self, segments: Sequence[LogSegment]):
+        super().__init__()
+        self._segments = {s.base_offset: s for s in segments if s.size}
+
+    def __missing__(self, base: int) -> int:
+        seg = self._segments[base]  # KeyError: not a segment of the summary
+        n = int(scan_batch_headers(segment_buffer(seg.log_path, seg.size)).record_count.sum())
+        self[base] = n
+        return n
+
+    def __contains__(self, base: object) -> bool:
+        return base in self._segments
+
+    def get(self, base: int, default: int | None = None) -> int | None:  # type: ignore[override]
+        return self[base] if base in self._segments else default
+
+    def __reduce__(self) -> tuple:
+        """Shipped to a Spark task as the counts read so far (a plain dict): the
+        segments (their locks and files) stay with the driver."""
+        return dict, (dict(self),)
+
+
 def summarize_producers(
     plog: PartitionLog, segments: Sequence[LogSegment], now: int
 ) -> ProducerSummary:
-    """One pass over the batch headers of ``segments`` (a snapshot of ``plog``'s) for
-    what Kafka reads from its producer snapshots (each producer's last records), with
-    the log's aborted transactions (its ``.txnindex``, Kafka's
-    ``collectAbortedTransactions``), the one source of them."""
+    """What a clean of ``segments`` (a snapshot of ``plog``'s) needs of its producers,
+    asked of the log: each active producer's last records (Kafka's
+    ``lastRecordsOfActiveProducers``, from the producer state) and the aborted
+    transactions (its ``.txnindex``, Kafka's ``collectAbortedTransactions``). No
+    segment is read for it; record counts are read per segment when asked."""
     aborted = plog.collect_aborted_transactions(0, plog.log_end_offset)
-    builder = SummaryBuilder()
-    counts: dict[int, int] = {}
-    for seg in segments:
-        if not seg.size:
-            continue
-        h = scan_batch_headers(segment_buffer(seg.log_path, seg.size))
-        counts[seg.base_offset] = int(h.record_count.sum())
-        builder.add(h)
-    summary = builder.finish(now, aborted)
-    summary.segment_records = counts
-    return summary
+    return ProducerSummary(
+        plog.last_records_of_active_producers(now),
+        sorted(aborted, key=lambda t: t.first_offset),
+        SegmentRecordCounts(segments),
+    )
 
 
 def tracker_states(

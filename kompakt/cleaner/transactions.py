@@ -3,8 +3,8 @@
 Aborted transactions come from the log's ``.txnindex`` (the log owns them: Kafka's
 ``collectAbortedTransactions``), written when each ABORT marker was appended, so a
 COMMIT marker a clean removed can never make a committed record look aborted. A
-producer's last records come from one pass over the batch headers (Kafka keeps them in
-its producer-state snapshots).
+producer's last records come from the log's producer state (Kafka's
+``lastRecordsOfActiveProducers``).
 
 :class:`TxnTracker` is one pass of Kafka's ``CleanedTransactionMetadata`` through the
 batches of a clean, carried across every segment group of that clean as Kafka's
@@ -18,33 +18,25 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from kompakt.log.producer_state import LastRecord
 from kompakt.log.txn_index import AbortedTxn
 from kompakt.record.decode import RecordBatch
 from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
-from kompakt.record.scan import BatchHeaders, RecordScan
+from kompakt.record.scan import RecordScan
 
 ABORT = 0
 COMMIT = 1
-PRODUCER_ID_EXPIRATION_MS = 86_400_000  # Kafka's producer.id.expiration.ms default
-
-
-@dataclass(frozen=True)
-class LastRecord:
-    """Kafka's ``LastRecord``: a producer's last data offset (None: only markers)."""
-
-    last_data_offset: int | None
-    producer_epoch: int
 
 
 @dataclass
 class ProducerSummary:
-    """What the cleaner knows of a log's producers: their last records (one pass over
-    the batch headers) and the aborted transactions (the log's ``.txnindex``)."""
+    """What the cleaner knows of a log's producers: their last records (the log's
+    producer state) and the aborted transactions (the log's ``.txnindex``)."""
 
     last_records: dict[int, LastRecord] = field(default_factory=dict)
     aborted: list[AbortedTxn] = field(default_factory=list)
@@ -68,46 +60,6 @@ class ProducerSummary:
 def control_type(batch: RecordBatch) -> int | None:
     rec = batch.control_record()
     return None if rec is None else rec.type
-
-
-class SummaryBuilder:
-    """Feed batch headers in log order; ``finish(now, aborted)`` gives the summary."""
-
-    def __init__(self) -> None:
-        self._last: dict[int, tuple[int | None, int, int]] = {}  # pid -> (data off, epoch, ts)
-        self._open: dict[int, int] = {}  # pid -> first offset of its open transaction
-
-    def add(self, headers: BatchHeaders) -> None:
-        pid = headers.producer_id
-        if not (pid >= 0).any():
-            return
-        attrs = headers.attributes
-        for i in np.nonzero(pid >= 0)[0]:
-            p = int(pid[i])
-            epoch = int(headers.producer_epoch[i])
-            ts = int(headers.max_timestamp[i])
-            if attrs[i] & CONTROL_BIT:
-                prev = self._last.get(p)
-                self._last[p] = (prev[0] if prev else None, epoch, ts)
-                self._open.pop(p, None)
-            else:
-                self._last[p] = (int(headers.last_offset[i]), epoch, ts)
-                if attrs[i] & TRANSACTIONAL_BIT and p not in self._open:
-                    self._open[p] = int(headers.base_offset[i])
-
-    def finish(
-        self,
-        now: int,
-        aborted: Sequence[AbortedTxn] = (),
-        expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
-    ) -> ProducerSummary:
-        """``aborted``: the log's aborted transactions over the summarised range."""
-        last = {
-            p: LastRecord(off, epoch)
-            for p, (off, epoch, ts) in self._last.items()
-            if p in self._open or ts >= now - expiration_ms
-        }
-        return ProducerSummary(last, sorted(aborted, key=lambda t: t.first_offset))
 
 
 def control_type_of(buffer: bytes | memoryview) -> int | None:

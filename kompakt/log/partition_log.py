@@ -32,18 +32,18 @@ from kompakt.log.loader import LogLoader
 from kompakt.log.open_segments import OpenSegments
 from kompakt.log.producer_snapshot import (
     ProducerSnapshotFile,
-    SnapshotEntry,
     delete_snapshots_above,
     delete_snapshots_at,
     delete_snapshots_before,
     load_latest,
 )
+from kompakt.log.producer_state import LastRecord, ProducerStateManager
 from kompakt.log.segment import (
     DELETED_SUFFIX,
     SWAP_SUFFIX,
     LogSegment,
 )
-from kompakt.log.transactions import TransactionTracker, marker_type, replay_segments
+from kompakt.log.transactions import marker_type, replay_segments
 from kompakt.log.txn_index import AbortedTxn, TxnIndexCorruptError
 from kompakt.record.decode import RecordBatch, iter_batches
 
@@ -100,7 +100,7 @@ class PartitionLog:
         self.clock = clock
         self.lock = threading.RLock()
         self.append_listeners: list[Callable[[PartitionLog], None]] = []
-        self._transactions = TransactionTracker()
+        self._producers = ProducerStateManager()
         self._transactions_loaded = False
         self._cleaned_at_open = cleaned_offset
         self._schedule_delete = schedule_delete
@@ -129,11 +129,6 @@ class PartitionLog:
         # producers' state is built from them first, as Kafka keeps producer state when
         # the log start moves (KIP-360) and builds it at load, before any clean
         self.before_batch_removal: Callable[[PartitionLog], None] | None = None
-        # the entries of a producer-state snapshot (kompakt.log.producer_snapshot), set by
-        # whoever keeps the producer state once it has built it (the broker); a snapshot
-        # is then written at each roll, before head segments go and at close (Kafka's
-        # ProducerStateManager.takeSnapshot)
-        self.producer_state: Callable[[PartitionLog], list[SnapshotEntry] | None] | None = None
 
     def io_failed(self, exc: OSError, what: str) -> None:
         """Report an I/O error on this log's files to whoever watches its dir."""
@@ -163,8 +158,8 @@ class PartitionLog:
             self._add(seg)
 
     @property
-    def transactions(self) -> TransactionTracker:
-        """The open transactions, rebuilt on first use (:meth:`_load_transactions`): a
+    def transactions(self) -> ProducerStateManager:
+        """The producer state with its open transactions, rebuilt on first use (:meth:`_load_transactions`): a
         start-up of 10,000 partitions does not walk every log's batch headers before the
         broker listens; the first append, last-stable-offset question (a fetch, the
         cleaner), aborted-transaction lookup or segment removal does it for its log."""
@@ -177,7 +172,38 @@ class PartitionLog:
                         self.io_failed(exc, f"reading {self.name}")
                         raise KafkaStorageError(f"I/O error reading {self.name}: {exc}") from exc
                     self._transactions_loaded = True
-        return self._transactions
+        return self._producers
+
+    @property
+    def producers(self) -> ProducerStateManager:
+        """The producer state with its producers' last batches too (Kafka's
+        ``ProducerStateManager``), built on first use (call under :attr:`lock`): from the
+        latest readable snapshot at or below the log end (a corrupt one is logged,
+        deleted and the next older one tried), then the batches after it (Kafka's
+        ``LogLoader.rebuildProducerState``). From then on every append feeds it and a
+        snapshot of it is written at each roll, before head segments go and at close."""
+        state = self.transactions
+        if not state.entries_loaded:
+            with self.lock:
+                if not state.entries_loaded:
+                    start, entries = 0, []
+                    loaded = load_latest(
+                        self.dir, self.log_end_offset, delete_corrupt=not self.read_only
+                    )
+                    if loaded is not None:
+                        start, entries = loaded
+                    headers = (b.header for b in self.iter_batches(start))
+                    state.load_entries(entries, headers, start, self.clock())
+        return state
+
+    def last_records_of_active_producers(self, now: int | None = None) -> dict[int, LastRecord]:
+        """Producer id -> last data offset and epoch of each producer still active
+        (Kafka's ``UnifiedLog.lastRecordsOfActiveProducers``): what the cleaner must keep
+        so the state outlives a clean (KIP-360). Asked of the producer state, not read
+        from the segments: its cost does not grow with the log."""
+        with self.lock:
+            state = self.producers
+            return state.last_records_of_active_producers(self.clock() if now is None else now)
 
     def _load_transactions(self, cleaned: int = 0) -> None:
         """Rebuild the open transactions from the batch headers (Kafka's ``LogLoader``
@@ -210,7 +236,7 @@ class PartitionLog:
             delete_snapshots_above(self.dir, self.log_end_offset)
             delete_snapshots_before(self.dir, self.log_start_offset)
         self._seed_open_transactions(walked[0].base_offset, cleaned)
-        expected = replay_segments(walked, self._transactions, cleaned)
+        expected = replay_segments(walked, self._producers, cleaned)
         for seg in walked:
             want = expected[seg.base_offset]
             if not want and not seg.txn_index_stale and seg.txn_index_absent:
@@ -249,7 +275,7 @@ class PartitionLog:
         loaded = load_latest(self.dir, self.log_end_offset, delete_corrupt=not self.read_only)
         if loaded is None or loaded[0] < max(walk_from, cleaned):
             return
-        self._transactions.restore(
+        self._producers.restore(
             {
                 e.producer_id: e.current_txn_first_offset
                 for e in loaded[1]
@@ -361,12 +387,15 @@ class PartitionLog:
         )
 
     def _update_transactions(self, seg: LogSegment, buf: bytearray, headers: list) -> None:
-        """Feed the appended transactional batches to the producer state; an ABORT
-        marker's transaction goes to the ``.txnindex`` of the segment it was appended
-        to (Kafka's ``UnifiedLog.append``: ``segment.updateTxnIndex(completedTxn,
-        lastStableOffset)``)."""
+        """Feed the appended batches to the producer state (its producers' batches once
+        built, :attr:`producers`); an ABORT marker's transaction goes to the
+        ``.txnindex`` of the segment it was appended to (Kafka's ``UnifiedLog.append``:
+        ``segment.updateTxnIndex(completedTxn, lastStableOffset)``)."""
         view = memoryview(buf)
+        state = self._producers
         for rel_pos, h in headers:
+            if state.entries_loaded:
+                state.update(h, h.base_offset)
             if not h.is_transactional:
                 continue
             marker = marker_type(view[rel_pos : rel_pos + h.size], h) if h.is_control else None
@@ -417,15 +446,12 @@ class PartitionLog:
 
     def take_producer_snapshot(self, offset: int | None = None) -> None:
         """Write the producer state as the ``<offset>.snapshot`` (default: the log end),
-        if anyone keeps one (:attr:`producer_state`). The batches below ``offset`` must
+        once the state is built (:attr:`producers`). The batches below ``offset`` must
         be flushed first: a snapshot past the end recovered after a crash is deleted."""
-        if self.producer_state is None:
-            return
-        entries = self.producer_state(self)
-        if entries is None:  # the keeper no longer has this log's state
+        if self.read_only or not self._producers.entries_loaded:
             return
         at = self.log_end_offset if offset is None else offset
-        ProducerSnapshotFile(self.dir, at).write(entries)
+        ProducerSnapshotFile(self.dir, at).write(self._producers.snapshot_entries(self.clock()))
 
     def flush(self, now_ms: int | None = None) -> None:
         """fsync every segment with data past the recovery point, which then moves to
@@ -611,7 +637,7 @@ class PartitionLog:
         _ = self.transactions  # rebuilt while the removed batches still exist
         if self.before_batch_removal is not None:
             self.before_batch_removal(self)
-        if self.producer_state is not None:
+        if self._producers.entries_loaded:
             # the state built from the doomed batches survives a restart too (KIP-360)
             self.flush()
             self.take_producer_snapshot()

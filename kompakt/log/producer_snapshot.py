@@ -9,7 +9,7 @@ after a restart is answered as a duplicate rather than appended twice (KIP-360).
 
 The snapshot named ``N`` holds the state built from every batch below offset ``N``.
 The log layer owns the files (naming, writing, the ones to keep); what goes into them is
-the broker's (:mod:`kompakt.broker.producers`).
+its owner's (:mod:`kompakt.log.producer_state`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
-"""Open transactions of one partition: the state behind its last stable offset.
+"""Reading transaction markers and replaying transactional batches from segment files.
 
 Kafka keeps the open ("ongoing") transactions of a partition in its
-``ProducerStateManager`` (``firstUnstableOffset``) and the aborted ones in each segment's
-``TransactionIndex`` (:mod:`kompakt.log.txn_index`). :class:`TransactionTracker` is the
-first part, fed as batches are appended (Kafka's ``ProducerAppendInfo.append``): a
-transactional data batch opens its producer's transaction at its base offset unless one
-is open, a control batch (COMMIT/ABORT marker) closes it, and closing with ABORT gives
-the :class:`~kompakt.log.txn_index.AbortedTxn` the caller writes to the marker's
-segment's ``.txnindex``. At open, :class:`~kompakt.log.partition_log.PartitionLog`
-rebuilds it with one walk over the batch headers; reads never feed it.
+``ProducerStateManager`` (:mod:`kompakt.log.producer_state`, fed at append) and the
+aborted ones in each segment's ``TransactionIndex`` (:mod:`kompakt.log.txn_index`). At
+open, :class:`~kompakt.log.partition_log.PartitionLog` rebuilds the open ones with one
+walk over the batch headers (:func:`replay_segments`, Kafka's ``LogLoader``); the Spark
+source does the same read-only (:func:`replay_files`). Also the one reader of a
+marker's type (:func:`marker_type`).
 """
 
 from __future__ import annotations
@@ -16,15 +14,14 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from kompakt.errors import CorruptRecordError
+from kompakt.log.producer_state import ProducerStateManager
 from kompakt.log.txn_index import AbortedTxn
 from kompakt.record.decode import RecordBatch
 from kompakt.record.header import (
-    CONTROL_ABORT,
     CONTROL_KEY,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -37,54 +34,7 @@ from kompakt.record.varint import read_varint
 if TYPE_CHECKING:
     from kompakt.log.segment import LogSegment
 
-__all__ = ["AbortedTxn", "TransactionTracker", "control_type", "replay_files", "replay_segments"]
-
-
-class TransactionTracker:
-    """Open transactions of one partition (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.ongoing: dict[int, int] = {}
-        """First offset of each producer's open transaction."""
-
-    def on_batch(
-        self, header: Header, marker: int | None = None, complete_below: int = 0
-    ) -> AbortedTxn | None:
-        """Apply one appended batch; ``marker`` is a control batch's type (COMMIT or
-        ABORT, :func:`control_type`). Returns the aborted transaction an ABORT marker
-        closes, with the partition's last stable offset once it is closed (Kafka's
-        ``ProducerStateManager.lastStableOffset(completedTxn)``: the first offset of the
-        earliest other open transaction, else the offset after the marker).
-        A data batch below ``complete_below`` belongs to a transaction known to be
-        complete and opens none (replay after a clean)."""
-        h = header
-        if not h.is_transactional:
-            return None
-        with self._lock:
-            if not h.is_control:
-                if h.last_offset >= complete_below:
-                    self.ongoing.setdefault(h.producer_id, h.base_offset)
-                return None
-            first = self.ongoing.pop(h.producer_id, None)
-            if first is None or marker != CONTROL_ABORT:
-                return None
-            lso = min(self.ongoing.values(), default=h.last_offset + 1)
-            return AbortedTxn(h.producer_id, first, h.last_offset, lso)
-
-    def first_unstable_offset(self) -> int | None:
-        """The first offset of the earliest open transaction (Kafka's
-        ``ProducerStateManager.firstUnstableOffset``), None when none is open."""
-        with self._lock:
-            return min(self.ongoing.values(), default=None)
-
-    def snapshot(self) -> dict[int, int]:
-        with self._lock:
-            return dict(self.ongoing)
-
-    def restore(self, ongoing: dict[int, int]) -> None:
-        with self._lock:
-            self.ongoing = dict(ongoing)
+__all__ = ["AbortedTxn", "control_type", "marker_type", "replay_files", "replay_segments"]
 
 
 def control_type(batch: RecordBatch) -> int | None:
@@ -133,19 +83,19 @@ def _transactional_batches(buf: mmap.mmap, end: int) -> Iterator[tuple[int, int]
 
 
 def replay_segments(
-    segments: Sequence[LogSegment], tracker: TransactionTracker, complete_below: int = 0
+    segments: Sequence[LogSegment], tracker: ProducerStateManager, complete_below: int = 0
 ) -> dict[int, list[AbortedTxn]]:
     """Feed ``tracker`` the transactional batches of ``segments`` in offset order (how
     Kafka's ``LogLoader`` rebuilds the producer state) and return, per segment base
     offset, the aborted transactions its ABORT markers close: what its ``.txnindex``
-    must hold. ``complete_below``: see :meth:`TransactionTracker.on_batch`."""
+    must hold. ``complete_below``: see :meth:`ProducerStateManager.on_batch`."""
     files = [(s.base_offset, s.log_path, s.size) for s in segments]
     return replay_files(files, tracker, complete_below)
 
 
 def replay_files(
     files: Sequence[tuple[int, str | os.PathLike, int | None]],
-    tracker: TransactionTracker,
+    tracker: ProducerStateManager,
     complete_below: int = 0,
 ) -> dict[int, list[AbortedTxn]]:
     """:func:`replay_segments` over ``(base offset, .log path, size or None for the

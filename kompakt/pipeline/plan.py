@@ -17,8 +17,9 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+from kompakt.log.producer_state import ProducerStateManager
 from kompakt.log.segment import TXNINDEX_SUFFIX, segment_file
-from kompakt.log.transactions import TransactionTracker, replay_files
+from kompakt.log.transactions import replay_files
 from kompakt.log.txn_index import AbortedTxn, TxnIndexCorruptError, read_entries
 from kompakt.pipeline import options as opt
 from kompakt.pipeline.layout import (
@@ -55,7 +56,7 @@ def committed_view(
     segment holding it). Segments swapped away meanwhile: the folder is listed again."""
     for _attempt in range(20):
         bases = list_segments(part_dir)
-        tracker = TransactionTracker()
+        tracker = ProducerStateManager()
         try:
             dirty = bases[max(0, bisect.bisect_right(bases, cleaned) - 1) :]
             files = [(b, segment_path(part_dir, b), None) for b in dirty]

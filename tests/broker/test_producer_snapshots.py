@@ -25,9 +25,9 @@ import pytest
 from kompakt.broker.handlers.produce import _append
 from kompakt.broker.producers import OutOfOrderSequenceError, ProducerStateManager
 from kompakt.cleaner.cleaner import Cleaner
-from kompakt.cleaner.transactions import PRODUCER_ID_EXPIRATION_MS
 from kompakt.log.manager import LogManager
 from kompakt.log.producer_snapshot import ProducerSnapshotFile, list_snapshots
+from kompakt.log.producer_state import PRODUCER_ID_EXPIRATION_MS
 from kompakt.record.decode import iter_batches
 from kompakt.record.encode import build_simple_batch
 
