@@ -50,9 +50,6 @@ from kompakt.broker.coordinator.storage import OffsetsStorage, store_group_error
 
 log = logging.getLogger("kompakt.broker.coordinator")
 
-MAX_METADATA = 4096
-"""Kafka's ``offset.metadata.max.bytes`` default: longer commit metadata is refused."""
-
 SNAPSHOT_TIMEOUT_S = 10.0
 """How long a reader on another thread waits for the loop to copy the groups."""
 

@@ -26,9 +26,13 @@ from kio.schema.offset_delete.v0.request import OffsetDeleteRequest
 from kio.schema.offset_fetch.v1.request import OffsetFetchRequest
 from kio.schema.sync_group.v0.request import SyncGroupRequest
 
-from kompakt.broker.coordinator.coordinator import MAX_METADATA, GroupCoordinator
+from kompakt.broker.coordinator.commit import check_commit, topic_name
+from kompakt.broker.coordinator.commit import (  # the authorization guard's refusals
+    commit_error_partition as commit_error_partition,
+)
+from kompakt.broker.coordinator.coordinator import GroupCoordinator
 from kompakt.broker.coordinator.faults import NO_FAULTS, CoordinatorFaults
-from kompakt.broker.coordinator.records import NO_LEADER_EPOCH, NO_OFFSET, OffsetAndMetadata
+from kompakt.broker.coordinator.records import NO_LEADER_EPOCH, NO_OFFSET
 from kompakt.broker.coordinator.scheduler import LoopScheduler
 from kompakt.broker.coordinator.state import UNKNOWN_GENERATION_ID, GroupState
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC, OffsetsStorage
@@ -247,21 +251,6 @@ async def handle_leave_group(ctx: RequestContext, req: Any) -> dict[str, Any]:
 # -- OffsetCommit / OffsetFetch ----------------------------------------------------------
 
 
-def _topic_name(ctx: RequestContext, t: Any) -> str | None:
-    name = getattr(t, "name", None)
-    if name:
-        return name
-    tid = getattr(t, "topic_id", None)
-    if tid is not None and tid != ZERO_UUID:
-        return ctx.state.topic_by_id(tid)
-    return None
-
-
-def commit_error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
-    """An OffsetCommit (and TxnOffsetCommit, OffsetDelete) partition answered ``code``."""
-    return {"partition_index": index, "error_code": code}
-
-
 def offset_fetch_error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
     """An OffsetFetch partition answered ``code``: no committed offset, no metadata."""
     return {
@@ -291,51 +280,24 @@ async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     # handling does.
     retention = ms(getattr(req, "retention_time", DEFAULT_RETENTION_TIME))
     expire = now + retention if retention >= 0 else None
-    to_commit: dict[tuple[str, int], OffsetAndMetadata] = {}
-    topics = []
-    for t in req.topics:
-        name = _topic_name(ctx, t)
-        nparts = ctx.logs.partition_count(name) if name and ctx.logs.has_topic(name) else 0
-        parts = []
-        for p in t.partitions:
-            code = group_error
-            if code == ErrorCode.none:
-                if p.partition_index < 0 or p.partition_index >= nparts:
-                    code = ErrorCode.unknown_topic_or_partition
-                elif p.committed_metadata is not None and len(p.committed_metadata) > MAX_METADATA:
-                    code = ErrorCode.offset_metadata_too_large
-                else:
-                    assert name is not None
-                    to_commit[(name, p.partition_index)] = OffsetAndMetadata(
-                        p.committed_offset,
-                        int(getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH)),
-                        p.committed_metadata or "",
-                        now,
-                        expire,
-                    )
-            parts.append(commit_error_partition(p.partition_index, code))
-        topics.append(
-            {
-                "name": name or getattr(t, "name", ""),
-                "topic_id": getattr(t, "topic_id", None),
-                "partitions": parts,
-            }
-        )
-    if to_commit:
+    check = check_commit(ctx, req.topics, group_error, now, expire)
+    if check.to_commit:
         try:
-            refused = await gc.offsets.commit(req.group_id, to_commit)
-            for t in topics:
-                for p in t["partitions"]:
-                    if (t["name"], p["partition_index"]) in refused:
-                        p["error_code"] = ErrorCode.unknown_topic_or_partition
+            refused = await gc.offsets.commit(req.group_id, check.to_commit)
+            check.refuse(refused, ErrorCode.unknown_topic_or_partition)
         except Exception as exc:  # the offsets topic cannot be written
             code, _msg = error_of(exc)
             if code in (ErrorCode.none, ErrorCode.unknown_server_error):
                 code = ErrorCode.coordinator_not_available
-            for t in topics:
-                for p in t["partitions"]:
-                    if p["error_code"] == ErrorCode.none:
-                        p["error_code"] = code
+            check.fail_rest(code)
+    topics = [
+        {
+            "name": name or getattr(t, "name", ""),
+            "topic_id": getattr(t, "topic_id", None),
+            "partitions": parts,
+        }
+        for t, name, parts in check.topics
+    ]
     return {"throttle_time": 0, "topics": topics}
 
 
@@ -351,7 +313,7 @@ def _fetch_group(
     if topics is not None:
         wanted = []
         for t in topics:
-            name = _topic_name(ctx, t) or getattr(t, "name", "") or ""
+            name = topic_name(ctx, t) or getattr(t, "name", "") or ""
             ids[name] = getattr(t, "topic_id", None)
             wanted.append((name, list(t.partition_indexes)))
     out = []

@@ -42,8 +42,9 @@ from kio.schema.txn_offset_commit.v0.request import TxnOffsetCommitRequest
 
 from kompakt.broker.coordinator import handlers as group_handlers
 from kompakt.broker.coordinator import records as group_rec
+from kompakt.broker.coordinator.commit import check_commit
 from kompakt.broker.coordinator.faults import NO_FAULTS, CoordinatorFaults
-from kompakt.broker.coordinator.records import NO_LEADER_EPOCH, OffsetAndMetadata
+from kompakt.broker.coordinator.records import OffsetAndMetadata
 from kompakt.broker.coordinator.scheduler import LoopScheduler
 from kompakt.broker.coordinator.state import Group
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC, ensure_internal_topic
@@ -583,37 +584,17 @@ async def handle_txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, A
             getattr(req, "group_instance_id", None),
             ctx.api_version,
         )
-    now = gc.now()
-    to_commit: dict[tuple[str, int], OffsetAndMetadata] = {}
-    topics = []
-    for t in req.topics:
-        nparts = ctx.logs.partition_count(t.name) if ctx.logs.has_topic(t.name) else 0
-        parts = []
-        for p in t.partitions:
-            code = group_error
-            if code == ErrorCode.none:
-                if not 0 <= p.partition_index < nparts:
-                    code = ErrorCode.unknown_topic_or_partition
-                else:
-                    to_commit[(t.name, int(p.partition_index))] = OffsetAndMetadata(
-                        int(p.committed_offset),
-                        int(getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH)),
-                        p.committed_metadata or "",
-                        now,
-                        None,
-                    )
-            parts.append({"partition_index": p.partition_index, "error_code": code})
-        topics.append({"name": t.name, "partitions": parts})
-    if to_commit:
+    check = check_commit(ctx, req.topics, group_error, gc.now())
+    if check.to_commit:
         tb = await load_txn_coordinator(ctx.state)
         code = await _wait(
-            tb.store_offsets(req.group_id, int(req.producer_id), int(req.producer_epoch), to_commit)
+            tb.store_offsets(
+                req.group_id, int(req.producer_id), int(req.producer_epoch), check.to_commit
+            )
         )
         if code != ErrorCode.none:
-            for t in topics:
-                for p in t["partitions"]:
-                    if p["error_code"] == ErrorCode.none:
-                        p["error_code"] = ErrorCode.coordinator_not_available
+            check.fail_rest(ErrorCode.coordinator_not_available)
+    topics = [{"name": t.name, "partitions": parts} for t, _name, parts in check.topics]
     return {"throttle_time": 0, "topics": topics}
 
 
