@@ -179,7 +179,10 @@ def messages_page(request: Request) -> Response:
 
 
 def _coordinator(broker: Any) -> Any:
-    return broker.group_coordinator()
+    """A frozen copy of the coordinator's groups, made on the Kafka loop that owns them
+    (this page runs on a worker thread); None before the coordinator starts."""
+    gc = broker.group_coordinator()
+    return gc.snapshot() if gc is not None else None
 
 
 def groups_page(request: Request) -> Response:
