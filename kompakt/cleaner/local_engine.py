@@ -31,6 +31,33 @@ def _never_aborted() -> None:
     return None
 
 
+def rewrite_tracker(producers: ProducerSummary, segments: list[LogSegment]) -> TxnTracker:
+    """The one transaction pass of a rewrite through ``segments`` (Kafka's ``doClean``
+    carries one ``CleanedTransactionMetadata`` through every group)."""
+    if not segments:
+        return TxnTracker(())
+    start, end = segments[0].base_offset, segments[-1].next_offset
+    return TxnTracker(producers.aborted_between(start, end))
+
+
+def key_rows(scan: RecordScan, key: bytes) -> np.ndarray:
+    """Mask of ``scan``'s records whose key is exactly ``key`` (vectorised, with a
+    bounded temporary of candidates x key length)."""
+    n = len(key)
+    lengths = np.diff(scan.key_offsets)
+    mask = (lengths == n) & ~scan.key_null
+    cand = np.flatnonzero(mask)
+    if not len(cand) or n == 0:
+        return mask
+    want = np.frombuffer(key, np.uint8)
+    starts = scan.key_offsets[cand]
+    step = max(1, (8 << 20) // n)
+    for i in range(0, len(cand), step):
+        idx = starts[i : i + step, None] + np.arange(n)
+        mask[cand[i : i + step]] = (scan.key_data[idx] == want).all(axis=1)
+    return mask
+
+
 class LocalEngine:
     """Offset map in this process, bounded by ``log.cleaner.dedupe.buffer.size``."""
 
@@ -60,14 +87,21 @@ class LocalEngine:
             self._io = None
         return EngineRun(dirty, results)
 
-    def build_offset_map(self, ltc: LogToClean, producers: ProducerSummary) -> DirtyRange:
-        """Kafka ``buildOffsetMap``: stop when the map is full (partial clean)."""
+    def build_offset_map(
+        self, ltc: LogToClean, producers: ProducerSummary, only_key: bytes | None = None
+    ) -> DirtyRange:
+        """Kafka ``buildOffsetMap``: stop when the map is full (partial clean).
+
+        ``only_key``: feed only that key's records (the map's range is the same; what a
+        dry run explaining one key needs, :mod:`kompakt.cleaner.explain`)."""
         m = self.map
         start, end = ltc.first_dirty_offset, ltc.first_uncleanable_offset
         segments = cleanable.segments_between(ltc.log.segments_snapshot(), start, end)
         # no pass can put more keys than it has records: size the table to that
         counts = producers.segment_records
-        if all(s.base_offset in counts or not s.size for s in segments):
+        if only_key is not None:
+            m.clear(1)
+        elif all(s.base_offset in counts or not s.size for s in segments):
             m.clear(sum(counts.get(s.base_offset, 0) for s in segments))
         else:  # a segment the summary did not see: no bound known, use the whole buffer
             m.clear()
@@ -84,6 +118,8 @@ class LocalEngine:
                 self._io(len(buf))
             nb = len(scan.batch_position)
             mask = feeds_key_map(scan, buf, txn, start, end)
+            if only_key is not None:
+                mask &= key_rows(scan, only_key)
             h1, h2 = hash_keys(scan.key_offsets, scan.key_data)
             consumed = m.put(h1, h2, scan.offset, mask)
             if consumed < len(scan.offset):
@@ -129,12 +165,7 @@ class LocalEngine:
         results: list[GroupResult] = []
         total = sum(s.size for g in groups for s in g) or 1
         done = 0
-        # one transaction pass through every group, as Kafka's doClean
-        txn = TxnTracker(
-            ctx.producers.aborted_between(groups[0][0].base_offset, groups[-1][-1].next_offset)
-            if groups
-            else ()
-        )
+        txn = rewrite_tracker(ctx.producers, [s for g in groups for s in g])
         try:
             for group in groups:
                 sources = [(s.base_offset, s.log_path, s.size) for s in group]

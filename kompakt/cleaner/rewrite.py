@@ -123,24 +123,30 @@ def rebuild_batch(
     )
 
 
-def clean_segment(
-    data: bytes | memoryview | np.ndarray,
-    lookup: LatestLookup,
-    ctx: RoundContext,
-    txn: TxnTracker,
-    sink: Sink | None,
-    stats: GroupStats,
-    io: IoReport | None = None,
-) -> None:
-    """Clean one source segment's bytes into ``sink`` (None: dry run, count only).
-    ``io`` is told the bytes read (every :data:`IO_REPORT_BYTES`) and written (every
-    flush), as Kafka's ``cleanInto`` reports both to its throttler."""
+@dataclass
+class SegmentPlan:
+    """One source segment's bytes with the survive/discard rule applied to its records
+    (vectorised): what :func:`decide_batch` and :func:`clean_segment` work from."""
+
+    buf: np.ndarray
+    scan: RecordScan
+    headers: list[Header]
+    horizon: np.ndarray  # per batch: its delete horizon (KIP-534), -1 if none
+    latest: np.ndarray  # per record: its key's latest offset in the key map (-1: absent)
+    keep: np.ndarray  # per record: Kafka's shouldRetainRecord
+    row_start: np.ndarray  # per batch: its first record's row (and one past the last)
+    kept_per_batch: np.ndarray
+    tomb_per_batch: np.ndarray
+
+
+def plan_segment(
+    data: bytes | memoryview | np.ndarray, lookup: LatestLookup, ctx: RoundContext
+) -> SegmentPlan:
+    """Scan a segment (CRCs checked) and decide each record by the key map."""
     buf = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
     view = memoryview(buf)
     scan = scan_records(buf, 0, len(buf), verify_crc=True)
     nb = len(scan.batch_position)
-    if nb == 0:
-        return
     headers = [read_header(view, int(p)) for p in scan.batch_position]
     horizon = np.array(
         [h.base_timestamp if h.attributes & DELETE_HORIZON_BIT else -1 for h in headers],
@@ -156,9 +162,95 @@ def clean_segment(
         map_latest_offset=ctx.map_latest_offset,
         now=ctx.now,
     )
-    row_start = np.searchsorted(scan.batch_index, np.arange(nb + 1))
-    kept_per_batch = np.bincount(scan.batch_index[keep], minlength=nb)
-    tomb_per_batch = np.bincount(scan.batch_index[keep & scan.value_null], minlength=nb)
+    return SegmentPlan(
+        buf,
+        scan,
+        headers,
+        horizon,
+        latest,
+        keep,
+        np.searchsorted(scan.batch_index, np.arange(nb + 1)),
+        np.bincount(scan.batch_index[keep], minlength=nb),
+        np.bincount(scan.batch_index[keep & scan.value_null], minlength=nb),
+    )
+
+
+@dataclass(frozen=True)
+class BatchDecision:
+    """What a clean does with one batch (Kafka ``MemoryRecords.filterTo`` per batch)."""
+
+    is_control: bool
+    can_discard: bool  # CleanedTransactionMetadata's verdict (aborted data, idle marker)
+    discard: bool  # every record of the batch goes
+    retention: rule.BatchRetention
+    kept: int  # records kept
+    need_horizon: bool  # the clean stamps now + delete.retention.ms on it
+
+
+def decide_batch(
+    plan: SegmentPlan, b: int, ctx: RoundContext, txn: TxnTracker, sink: Sink | None
+) -> BatchDecision:
+    """Batch ``b`` of ``plan`` through the clean's transaction pass ``txn`` (batches in
+    log order) and Kafka's ``checkBatchRetention``; a kept ABORT marker's entry goes to
+    ``sink``'s ``.txnindex``."""
+    h = plan.headers[b]
+    is_control = bool(h.attributes & CONTROL_BIT)
+    if is_control:
+        pos = int(plan.scan.batch_position[b])
+        view = memoryview(plan.buf)
+        ctype = control_type_of(view[pos : pos + h.size]) if h.record_count else None
+        can_discard = txn.on_control_batch(h.producer_id, h.last_offset, ctype)
+        if txn.retained_aborts:
+            # Kafka's CleanedTransactionMetadata.onControlBatchRead: a kept ABORT
+            # marker's AbortedTxn is appended to the cleaned segment's index
+            for aborted in txn.retained_aborts:
+                if sink is not None:
+                    sink.update_txn_index(aborted)
+            txn.retained_aborts.clear()
+        discard = rule.control_batch_discardable(can_discard, int(plan.horizon[b]), ctx.now)
+    else:
+        can_discard = txn.on_batch(
+            h.producer_id, h.last_offset, bool(h.attributes & TRANSACTIONAL_BIT)
+        )
+        discard = can_discard
+    retention = rule.batch_retention(
+        is_last_of_producer=ctx.producers.is_last_of_producer(
+            h.producer_id, h.last_offset, is_control, h.producer_epoch
+        ),
+        ends_cleaning_round=h.last_offset + 1 == ctx.upper_bound,
+        discard_records=discard,
+    )
+    if discard:
+        kept = 0
+    elif is_control:
+        kept = h.record_count
+    else:
+        kept = int(plan.kept_per_batch[b])
+    need_horizon = kept > 0 and rule.needs_delete_horizon(
+        has_horizon=plan.horizon[b] >= 0,
+        retained_tombstone=not is_control and plan.tomb_per_batch[b] > 0,
+        discardable_marker=is_control and can_discard,
+    )
+    return BatchDecision(is_control, can_discard, discard, retention, kept, need_horizon)
+
+
+def clean_segment(
+    data: bytes | memoryview | np.ndarray,
+    lookup: LatestLookup,
+    ctx: RoundContext,
+    txn: TxnTracker,
+    sink: Sink | None,
+    stats: GroupStats,
+    io: IoReport | None = None,
+) -> None:
+    """Clean one source segment's bytes into ``sink`` (None: dry run, count only).
+    ``io`` is told the bytes read (every :data:`IO_REPORT_BYTES`) and written (every
+    flush), as Kafka's ``cleanInto`` reports both to its throttler."""
+    plan = plan_segment(data, lookup, ctx)
+    if not plan.headers:
+        return
+    scan, keep, latest = plan.scan, plan.keep, plan.latest
+    view = memoryview(plan.buf)
 
     out = bytearray()
     out_headers: list[tuple[int, Header]] = []
@@ -181,7 +273,7 @@ def clean_segment(
         out_headers.clear()
 
     unreported = 0
-    for b, h in enumerate(headers):
+    for b, h in enumerate(plan.headers):
         pos = int(scan.batch_position[b])
         size = h.size
         if io is not None:
@@ -192,65 +284,29 @@ def clean_segment(
         stats.batches_read += 1
         stats.bytes_read += size
         stats.records_read += h.record_count
-        is_control = bool(h.attributes & CONTROL_BIT)
-        if is_control:
-            ctype = control_type_of(view[pos : pos + size]) if h.record_count else None
-            can_discard = txn.on_control_batch(h.producer_id, h.last_offset, ctype)
-            if txn.retained_aborts:
-                # Kafka's CleanedTransactionMetadata.onControlBatchRead: a kept ABORT
-                # marker's AbortedTxn is appended to the cleaned segment's index
-                for aborted in txn.retained_aborts:
-                    if sink is not None:
-                        sink.update_txn_index(aborted)
-                txn.retained_aborts.clear()
-            discard = rule.control_batch_discardable(can_discard, int(horizon[b]), ctx.now)
-        else:
-            can_discard = txn.on_batch(
-                h.producer_id, h.last_offset, bool(h.attributes & TRANSACTIONAL_BIT)
-            )
-            discard = can_discard
-        retention = rule.batch_retention(
-            is_last_of_producer=ctx.producers.is_last_of_producer(
-                h.producer_id, h.last_offset, is_control, h.producer_epoch
-            ),
-            ends_cleaning_round=h.last_offset + 1 == ctx.upper_bound,
-            discard_records=discard,
-        )
-        r0, r1 = int(row_start[b]), int(row_start[b + 1])
-        if not is_control:
-            dropped = ~keep[r0:r1]
-            if discard:
-                dropped = np.ones(r1 - r0, bool)
+        d = decide_batch(plan, b, ctx, txn, sink)
+        r0, r1 = int(plan.row_start[b]), int(plan.row_start[b + 1])
+        if not d.is_control:
+            dropped = np.ones(r1 - r0, bool) if d.discard else ~keep[r0:r1]
             # a tombstone counts as removed when it was its key's latest record (the
             # delete itself is finished), not when a later record superseded it
             expired = dropped & scan.value_null[r0:r1] & (scan.offset[r0:r1] >= latest[r0:r1])
             stats.tombstones_removed += int(expired.sum())
             stats.unkeyed_removed += int((dropped & scan.key_null[r0:r1]).sum())
-        if retention is rule.BatchRetention.DELETE:
+        if d.retention is rule.BatchRetention.DELETE:
             continue
-        if discard:
-            kept = 0
-        elif is_control:
-            kept = h.record_count
-        else:
-            kept = int(kept_per_batch[b])
-        if kept:
-            need_horizon = rule.needs_delete_horizon(
-                has_horizon=horizon[b] >= 0,
-                retained_tombstone=not is_control and tomb_per_batch[b] > 0,
-                discardable_marker=is_control and can_discard,
-            )
-            if kept == h.record_count and not need_horizon:
+        if d.kept:
+            if d.kept == h.record_count and not d.need_horizon:
                 emit(view[pos : pos + size], h)
                 stats.batches_copied += 1
                 continue
             new_horizon = (
                 ctx.now + ctx.delete_retention_ms
-                if need_horizon
-                else (int(horizon[b]) if horizon[b] >= 0 else None)
+                if d.need_horizon
+                else (int(plan.horizon[b]) if plan.horizon[b] >= 0 else None)
             )
             batch = RecordBatch(h, view[pos : pos + size], pos)
-            if is_control:
+            if d.is_control:
                 mask = np.ones(h.record_count, bool)
                 ts = np.zeros(h.record_count, np.int64)
             else:
@@ -258,7 +314,7 @@ def clean_segment(
                 ts = scan.timestamp[r0:r1]
             rebuilt = rebuild_batch(batch, mask, ts, new_horizon)
             emit(rebuilt, read_header(rebuilt))
-        elif retention is rule.BatchRetention.RETAIN_EMPTY:
+        elif d.retention is rule.BatchRetention.RETAIN_EMPTY:
             empty = build_empty_batch(h)
             emit(empty, read_header(empty))
     flush()
