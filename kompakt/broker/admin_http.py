@@ -37,14 +37,17 @@ non-loopback address unless ``kompakt.admin.allow.insecure=true``.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import socket
 import ssl
 import threading
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlparse
+
+from kompakt.broker.listeners import is_loopback, is_tls, parse_listener
+from kompakt.broker.seams import BrokerView
+
+__all__ = ["AdminApi", "AdminServer", "is_loopback", "is_tls", "parse_listener"]
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,7 @@ class AdminApi:
     """What the endpoint serves; the broker wires these to its log manager and cleaner.
 
     ``broker`` is the :class:`~kompakt.broker.app.Broker` (None in a bare test app): the
-    console pages read its logs, cleaner and coordinators. ``writes`` is
+    console pages read its logs, cleaner and coordinators through :class:`BrokerView`. ``writes`` is
     ``kompakt.admin.console.writes``: whether the console offers actions that change
     data (compact now, config edits); the JSON API keeps ``POST /v1/compact``.
     """
@@ -67,7 +70,7 @@ class AdminApi:
         metrics: Callable[[], bytes],
         partitions: Callable[[], list[dict[str, Any]]],
         compact: Callable[[str, int | None, bool, str | None], Any],
-        broker: Any = None,
+        broker: BrokerView | None = None,
         writes: bool = False,
     ):
         self.metrics = metrics
@@ -75,26 +78,6 @@ class AdminApi:
         self.compact = compact
         self.broker = broker
         self.writes = writes
-
-
-def parse_listener(url: str) -> tuple[str, int]:
-    parsed = urlparse(url if "://" in url else f"http://{url}")
-    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.port is None:
-        raise ValueError(f"kompakt.admin.listener must look like http://HOST:PORT, got {url!r}")
-    return parsed.hostname, parsed.port
-
-
-def is_tls(url: str) -> bool:
-    return url.startswith("https://")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def header_timeout_protocol(timeout_s: float) -> type[asyncio.Protocol]:

@@ -18,8 +18,9 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -46,6 +47,7 @@ from kompakt.broker.handlers.txn import (
 from kompakt.broker.metrics import BrokerMetrics
 from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.seams import CleanerView, CoordinatorView, TransactionsView
 from kompakt.broker.security.listeners import admin_security, listener_specs
 from kompakt.broker.server import KafkaServer
 from kompakt.broker.state import AppendNotifier, BrokerState, RequestContext
@@ -53,6 +55,11 @@ from kompakt.errors import KompaktError
 from kompakt.log.config import to_string
 from kompakt.log.manager import LogManager, check_first_log_dir
 from kompakt.log.open_segments import raise_open_files_limit
+
+if TYPE_CHECKING:
+    from kompakt.cleaner.cleaner import Cleaner
+    from kompakt.cleaner.stats import CleanStats
+    from kompakt.cleaner.status import CleaningStatus
 
 log = logging.getLogger("kompakt.broker")
 
@@ -65,7 +72,7 @@ class Broker:
     def __init__(
         self,
         config: BrokerConfig,
-        cleaner_factory: Callable[[], Any] | None = None,
+        cleaner_factory: Callable[[], Cleaner] | None = None,
         registry: ApiRegistry | None = None,
         clock: Callable[[], int] | None = None,
         faults: CoordinatorFaults = NO_FAULTS,
@@ -85,15 +92,15 @@ class Broker:
         self.background: BackgroundTasks | None = None
         self.metrics = BrokerMetrics(
             lambda: self.logs,
-            self._cleaner_if_started,
-            lambda: coordinator_if_started(self.state) if self.state else None,
-            self._cleaning_status,
-            lambda: txn_broker_if_started(self.state) if self.state else None,
+            self.cleaner_if_started,
+            self.group_coordinator,
+            self.cleaning_status,
+            self._transactions,
         )
         self._stopped: asyncio.Event | None = None
         self._stopping = False
         self.stop_error: BaseException | None = None  # why the last stop was unclean
-        self._status: Any = None  # CleaningStatus of self.logs, built on first use
+        self._status: CleaningStatus | None = None  # of self.logs, built on first use
         self._coordinator_load: asyncio.Task | None = None
         self._txn_load: asyncio.Task | None = None
         self._spark_warm: threading.Thread | None = None
@@ -103,7 +110,7 @@ class Broker:
         # the console's bounded per-partition history (size, dirty ratio, cleans)
         self.history = History()
         self.history_recorder = HistoryRecorder(
-            self.history, self._cleaning_status, lambda: self.logs
+            self.history, self.cleaning_status, lambda: self.logs
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -201,7 +208,7 @@ class Broker:
             self.admin.url,
         )
 
-    def _on_log_dir_failure(self, path: Any, reason: str) -> None:
+    def _on_log_dir_failure(self, path: Path, reason: str) -> None:
         """A log dir went offline (any thread). Kafka's ``LogDirFailureHandler``: the
         broker keeps serving the other dirs; when none is left it halts."""
         logs = self.logs
@@ -269,8 +276,8 @@ class Broker:
             await asyncio.wait(loads, timeout=30)
         if self.server is not None:
             await self.server.stop()
-        cleaner = self._cleaner_if_started()
-        if cleaner is not None and hasattr(cleaner, "abort_all"):
+        cleaner = self.cleaner_if_started()
+        if cleaner is not None:
             # first, so an in-flight "compact now" ends (503) while the admin endpoint
             # drains its requests, instead of being cut off by the endpoint's stop
             cleaner.abort_all("broker shutting down")
@@ -296,9 +303,9 @@ class Broker:
             thread.interval_ms = int(cfg.get("log.cleaner.backoff.ms"))
             thread.wake()
         cleaner_keys = {k for k in changed & CLEANER_DYNAMIC_KEYS if k in cfg.values}
-        reconfigure = getattr(self._cleaner_if_started(), "reconfigure", None)
-        if reconfigure is not None and cleaner_keys:
-            reconfigure({k: to_string(cfg.values[k]) for k in cleaner_keys})
+        cleaner = self.cleaner_if_started()
+        if cleaner is not None and cleaner_keys:
+            cleaner.reconfigure({k: to_string(cfg.values[k]) for k in cleaner_keys})
 
     # -- the cleaner (built on first use; Spark warmed at start-up unless lazy) -----------
     def _cleaner_settings(self) -> dict[str, str]:
@@ -323,7 +330,7 @@ class Broker:
             **cfg.spark,
         }
 
-    def _default_cleaner(self) -> Any:
+    def _default_cleaner(self) -> Cleaner:
         from kompakt.engines import build_cleaner
 
         return build_cleaner(self.logs, self._cleaner_settings())
@@ -369,14 +376,15 @@ class Broker:
 
     def _cleaning(self) -> bool:
         """Is a clean under way (the background cleaner's or a "compact now")?"""
-        states = getattr(self._cleaner_if_started(), "states", None)
-        return states is not None and bool(states.in_progress())
+        cleaner = self.cleaner_if_started()
+        return cleaner is not None and bool(cleaner.states.in_progress())
 
-    def _cleaner_if_started(self) -> Any:
+    # -- what the admin side reads (kompakt.broker.seams.BrokerView) ------------------------
+    def cleaner_if_started(self) -> CleanerView | None:
+        """The cleaner once built (a clean or "compact now" builds it), else None."""
         return self.background.cleaner_if_started() if self.background is not None else None
 
-    # -- admin endpoint callables ---------------------------------------------------------
-    def _cleaning_status(self) -> Any:
+    def cleaning_status(self) -> CleaningStatus | None:
         """The one :class:`~kompakt.cleaner.status.CleaningStatus` of this broker's logs,
         behind ``/v1/partitions`` and ``/metrics`` (None before the logs are open)."""
         if self._status is None and self.logs is not None:
@@ -385,14 +393,19 @@ class Broker:
             self._status = CleaningStatus(self.logs, self._last_stats)
         return self._status
 
-    def _last_stats(self) -> Any:
-        cleaner = self._cleaner_if_started()
+    def _last_stats(self) -> Mapping[tuple[str, int], CleanStats]:
+        cleaner = self.cleaner_if_started()
         return cleaner.last_stats if cleaner is not None else {}
+
+    def _transactions(self) -> TransactionsView | None:
+        return txn_broker_if_started(self.state) if self.state is not None else None
 
     def _partitions(self) -> list[dict[str, Any]]:
         """``GET /v1/partitions``: each log's offsets and size, and its cleaning status."""
         assert self.logs is not None
         logs = self.logs
+        cleaning = self.cleaning_status()
+        assert cleaning is not None  # the logs are open
         out = [
             {
                 "topic": plog.topic,
@@ -406,7 +419,7 @@ class Broker:
                 "offline": False,
                 **status.to_json(),
             }
-            for plog, status in self._cleaning_status().partitions()
+            for plog, status in cleaning.partitions()
         ]
         # a failed dir's partitions: only what is known without touching its disk
         out += [
@@ -425,7 +438,7 @@ class Broker:
 
     def _compact(
         self, topic: str, partition: int | None, dry_run: bool, engine: str | None = None
-    ) -> Any:
+    ) -> dict[str, Any]:
         """``POST /v1/compact``: the cleaner's one "compact now" (``Cleaner.compact_now``),
         sharing its in-progress partitions with the background cleaner."""
         assert self.logs is not None
@@ -433,13 +446,12 @@ class Broker:
         if self.background is None or self.cleaner_factory is None:
             raise CleanerUnavailableError("cleaner not available")
         cleaner = self.background.cleaner()
-        compact_now = getattr(cleaner, "compact_now", None)
-        if compact_now is None:
+        if cleaner is None:  # a factory that builds none
             raise CleanerUnavailableError("cleaner not available")
-        return compact_now(topic, partition, dry_run=dry_run, engine=engine).to_json()
+        return cleaner.compact_now(topic, partition, dry_run=dry_run, engine=engine).to_json()
 
     # -- for the console's data pages (kompakt.broker.console.browse) ---------------------
-    def group_coordinator(self) -> Any:
+    def group_coordinator(self) -> CoordinatorView | None:
         """The group coordinator, if a group request or the start-up load made it."""
         return coordinator_if_started(self.state) if self.state is not None else None
 
@@ -473,7 +485,7 @@ class Broker:
 
 def run(
     config: BrokerConfig,
-    cleaner_factory: Callable[[], Any] | None = None,
+    cleaner_factory: Callable[[], Cleaner] | None = None,
     faults: CoordinatorFaults = NO_FAULTS,
 ) -> int:
     """Run a broker until SIGTERM/SIGINT; 0 after a clean stop (130 when SIGINT asked
@@ -517,7 +529,7 @@ def run(
 class BrokerThread:
     """A broker on its own event loop in a daemon thread (tests, notebooks)."""
 
-    def __init__(self, config: BrokerConfig, cleaner_factory: Callable[[], Any] | None = None):
+    def __init__(self, config: BrokerConfig, cleaner_factory: Callable[[], Cleaner] | None = None):
         self.broker = Broker(config, cleaner_factory)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="kompakt-broker", daemon=True)

@@ -13,9 +13,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kompakt.log.manager import LogManager
+
+if TYPE_CHECKING:
+    from kompakt.cleaner.cleaner import Cleaner
 
 log = logging.getLogger(__name__)
 
@@ -83,21 +86,21 @@ class BackgroundTasks:
     def __init__(
         self,
         logs: LogManager,
-        cleaner_factory: Callable[[], Any] | None,
+        cleaner_factory: Callable[[], Cleaner] | None,
         *,
         cleaner_enabled: bool = True,
         cleaner_backoff_ms: int = 15_000,
         retention_check_interval_ms: int = 300_000,
         flush_interval_ms: int | None = None,
         checkpoint_interval_ms: int = 60_000,
-        on_cleaner: Callable[[Any], None] | None = None,
+        on_cleaner: Callable[[Cleaner], None] | None = None,
     ):
         """``on_cleaner`` is called with the cleaner once it is built (the console's
         history subscribes to its cleans)."""
         self.logs = logs
         self._on_cleaner = on_cleaner
         self._cleaner_factory = cleaner_factory
-        self._cleaner: Any = None
+        self._cleaner: Cleaner | None = None  # set once, under _cleaner_lock
         self._cleaner_lock = threading.Lock()
         self.threads: list[PeriodicThread] = []
         if cleaner_enabled and cleaner_factory is not None:
@@ -120,7 +123,7 @@ class BackgroundTasks:
     def has_compacted_topics(self) -> bool:
         return any(plog.config.compact for plog in self.logs.logs())
 
-    def cleaner(self) -> Any:
+    def cleaner(self) -> Cleaner:
         with self._cleaner_lock:
             if self._cleaner is None:
                 if self._cleaner_factory is None:
@@ -131,7 +134,7 @@ class BackgroundTasks:
                 self._cleaner = cleaner
             return self._cleaner
 
-    def cleaner_if_started(self) -> Any:
+    def cleaner_if_started(self) -> Cleaner | None:
         return self._cleaner
 
     def _clean_once(self) -> bool:

@@ -59,6 +59,9 @@ from kompakt.broker.broker_keys import (  # isort: skip
 from kompakt.broker.listeners import (  # isort: skip
     Listener,
     check_distinct,
+    is_loopback,
+    is_tls,
+    parse_listener,
     parse_listeners,
     protocol_map,
 )
@@ -151,8 +154,6 @@ class BrokerConfig:
         self.listeners  # noqa: B018 (validate)
         self.advertised_listener  # noqa: B018
         self.security_protocols  # noqa: B018
-        from kompakt.broker.admin_http import is_loopback, is_tls, parse_listener
-
         url = values["kompakt.admin.listener"]
         try:
             host, _port = parse_listener(url)

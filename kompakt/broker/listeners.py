@@ -1,10 +1,13 @@
 """Kafka's ``listeners`` / ``advertised.listeners`` values (``NAME://HOST:PORT,...``) and
-``listener.security.protocol.map``, parsed and checked as ``KafkaConfig`` does."""
+``listener.security.protocol.map``, parsed and checked as ``KafkaConfig`` does, and the
+admin listener's URL (``kompakt.admin.listener``)."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
+from urllib.parse import urlparse
 
 from kompakt.errors import InvalidConfigError
 
@@ -70,3 +73,24 @@ def protocol_map(text: str) -> dict[str, str]:
             )
         out[name] = proto
     return out
+
+
+def parse_listener(url: str) -> tuple[str, int]:
+    """``kompakt.admin.listener`` (``http[s]://HOST:PORT``) as (host, port)."""
+    parsed = urlparse(url if "://" in url else f"http://{url}")
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.port is None:
+        raise ValueError(f"kompakt.admin.listener must look like http://HOST:PORT, got {url!r}")
+    return parsed.hostname, parsed.port
+
+
+def is_tls(url: str) -> bool:
+    return url.startswith("https://")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

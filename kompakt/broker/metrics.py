@@ -6,8 +6,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from kompakt.broker.seams import CleanerView, CoordinatorView, TransactionsView
+from kompakt.cleaner.stats import CleanStats
+from kompakt.cleaner.status import CleaningStatus
 from kompakt.log.manager import LogManager
 
 
@@ -17,7 +20,7 @@ class _PartitionCollector:
     def __init__(self, logs: Callable[[], LogManager | None]):
         self._logs = logs
 
-    def collect(self) -> Iterable[Any]:
+    def collect(self) -> Iterable[Metric]:
         g = GaugeMetricFamily(
             "kompakt_partition_size_bytes",
             "Bytes on disk of a partition's log segments",
@@ -31,19 +34,18 @@ class _PartitionCollector:
         logs = self._logs()
         if logs is not None:
             for plog in logs.logs():
-                try:
+                with plog.lock:  # one consistent reading beside a roll, a clean's swap or a delete
                     policy = ",".join(plog.config.cleanup_policy)
-                    g.add_metric([plog.topic, str(plog.partition), policy], plog.size_bytes())
-                    h.add_metric([plog.topic, str(plog.partition)], plog.log_end_offset)
-                except Exception:  # a partition deleted during the scrape
-                    continue
+                    size, end = plog.size_bytes(), plog.log_end_offset
+                g.add_metric([plog.topic, str(plog.partition), policy], size)
+                h.add_metric([plog.topic, str(plog.partition)], end)
         yield g
         yield h
         if logs is not None:
             yield from _log_dir_metrics(logs)
 
 
-def _log_dir_metrics(logs: LogManager) -> Iterable[Any]:
+def _log_dir_metrics(logs: LogManager) -> Iterable[Metric]:
     """Kafka's ``LogDirectoryOffline{logDirectory}`` and ``OfflineLogDirectoryCount``."""
     offline = logs.offline_dirs()
     per_dir = GaugeMetricFamily(
@@ -78,11 +80,15 @@ class _CleanerCollector:
     ``..._cleaner_recopy_percent``, ``..._time_since_last_run_ms``,
     ``..._uncleanable_partitions`` (``uncleanable-partitions-count``)."""
 
-    def __init__(self, cleaner: Callable[[], Any], status: Callable[[], Any]):
+    def __init__(
+        self,
+        cleaner: Callable[[], CleanerView | None],
+        status: Callable[[], CleaningStatus | None],
+    ):
         self._cleaner = cleaner
         self._status = status
 
-    def collect(self) -> Iterable[Any]:
+    def collect(self) -> Iterable[Metric]:
         cleaner = self._cleaner()
         status = self._status()
         compactions = CounterMetricFamily(
@@ -130,13 +136,13 @@ class _CleanerCollector:
         yield from self._kafka_gauges(cleaner, max_dirty, last)
 
     @staticmethod
-    def _throttle(cleaner: Any, backlog: int) -> Iterable[Any]:
+    def _throttle(cleaner: CleanerView | None, backlog: int) -> Iterable[Metric]:
         g = GaugeMetricFamily(
             "kompakt_log_cleaner_backlog_bytes",
             "Dirty-bytes backlog: cleanable bytes of all compacted partitions",
         )
         g.add_metric([], backlog)
-        throttle = getattr(cleaner, "throttle", None)
+        throttle = cleaner.throttle if cleaner is not None else None
         slept = CounterMetricFamily(
             "kompakt_log_cleaner_throttle_seconds",
             "Seconds the cleaner slept to keep to log.cleaner.io.max.bytes.per.second",
@@ -158,7 +164,9 @@ class _CleanerCollector:
             yield rate
 
     @staticmethod
-    def _kafka_gauges(cleaner: Any, max_dirty: float, last: Any) -> Iterable[Any]:
+    def _kafka_gauges(
+        cleaner: CleanerView | None, max_dirty: float, last: CleanStats | None
+    ) -> Iterable[Metric]:
         """Kafka's ``kafka.log:type=LogCleaner`` / ``LogCleanerManager`` gauges."""
         dirty = GaugeMetricFamily(
             "kompakt_log_cleaner_max_dirty_percent",
@@ -180,7 +188,7 @@ class _CleanerCollector:
             read = last.bytes_read or 0
             recopy.add_metric([], round(100 * last.bytes_written / read) if read else 0)
             yield from (clean_time, recopy)
-        if cleaner is not None and getattr(cleaner, "last_run_ms", None) is not None:
+        if cleaner is not None and cleaner.last_run_ms is not None:
             since = GaugeMetricFamily(
                 "kompakt_log_cleaner_time_since_last_run_ms",
                 "Kafka time-since-last-run-ms: since the cleaner last looked for work",
@@ -192,10 +200,10 @@ class _CleanerCollector:
 class _GroupCollector:
     """Consumer groups by state and offsets expired by retention (KIP-211)."""
 
-    def __init__(self, coordinator: Callable[[], Any]):
+    def __init__(self, coordinator: Callable[[], CoordinatorView | None]):
         self.coordinator = coordinator
 
-    def collect(self) -> Iterable[Any]:
+    def collect(self) -> Iterable[Metric]:
         gc = self.coordinator()
         groups = GaugeMetricFamily(
             "kompakt_consumer_groups", "Consumer groups by state", labels=["state"]
@@ -204,12 +212,13 @@ class _GroupCollector:
             "kompakt_group_offsets_expired", "Committed offsets removed by offsets.retention"
         )
         if gc is not None:
+            snapshot = gc.snapshot()  # the loop owns the groups: a frozen copy from it
             states: dict[str, int] = {}
-            for g in list(gc.groups.values()):
+            for g in snapshot.groups.values():
                 states[g.state] = states.get(g.state, 0) + 1
             for state, n in sorted(states.items()):
                 groups.add_metric([state], n)
-            expired.add_metric([], gc.offsets_expired)
+            expired.add_metric([], snapshot.offsets_expired)
         else:
             expired.add_metric([], 0)
         yield from (groups, expired)
@@ -221,11 +230,15 @@ class _GroupLagCollector:
     --describe`` reports LAG (and as the console's groups page shows it); one sample per
     committed offset of every live group."""
 
-    def __init__(self, logs: Callable[[], LogManager | None], coordinator: Callable[[], Any]):
+    def __init__(
+        self,
+        logs: Callable[[], LogManager | None],
+        coordinator: Callable[[], CoordinatorView | None],
+    ):
         self._logs = logs
         self.coordinator = coordinator
 
-    def collect(self) -> Iterable[Any]:
+    def collect(self) -> Iterable[Metric]:
         from kompakt.broker.console.browse import lag_samples
 
         lag = GaugeMetricFamily(
@@ -233,7 +246,9 @@ class _GroupLagCollector:
             "Log end offset minus the committed offset of a consumer group's partition",
             labels=["group", "topic", "partition"],
         )
-        for group, topic, partition, n in lag_samples(self._logs(), self.coordinator()):
+        gc = self.coordinator()
+        snapshot = gc.snapshot() if gc is not None else None
+        for group, topic, partition, n in lag_samples(self._logs(), snapshot):
             lag.add_metric([group, topic, str(partition)], n)
         yield lag
 
@@ -249,10 +264,10 @@ class _TransactionCollector:
     PrepareAbort) and ``kompakt_transaction_coordinator_oldest_open_transaction_age_seconds``
     (0 when none is open)."""
 
-    def __init__(self, transactions: Callable[[], Any]):
+    def __init__(self, transactions: Callable[[], TransactionsView | None]):
         self.transactions = transactions
 
-    def collect(self) -> Iterable[Any]:
+    def collect(self) -> Iterable[Metric]:
         tb = self.transactions()
         count, age_ms = tb.coordinator.open_transactions() if tb is not None else (0, 0)
         opened = GaugeMetricFamily(
@@ -272,10 +287,10 @@ class BrokerMetrics:
     def __init__(
         self,
         logs: Callable[[], LogManager | None],
-        cleaner: Callable[[], Any] = lambda: None,
-        coordinator: Callable[[], Any] = lambda: None,
-        cleaning_status: Callable[[], Any] = lambda: None,
-        transactions: Callable[[], Any] = lambda: None,
+        cleaner: Callable[[], CleanerView | None] = lambda: None,
+        coordinator: Callable[[], CoordinatorView | None] = lambda: None,
+        cleaning_status: Callable[[], CleaningStatus | None] = lambda: None,
+        transactions: Callable[[], TransactionsView | None] = lambda: None,
     ):
         self.registry = CollectorRegistry()
         self.requests = Counter(

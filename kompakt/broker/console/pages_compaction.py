@@ -37,7 +37,7 @@ def cleaner_state(broker: Any, statuses: list[tuple[Any, Any]]) -> dict[str, Any
     """The cleaner's state: enabled, running cleans with progress, the queue of due
     partitions in the order a background pass picks them (highest dirty ratio first,
     Kafka's ``grabFilthiestCompactedLog``), and the backoff."""
-    cleaner = broker._cleaner_if_started()
+    cleaner = broker.cleaner_if_started()
     thread = getattr(broker.background, "cleaner_thread", None)
     running = []
     if cleaner is not None:
@@ -124,7 +124,7 @@ def topic_rows(statuses: list[tuple[Any, Any]]) -> list[dict[str, Any]]:
 def all_statuses(broker: Any, tombstones: bool = True) -> list[tuple[Any, Any]]:
     """(log, status) of every partition (``tombstones``: count records and tombstones,
     cached per sealed segment)."""
-    return list(broker._cleaning_status().partitions(tombstones=tombstones))
+    return list(broker.cleaning_status().partitions(tombstones=tombstones))
 
 
 def visible_state(request: Request, tombstones: bool = True) -> tuple[list, dict[str, Any]]:
@@ -248,7 +248,7 @@ def partition_page(request: Request) -> Response:
         plog = broker.logs.get_log(topic, partition)
     except KompaktError as exc:
         return common.error_page(request, HTTPStatus.NOT_FOUND, str(exc))
-    status = broker._cleaning_status()
+    status = broker.cleaning_status()
     st = status.of_log(plog)
     _statuses, cleaner = visible_state(request, tombstones=False)
     tp = (topic, partition)
