@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kompakt.cleaner.segment_io import segment_buffer
 from kompakt.log.manager import LogManager
 from kompakt.record.decode import iter_batches
 from kompakt.record.encode import build_simple_batch
@@ -62,8 +63,8 @@ def main() -> None:
         seg_paths = [s.log_path for s in plog.segments]
         t0 = time.perf_counter()
         scanned = 0
-        for p in seg_paths:
-            scanned += len(scan_records(p.read_bytes()))
+        for p in seg_paths:  # memory-mapped, as the cleaner reads a segment
+            scanned += len(scan_records(segment_buffer(p)))
         t_scan = time.perf_counter() - t0
         m.close()
 
