@@ -26,6 +26,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=500, help="records per batch")
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds; each figure is the best")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="kompakt-bench-"))
@@ -42,40 +43,26 @@ def main() -> None:
             for i in range(0, args.records, args.batch)
         ]
         total = sum(map(len, batches))
-        scan_records(batches[0])  # compile the numba kernel outside the timings
+        # load the compiled kernels (validation, scan) outside the timings
+        warm = LogManager(tmp / "warm")
+        warm.create_topic("warm", 1)
+        warm.get_log("warm", 0).append(batches[0])
+        scan_records(segment_buffer(warm.get_log("warm", 0).segments[0].log_path))
+        warm.close()
 
-        m = LogManager(tmp / "data")
-        m.create_topic("bench", 1, {"segment.bytes": str(256 * 1024 * 1024)})
-        plog = m.get_log("bench", 0)
-        t0 = time.perf_counter()
-        for b in batches:
-            plog.append(b)
-        t_append = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        offset, read_bytes = 0, 0
-        while offset < plog.log_end_offset:
-            data = plog.read(offset, 1 << 20)
-            read_bytes += len(data)
-            offset = _next_offset(data)
-        t_read = time.perf_counter() - t0
-
-        seg_paths = [s.log_path for s in plog.segments]
-        t0 = time.perf_counter()
-        scanned = 0
-        for p in seg_paths:  # memory-mapped, as the cleaner reads a segment
-            scanned += len(scan_records(segment_buffer(p)))
-        t_scan = time.perf_counter() - t0
-        m.close()
-
-        src = seg_paths[0]
-        t0 = time.perf_counter()
-        subprocess.run(["cp", str(src), str(tmp / "copy.log")], check=True)
-        t_cp = time.perf_counter() - t0
-        cp_mbs = src.stat().st_size / t_cp / 1e6
+        best: dict[str, float] = {}
+        for rep in range(args.repeat):  # the fastest of each: one figure a noisy machine moves less
+            for name, secs in _one_round(tmp / f"r{rep}", batches).items():
+                best[name] = min(best.get(name, secs), secs)
+        t_append, t_read, t_scan, t_cp = (best[k] for k in ("append", "read", "scan", "cp"))
+        read_bytes, scanned = total, args.records
+        cp_mbs = total / t_cp / 1e6
 
         mb = total / 1e6
-        print(f"data: {args.records:,} records, {mb:.1f} MB, {args.batch} records/batch")
+        print(
+            f"data: {args.records:,} records, {mb:.1f} MB, {args.batch} records/batch, "
+            f"best of {args.repeat} rounds"
+        )
         print(f"cp of the same bytes:  {cp_mbs:8.1f} MB/s  (page cache, no fsync; nor for append)")
         rows = [
             ("append", mb / t_append, args.records / t_append),
@@ -86,6 +73,39 @@ def main() -> None:
             print(f"{name:22s} {mbs:8.1f} MB/s  {rps:12,.0f} records/s  {mbs / cp_mbs:5.2f}x cp")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _one_round(where: Path, batches: list[bytes]) -> dict[str, float]:
+    """Seconds to append ``batches`` to a new log (validation on), read it back, scan
+    its segments and cp its bytes."""
+    m = LogManager(where / "data")
+    m.create_topic("bench", 1, {"segment.bytes": str(256 * 1024 * 1024)})
+    plog = m.get_log("bench", 0)
+    t0 = time.perf_counter()
+    for b in batches:
+        plog.append(b)
+    t_append = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    offset = 0
+    while offset < plog.log_end_offset:
+        offset = _next_offset(plog.read(offset, 1 << 20))
+    t_read = time.perf_counter() - t0
+
+    seg_paths = [s.log_path for s in plog.segments]
+    t0 = time.perf_counter()
+    for p in seg_paths:  # memory-mapped, as the cleaner reads a segment
+        scan_records(segment_buffer(p))
+    t_scan = time.perf_counter() - t0
+    m.close()
+
+    t0 = time.perf_counter()
+    subprocess.run(["cp", str(seg_paths[0]), str(where / "copy.log")], check=True)
+    # cp's seconds for all the bytes appended, at the pace it copied the first segment
+    t_cp = (time.perf_counter() - t0) * sum(p.stat().st_size for p in seg_paths)
+    t_cp /= seg_paths[0].stat().st_size
+    shutil.rmtree(where, ignore_errors=True)
+    return {"append": t_append, "read": t_read, "scan": t_scan, "cp": t_cp}
 
 
 def _next_offset(data: bytes) -> int:
