@@ -20,7 +20,9 @@ from kompakt.broker.config import BrokerConfig
 from kompakt.broker.console.history import History
 from kompakt.broker.coordinator.snapshot import CoordinatorSnapshot
 from kompakt.broker.state import BrokerState
+from kompakt.cleaner.engine import Engine
 from kompakt.cleaner.report import CompactReport
+from kompakt.cleaner.stats import CleanStats, RunningClean
 from kompakt.cleaner.status import CleaningStatus
 from kompakt.log.manager import LogManager
 
@@ -51,7 +53,10 @@ class CleanerView(Protocol):
     compactions_total: int
     cleaned_bytes_total: int
     last_run_ms: int | None
-    last_stats: Mapping[Any, Any]
+    last_stats: Mapping[tuple[str, int], CleanStats]
+    running: Mapping[tuple[str, int], RunningClean]  # read as a copy (list(...))
+    listeners: list[Callable[[CleanStats], None]]  # told of each finished clean
+    engine: Engine
     throttle: ThrottleView
     clock: Callable[[], int]
 

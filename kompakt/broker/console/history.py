@@ -16,7 +16,10 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kompakt.cleaner.cleaner import Cleaner
 
 MAX_SAMPLES = 256
 MAX_CLEANS = 64
@@ -84,11 +87,10 @@ class HistoryRecorder:
         self.logs = logs  # () -> LogManager | None
         self._subscribed: set[int] = set()
 
-    def subscribe(self, cleaner: Any) -> None:
-        listeners = getattr(cleaner, "listeners", None)
-        if listeners is not None and id(cleaner) not in self._subscribed:
+    def subscribe(self, cleaner: Cleaner) -> None:
+        if id(cleaner) not in self._subscribed:
             self._subscribed.add(id(cleaner))
-            listeners.append(self.on_clean)
+            cleaner.listeners.append(self.on_clean)
 
     def sample_all(self) -> bool:
         status, logs = self.status(), self.logs()

@@ -27,21 +27,22 @@ from kompakt.broker.console import charts, common
 from kompakt.broker.console.actions import parse_json_body, run_compact
 from kompakt.broker.console.tombstones import horizons_of
 from kompakt.broker.http_gate import gate_of
+from kompakt.broker.seams import BrokerView
 from kompakt.errors import KompaktError
 
 log = logging.getLogger(__name__)
 
 
 # -- what the pages show --------------------------------------------------------------------
-def cleaner_state(broker: Any, statuses: list[tuple[Any, Any]]) -> dict[str, Any]:
+def cleaner_state(broker: BrokerView, statuses: list[tuple[Any, Any]]) -> dict[str, Any]:
     """The cleaner's state: enabled, running cleans with progress, the queue of due
     partitions in the order a background pass picks them (highest dirty ratio first,
     Kafka's ``grabFilthiestCompactedLog``), and the backoff."""
     cleaner = broker.cleaner_if_started()
-    thread = getattr(broker.background, "cleaner_thread", None)
+    thread = broker.background.cleaner_thread if broker.background is not None else None
     running = []
     if cleaner is not None:
-        running = [r.to_json() for r in list(getattr(cleaner, "running", {}).values())]
+        running = [r.to_json() for r in list(cleaner.running.values())]
     busy = {(r["topic"], r["partition"]) for r in running}
     due = [
         st
@@ -61,20 +62,21 @@ def cleaner_state(broker: Any, statuses: list[tuple[Any, Any]]) -> dict[str, Any
         }
         for st in due
     ]
-    next_run = getattr(thread, "next_run_s", None)
+    next_run = thread.next_run_s if thread is not None else None
     return {
         "enabled": thread is not None,
         "started": cleaner is not None,
-        "engine": getattr(getattr(cleaner, "engine", None), "name", None)
-        or str(broker.config.get("kompakt.cleaner.engine")),
+        "engine": cleaner.engine.name
+        if cleaner is not None
+        else str(broker.config.get("kompakt.cleaner.engine")),
         "running": running,
         "queue": queue,
         "backoff_ms": int(broker.config.get("log.cleaner.backoff.ms")),
         "backing_off": bool(thread is not None and not thread.running and next_run),
         "next_pass_in_ms": max(0, int((next_run - time.time()) * 1000)) if next_run else None,
-        "last_pass_ms": getattr(cleaner, "last_run_ms", None),
-        "compactions_total": getattr(cleaner, "compactions_total", 0),
-        "cleaned_bytes_total": getattr(cleaner, "cleaned_bytes_total", 0),
+        "last_pass_ms": cleaner.last_run_ms if cleaner is not None else None,
+        "compactions_total": cleaner.compactions_total if cleaner is not None else 0,
+        "cleaned_bytes_total": cleaner.cleaned_bytes_total if cleaner is not None else 0,
     }
 
 
