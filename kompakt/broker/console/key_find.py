@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kompakt.broker.console import browse
+from kompakt.broker.console import browse, keys
 from kompakt.record.partitioner import partition_for_key
 
 
@@ -25,11 +25,11 @@ def find_key(
     *,
     map_entries: int | None = None,
     max_scan_bytes: int = browse.KEY_SCAN_BYTES,
-) -> browse.KeyReport:
-    """:func:`browse.inspect_key` in the partition asked for, else where the key is."""
+) -> keys.KeyReport:
+    """:func:`keys.inspect_key` in the partition asked for, else where the key is."""
     if partition not in (None, ""):
         plog = browse.partition_log(logs, topic, partition)
-        rep = browse.inspect_key(
+        rep = keys.inspect_key(
             logs, plog, key, now, max_scan_bytes=max_scan_bytes, map_entries=map_entries
         )
         rep.where = f"Partition {plog.partition}, as asked."
@@ -39,11 +39,11 @@ def find_key(
     count = logs.partition_count(topic)
     home = partition_for_key(key, count)
     budget = max_scan_bytes
-    first: browse.KeyReport | None = None
+    first: keys.KeyReport | None = None
     whole = True
     for p in [home, *(q for q in range(count) if q != home)]:
         plog = browse.partition_log(logs, topic, str(p))
-        rep = browse.inspect_key(
+        rep = keys.inspect_key(
             logs, plog, key, now, max_scan_bytes=max(budget, 0), map_entries=map_entries
         )
         budget -= rep.bytes_scanned

@@ -2,9 +2,10 @@
 topic configs (``/keys``, ``/messages``, ``/groups``, ``/groups/{group}``,
 ``/configs``, ``/configs/{topic}``).
 
-Each page is a thin view over :mod:`kompakt.broker.console.browse` (plain functions, no
-web), rendered on the ASGI threadpool so a page never runs on an event loop. Input a
-page cannot use (a key that is not hex, an offset "abc", an unknown topic, a bad config
+Each page is a thin view over its data module (:mod:`~kompakt.broker.console.keys`,
+:mod:`~kompakt.broker.console.messages`, :mod:`~kompakt.broker.console.groups`,
+:mod:`~kompakt.broker.console.topic_configs`: plain functions, no web), rendered on the
+ASGI threadpool so a page never runs on an event loop. Input a page cannot use (a key that is not hex, an offset "abc", an unknown topic, a bad config
 value) is a message on the page with status 400, never a traceback.
 
 Every list (topics to pick, groups, a group's offsets) shows only what the request's
@@ -28,7 +29,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from kompakt.broker.console import browse, common, key_find
+from kompakt.broker.console import browse, common, key_find, keys, messages, topic_configs
+from kompakt.broker.console import groups as group_views
 from kompakt.broker.http_gate import form_token_ok, gate_of
 from kompakt.errors import KompaktError
 
@@ -96,8 +98,8 @@ def keys_page(request: Request) -> Response:
             return _page(request, "keys.html", **ctx)
         browse.partition_log(broker.logs, topic, partition or "0")  # input checks first
         key = browse.parse_key(key_text, encoding)
-        keys = ("kompakt.cleaner.engine", "log.cleaner.dedupe.buffer.size")
-        settings = {k: str(broker.config.get(k)) for k in keys}
+        names = ("kompakt.cleaner.engine", "log.cleaner.dedupe.buffer.size")
+        settings = {k: str(broker.config.get(k)) for k in names}
         settings["log.cleaner.io.buffer.load.factor"] = str(
             broker.config.get("log.cleaner.io.buffer.load.factor")
         )
@@ -107,7 +109,7 @@ def keys_page(request: Request) -> Response:
             partition,
             key,
             _now(broker),
-            map_entries=browse.key_map_entries(settings),
+            map_entries=keys.key_map_entries(settings),
         )
     except browse.BrowseInputError as exc:
         return _page(request, "keys.html", 400, error=str(exc), **ctx)
@@ -152,7 +154,7 @@ def messages_page(request: Request) -> Response:
             return _page(request, "messages.html", **ctx)
         plog = browse.partition_log(broker.logs, ctx["topic"], ctx["partition"])
         key = browse.parse_key(ctx["key"], ctx["encoding"]) if ctx["key"] else None
-        page = browse.browse_messages(
+        page = messages.browse_messages(
             plog,
             offset=ctx["offset"],
             timestamp=ctx["timestamp"],
@@ -192,7 +194,7 @@ def groups_page(request: Request) -> Response:
         return _page(request, "groups.html", 503, error=str(exc), groups=[], group=None)
     gate = gate_of(request)
     groups = gate.visible(
-        browse.describe_groups(broker.logs, _coordinator(broker)), lambda g: g.group_id
+        group_views.describe_groups(broker.logs, _coordinator(broker)), lambda g: g.group_id
     )
     for g in groups:  # committed offsets: OffsetFetch's DESCRIBE on each topic
         g.partitions = gate.visible(g.partitions, lambda p: p.topic, beside=True)
@@ -203,7 +205,7 @@ def group_page(request: Request) -> Response:
     gid = request.path_params["group"]
     try:
         broker = _broker(request)
-        group = browse.describe_group(broker.logs, _coordinator(broker), gid)
+        group = group_views.describe_group(broker.logs, _coordinator(broker), gid)
         if group is None:
             raise browse.BrowseInputError(f"consumer group {gid[:200]!r} does not exist")
         group.partitions = gate_of(request).visible(
@@ -236,7 +238,7 @@ def _configs_context(request: Request, broker: Any, topic: str) -> dict[str, Any
         "title": f"kompakt · configs of {topic}",
         "topic": topic,
         "topics": _topics(request, broker),
-        "rows": browse.topic_configs(broker.logs, topic),
+        "rows": topic_configs.topic_configs(broker.logs, topic),
         "field_error": None,
         "field": None,
         "value": "",
@@ -283,10 +285,10 @@ async def configs_edit(request: Request) -> Response:
     delete = form.get("action") == "delete"
     try:
         broker = _broker(request)
-        await run_in_threadpool(browse.topic_configs, broker.logs, topic)  # unknown topic
+        await run_in_threadpool(topic_configs.topic_configs, broker.logs, topic)  # unknown topic
     except browse.BrowseInputError as exc:
         return common.error_page(request, 404, str(exc))
-    error = await browse.alter_topic_config_async(
+    error = await topic_configs.alter_topic_config_async(
         broker,
         topic,
         name,

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kompakt.broker.app import start_test_broker
-from kompakt.broker.console import browse
+from kompakt.broker.console import browse, groups, keys, messages, topic_configs
 from tests.shared_kit import wait_for
 
 COMPACTED = {
@@ -77,7 +77,7 @@ def test_key_inspector_verdicts_match_what_the_clean_then_removes(broker):
     values = [json.dumps({"v": i}).encode() for i in range(3)]
     produce(broker, "insp", [(b"user-1", v) for v in values] + fillers(20))
     plog = broker.logs.get_log("insp", 0)
-    rep = browse.inspect_key(broker.logs, plog, b"user-1", now_ms())
+    rep = keys.inspect_key(broker.logs, plog, b"user-1", now_ms())
     assert [r.offset for r in rep.records] == [0, 1, 2]
     assert [r.removed for r in rep.records] == [True, True, False]
     assert rep.records[0].why == "removed: superseded by offset 2"
@@ -94,7 +94,7 @@ def test_tombstone_kept_until_its_delete_horizon_passes_then_removed(broker):
     create(broker, "tomb", config=COMPACTED)
     produce(broker, "tomb", [(b"gone", b"alive"), (b"gone", None)] + fillers(20))
     plog = broker.logs.get_log("tomb", 0)
-    rep = browse.inspect_key(broker.logs, plog, b"gone", now_ms())
+    rep = keys.inspect_key(broker.logs, plog, b"gone", now_ms())
     first, tomb = rep.records
     assert first.removed and "superseded by offset 1" in first.why
     assert tomb.tombstone and not tomb.removed
@@ -105,7 +105,7 @@ def test_tombstone_kept_until_its_delete_horizon_passes_then_removed(broker):
     # new dirty data so that a second clean has something to do
     produce(broker, "tomb", fillers(20, "g"))
     later = now_ms()
-    rep2 = browse.inspect_key(broker.logs, plog, b"gone", later)
+    rep2 = keys.inspect_key(broker.logs, plog, b"gone", later)
     (tomb2,) = rep2.records
     assert tomb2.delete_horizon_ms is not None and tomb2.delete_horizon_ms <= later
     assert "(passed)" in tomb2.horizon_note
@@ -127,7 +127,7 @@ def test_aborted_transaction_records_of_a_key_are_removed_by_the_next_clean(brok
     tp.abort_transaction(30)
     produce(broker, "txn", fillers(20))
     plog = broker.logs.get_log("txn", 0)
-    rep = browse.inspect_key(broker.logs, plog, b"acct", now_ms())
+    rep = keys.inspect_key(broker.logs, plog, b"acct", now_ms())
     verdicts = {r.value: (r.removed, r.why) for r in rep.records}
     assert verdicts[b"aborted"] == (True, "removed: part of an aborted transaction")
     assert verdicts[b"committed"] == (False, "kept: the latest record of its key")
@@ -145,11 +145,11 @@ def test_a_dirty_range_larger_than_the_local_key_map_is_said_to_clean_partially(
         "log.cleaner.dedupe.buffer.size": str(24 * 10),
         "log.cleaner.io.buffer.load.factor": "0.9",
     }
-    assert browse.key_map_entries(settings) == 9
-    assert browse.key_map_entries({"kompakt.cleaner.engine": "spark"}) is None
-    rep = browse.inspect_key(broker.logs, plog, b"p1", now_ms(), map_entries=9)
+    assert keys.key_map_entries(settings) == 9
+    assert keys.key_map_entries({"kompakt.cleaner.engine": "spark"}) is None
+    rep = keys.inspect_key(broker.logs, plog, b"p1", now_ms(), map_entries=9)
     assert any("the next clean is partial" in n for n in rep.notes)
-    rep = browse.inspect_key(broker.logs, plog, b"p1", now_ms(), map_entries=None)
+    rep = keys.inspect_key(broker.logs, plog, b"p1", now_ms(), map_entries=None)
     assert not any("partial" in n for n in rep.notes)
 
 
@@ -158,12 +158,12 @@ def test_key_in_active_segment_is_kept_and_non_compacted_topic_says_so(broker):
     create(broker, "act", config=COMPACTED)
     produce(broker, "act", [(b"a", b"1"), (b"a", b"2")])
     plog = broker.logs.get_log("act", 0)
-    rep = browse.inspect_key(broker.logs, plog, b"a", now_ms())
+    rep = keys.inspect_key(broker.logs, plog, b"a", now_ms())
     assert [r.removed for r in rep.records] == [False, False]
     assert any("nothing is cleanable" in n for n in rep.notes)
     create(broker, "plain")
     produce(broker, "plain", [(b"a", b"1")])
-    rep = browse.inspect_key(broker.logs, broker.logs.get_log("plain", 0), b"a", now_ms())
+    rep = keys.inspect_key(broker.logs, broker.logs.get_log("plain", 0), b"a", now_ms())
     assert not rep.compacted and "never compacts" in rep.notes[0]
     assert rep.records[0].why == "kept: no clean is due to rewrite it"
 
@@ -183,21 +183,21 @@ def test_message_browser_pages_by_offset_timestamp_and_key(broker):
         )
         p.flush(30)
     plog = broker.logs.get_log("msgs", 0)
-    page = browse.browse_messages(plog, offset="5", limit="10")
+    page = messages.browse_messages(plog, offset="5", limit="10")
     assert [m.offset for m in page.messages] == list(range(5, 15))
     assert page.next_offset == 15
     assert page.messages[0].headers == (("trace", b"t5"),)
     assert json.loads(page.messages[0].value_as("json")) == {"n": 5}
     assert page.messages[0].value_as("hex").startswith("7b 22 6e 22")
-    page = browse.browse_messages(plog, timestamp=str(base + 20_500))
+    page = messages.browse_messages(plog, timestamp=str(base + 20_500))
     assert page.messages[0].offset == 21
-    page = browse.browse_messages(plog, timestamp="2023-11-14T22:13:20Z")  # == base
+    page = messages.browse_messages(plog, timestamp="2023-11-14T22:13:20Z")  # == base
     assert page.messages[0].offset == 0
-    page = browse.browse_messages(plog, key=b"k1")
+    page = messages.browse_messages(plog, key=b"k1")
     assert [m.offset for m in page.messages] == list(range(1, 30, 3))
     assert page.next_offset is None
     # a scan budget smaller than the log: stops, says where to go on
-    page = browse.browse_messages(plog, key=b"nope", max_scan_bytes=200)
+    page = messages.browse_messages(plog, key=b"nope", max_scan_bytes=200)
     assert not page.messages and page.next_offset is not None and page.notes
 
 
@@ -216,14 +216,14 @@ def test_hostile_browser_input_is_a_message(broker, offset, timestamp, limit, me
         create(broker, "hostile")
     plog = broker.logs.get_log("hostile", 0)
     with pytest.raises(browse.BrowseInputError, match=message):
-        browse.browse_messages(plog, offset=offset, timestamp=timestamp, limit=limit)
+        messages.browse_messages(plog, offset=offset, timestamp=timestamp, limit=limit)
 
 
 def test_offsets_outside_the_log_are_clamped_with_a_note(broker):
     create(broker, "clamp")
     produce(broker, "clamp", [(b"a", b"1"), (b"b", b"2")])
     plog = broker.logs.get_log("clamp", 0)
-    page = browse.browse_messages(plog, offset="1000")
+    page = messages.browse_messages(plog, offset="1000")
     assert not page.messages and "past the end of the log (2)" in page.notes[0]
 
 
@@ -275,7 +275,7 @@ def test_group_lag_is_end_offset_minus_committed_as_kafka_consumer_groups(broker
         gc = broker.broker.group_coordinator()
         view = wait_for(
             lambda: (
-                (v := browse.describe_group(broker.logs, gc, "lag-group"))
+                (v := groups.describe_group(broker.logs, gc, "lag-group"))
                 and v.state == "Stable"
                 and v
             ),
@@ -287,7 +287,7 @@ def test_group_lag_is_end_offset_minus_committed_as_kafka_consumer_groups(broker
         (member,) = view.members
         assert member.assignment == [("lagged", 0), ("lagged", 1)]
         assert {x.member_id for x in view.partitions} == {member.member_id}
-        assert ("lag-group", "lagged", 0, 7) in set(browse.lag_samples(broker.logs, gc))
+        assert ("lag-group", "lagged", 0, 7) in set(groups.lag_samples(broker.logs, gc))
         text = broker.broker.metrics.render().decode()
         assert (
             'kompakt_consumer_group_lag{group="lag-group",partition="0",topic="lagged"} 7.0' in text
@@ -295,8 +295,8 @@ def test_group_lag_is_end_offset_minus_committed_as_kafka_consumer_groups(broker
         assert (
             'kompakt_consumer_group_lag{group="lag-group",partition="1",topic="lagged"} 0.0' in text
         )
-        assert "lag-group" in [g.group_id for g in browse.describe_groups(broker.logs, gc)]
-        assert browse.describe_group(broker.logs, gc, "no-such-group") is None
+        assert "lag-group" in [g.group_id for g in groups.describe_groups(broker.logs, gc)]
+        assert groups.describe_group(broker.logs, gc, "no-such-group") is None
     finally:
         c.close()
 
@@ -305,7 +305,7 @@ def test_topic_configs_have_sources_and_edits_use_alter_configs_rules(broker):
     """DescribeConfigs' sources (DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG,
     DEFAULT_CONFIG) and IncrementalAlterConfigs' validation and messages."""
     create(broker, "cfg", config={"cleanup.policy": "compact"})
-    rows = {r.name: r for r in browse.topic_configs(broker.logs, "cfg")}
+    rows = {r.name: r for r in topic_configs.topic_configs(broker.logs, "cfg")}
     assert rows["cleanup.policy"].source == "topic" and rows["cleanup.policy"].value == "compact"
     assert rows["segment.ms"].source == "default"
     # server.properties' log.index.interval.bytes is the broker synonym (Kafka's
@@ -313,24 +313,27 @@ def test_topic_configs_have_sources_and_edits_use_alter_configs_rules(broker):
     assert rows["index.interval.bytes"].source == "broker"
     assert rows["index.interval.bytes"].kafka_source == "STATIC_BROKER_CONFIG"
     state = broker.broker
-    err = browse.alter_topic_config(state, "cfg", "min.cleanable.dirty.ratio", "2")
+    err = topic_configs.alter_topic_config(state, "cfg", "min.cleanable.dirty.ratio", "2")
     assert err is not None and "min.cleanable.dirty.ratio" in err
-    err = browse.alter_topic_config(state, "cfg", "retention.ms", "abc")
+    err = topic_configs.alter_topic_config(state, "cfg", "retention.ms", "abc")
     assert err is not None and "retention.ms" in err
-    err = browse.alter_topic_config(state, "cfg", "no.such.key", "1")
+    err = topic_configs.alter_topic_config(state, "cfg", "no.such.key", "1")
     assert err == "Unknown topic config name: no.such.key"
-    assert browse.alter_topic_config(state, "cfg", "delete.retention.ms", "1234") is None
-    rows = {r.name: r for r in browse.topic_configs(broker.logs, "cfg")}
+    assert topic_configs.alter_topic_config(state, "cfg", "delete.retention.ms", "1234") is None
+    rows = {r.name: r for r in topic_configs.topic_configs(broker.logs, "cfg")}
     assert (
         rows["delete.retention.ms"].value == "1234"
         and rows["delete.retention.ms"].source == "topic"
     )
-    assert browse.alter_topic_config(state, "cfg", "delete.retention.ms", None, delete=True) is None
-    rows = {r.name: r for r in browse.topic_configs(broker.logs, "cfg")}
+    assert (
+        topic_configs.alter_topic_config(state, "cfg", "delete.retention.ms", None, delete=True)
+        is None
+    )
+    rows = {r.name: r for r in topic_configs.topic_configs(broker.logs, "cfg")}
     assert rows["delete.retention.ms"].source != "topic"
     with pytest.raises(browse.BrowseInputError, match="does not exist"):
-        browse.topic_configs(broker.logs, "nope")
-    assert "does not exist" in browse.alter_topic_config(state, "nope", "retention.ms", "1")
+        topic_configs.topic_configs(broker.logs, "nope")
+    assert "does not exist" in topic_configs.alter_topic_config(state, "nope", "retention.ms", "1")
 
 
 def test_render_bytes_modes():
@@ -356,7 +359,7 @@ def test_config_edit_is_refused_while_the_console_is_read_only(broker):
         headers={"Accept": "text/html"},
     )
     assert r.status_code == 403 and "read-only" in r.text
-    rows = {x.name: x for x in browse.topic_configs(broker.logs, "ro")}
+    rows = {x.name: x for x in topic_configs.topic_configs(broker.logs, "ro")}
     assert rows["delete.retention.ms"].source != "topic"
 
 
