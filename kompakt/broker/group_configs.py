@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from kompakt.broker.config import BrokerConfig
 from kompakt.errors import InvalidConfigError
 from kompakt.log.config import parse_type
 
@@ -55,7 +55,7 @@ class GroupEntry:
     dynamic: bool  # set for this group (DYNAMIC_GROUP_CONFIG), else the broker's default
 
 
-def validate(values: Mapping[str, str | None], broker: Any) -> None:
+def validate(values: Mapping[str, str | None], broker: BrokerConfig) -> None:
     """``GroupConfig.validate``: known names, INT values, within the broker's bounds,
     heartbeat below session timeout (effective values over the broker's defaults)."""
     nulls = sorted(k for k, v in values.items() if v is None)
@@ -79,7 +79,7 @@ def validate(values: Mapping[str, str | None], broker: Any) -> None:
             raise InvalidGroupConfig(f"{beat} must be less than {session}")
 
 
-def describe(stored: Mapping[str, str], broker: Any) -> list[GroupEntry]:
+def describe(stored: Mapping[str, str], broker: BrokerConfig) -> list[GroupEntry]:
     """Every group key: the group's own value, else the broker's default."""
     return [
         GroupEntry(k, stored[k], True)
