@@ -31,8 +31,8 @@ from reliability.crash_faults import start as start_broker
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator.records import partition_for
-from kompakt.broker.handlers.txn import TRANSACTION_STATE_TOPIC
 from kompakt.broker.txn import records as txn_rec
+from kompakt.broker.txn.log import TRANSACTION_STATE_TOPIC
 from kompakt.broker.txn.state import TransactionState
 from kompakt.log.manager import LogManager
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT, CONTROL_KEY

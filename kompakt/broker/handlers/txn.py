@@ -1,33 +1,15 @@
 """Transaction APIs: FindCoordinator (TRANSACTION keys), InitProducerId,
-AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit.
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit and the admin APIs of
+``kafka-transactions.sh`` (DescribeTransactions, ListTransactions, DescribeProducers).
 
-This is the asyncio layer of the sans-IO :class:`~kompakt.broker.txn.coordinator.
-TransactionCoordinator`, as :mod:`kompakt.broker.coordinator.handlers` is the group
-coordinator's: one coordinator per broker, kept in ``state.extra``, its timers on the
-broker's loop (:class:`~kompakt.broker.coordinator.scheduler.LoopScheduler`) and its
-log appends on one worker thread, so the ``__transaction_state`` records and the
-markers are written in the order the coordinator asked for them (Kafka's
-``TransactionStateManager`` appends and ``TransactionMarkerChannelManager``).
-
-Kafka's storage of the coordinator's state is :class:`TransactionLog`: the compacted
-``__transaction_state`` topic, read back at start-up (a transaction found in
-PrepareCommit/PrepareAbort then gets its markers and its Complete record).
-
-Offsets committed inside a transaction (TxnOffsetCommit) are written to
-``__consumer_offsets`` at once in a transactional batch of the producer, as Kafka's
-``GroupMetadataManager.storeOffsets`` writes them, and become the group's offsets only
-when the transaction's COMMIT marker is written there (``handleTxnCompletion``); an
-ABORT drops them.
+Requests become calls of the broker's transaction coordinator
+(:class:`~kompakt.broker.txn.broker.TransactionBroker`, made and loaded on first use);
+this module only reads requests and shapes answers, as Kafka's ``KafkaApis`` does.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import logging
 import re
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kio.schema.add_offsets_to_txn.v0.request import AddOffsetsToTxnRequest
@@ -41,380 +23,29 @@ from kio.schema.list_transactions.v0.request import ListTransactionsRequest
 from kio.schema.txn_offset_commit.v0.request import TxnOffsetCommitRequest
 
 from kompakt.broker.coordinator import handlers as group_handlers
-from kompakt.broker.coordinator import records as group_rec
 from kompakt.broker.coordinator.commit import check_commit
-from kompakt.broker.coordinator.faults import NO_FAULTS, CoordinatorFaults
-from kompakt.broker.coordinator.records import OffsetAndMetadata
-from kompakt.broker.coordinator.scheduler import LoopScheduler
-from kompakt.broker.coordinator.state import Group
-from kompakt.broker.coordinator.storage import OFFSETS_TOPIC, ensure_internal_topic
-from kompakt.broker.handlers.common import error_of
 from kompakt.broker.protocol import ms
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
-from kompakt.broker.txn import records as txn_rec
-from kompakt.broker.txn.coordinator import (
-    Records,
-    TransactionConfig,
-    TransactionCoordinator,
-    TransactionDescription,
-    TransactionResult,
-    client_error,
+from kompakt.broker.txn.broker import (  # also the broker's start-up and seams
+    load_txn_coordinator,
+    start_txn_coordinator,
+    txn_broker_if_started,
 )
-from kompakt.broker.txn.records import TransactionLogValue
-from kompakt.broker.txn.state import (
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    Completion,
-    TopicPartition,
-    TransactionState,
-)
-from kompakt.errors import KompaktError, UnknownTopicError
-from kompakt.record.decode import iter_batches
-from kompakt.record.encode import build_control_batch, build_simple_batch
-from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
+from kompakt.broker.txn.broker import wait_completion as _wait
+from kompakt.broker.txn.coordinator import TransactionCoordinator
+from kompakt.broker.txn.log import TRANSACTION_STATE_TOPIC
+from kompakt.broker.txn.results import TransactionDescription, TransactionResult, client_error
+from kompakt.broker.txn.state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionState
+from kompakt.errors import KompaktError
 
-log = logging.getLogger("kompakt.broker.txn")
-
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-
-_KEY = "txn_coordinator"
-
-
-class TransactionLog:
-    """``__transaction_state`` in ``logs`` (Kafka's ``TransactionLog`` topic): compacted,
-    one batch per append, flushed like an acks=all produce. Blocking file I/O."""
-
-    def __init__(self, logs: Any, num_partitions: int, segment_bytes: int):
-        self.logs = logs
-        self.num_partitions = num_partitions
-        self.segment_bytes = segment_bytes
-
-    def ensure_topic(self) -> None:
-        """Create the topic if absent; an existing one keeps its partition count."""
-        self.num_partitions = ensure_internal_topic(
-            self.logs, TRANSACTION_STATE_TOPIC, self.num_partitions, self.segment_bytes
-        )
-
-    def read(self) -> list[tuple[str, TransactionLogValue | None]]:
-        """Every record in offset order, decoded (Kafka's
-        ``loadTransactionsForTxnTopicPartition``); undecodable ones are skipped."""
-        out: list[tuple[str, TransactionLogValue | None]] = []
-        for p in range(self.logs.partition_count(TRANSACTION_STATE_TOPIC)):
-            plog = self.logs.get_log(TRANSACTION_STATE_TOPIC, p)
-            for batch in plog.iter_batches(plog.log_start_offset):
-                if batch.header.is_control:
-                    continue
-                for r in batch.records():
-                    if r.key is None:
-                        continue
-                    try:
-                        found = txn_rec.read_record(bytes(r.key), r.value and bytes(r.value))
-                    except Exception:
-                        log.warning("skipping undecodable %s record at %d", plog.name, r.offset)
-                        continue
-                    if found is not None:
-                        out.append(found)
-        return out
-
-    def append(self, partition: int, items: Records) -> None:
-        plog = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
-        plog.append(build_simple_batch(items, timestamp=plog.clock()))
-        plog.flush()
-
-
-class TransactionBroker:
-    """The coordinator with its I/O: ``__transaction_state``, the markers and the
-    transactional offsets waiting for their marker."""
-
-    def __init__(
-        self,
-        state: Any,
-        clock: Callable[[], int] | None = None,
-        faults: CoordinatorFaults = NO_FAULTS,
-    ):
-        cfg = state.config
-        self.faults = faults
-        loop = asyncio.get_running_loop()
-        self.state = state
-        self.loop = loop
-        self.storage = TransactionLog(
-            state.logs,
-            int(cfg.get("transaction.state.log.num.partitions")),
-            int(cfg.get("transaction.state.log.segment.bytes")),
-        )
-        self.config = TransactionConfig(
-            transactional_id_expiration_ms=int(cfg.get("transactional.id.expiration.ms")),
-            transaction_max_timeout_ms=int(cfg.get("transaction.max.timeout.ms")),
-            transaction_state_log_num_partitions=self.storage.num_partitions,
-            abort_timed_out_transaction_cleanup_interval_ms=int(
-                cfg.get("transaction.abort.timed.out.transaction.cleanup.interval.ms")
-            ),
-            remove_expired_transaction_cleanup_interval_ms=int(
-                cfg.get("transaction.remove.expired.transaction.cleanup.interval.ms")
-            ),
-        )
-        self._io = ThreadPoolExecutor(1, thread_name_prefix="kompakt-txn-log")
-        self.coordinator = self._make(clock or state.logs.clock)
-        self._loaded: asyncio.Task | None = None
-
-    def _make(self, clock: Callable[[], int]) -> TransactionCoordinator:
-        offsets = int(self.state.config.get("offsets.topic.num.partitions"))
-        return TransactionCoordinator(
-            self.config,
-            LoopScheduler(self.loop, clock),
-            self._append,
-            self._write_markers,
-            self.state.producers.new_producer_id,
-            lambda group: group_rec.partition_for(group, offsets),
-        )
-
-    # -- start-up ------------------------------------------------------------------------
-    async def ensure_loaded(self) -> None:
-        """Create or read ``__transaction_state`` once, then start the periodic tasks."""
-        if self._loaded is None:
-            self._loaded = asyncio.ensure_future(self._load())
-        await asyncio.shield(self._loaded)
-
-    async def _load(self) -> None:
-        try:
-            found = await self.loop.run_in_executor(self._io, self._read)
-            # before the load finishes cut-off commits: their offsets wait in the log
-            pending = await self.loop.run_in_executor(self._io, self._read_pending_offsets)
-        except BaseException:
-            self._loaded = None  # the next request tries again
-            raise
-        if pending:  # the group coordinator's offsets first, so the marker's win
-            await group_handlers.load_coordinator(self.state)
-        # an existing topic's partition count wins over the configured one (Kafka's
-        # partitionFor uses the topic's), or ids would be looked up in the wrong place
-        self.coordinator.config = self.config = dataclasses.replace(
-            self.config, transaction_state_log_num_partitions=self.storage.num_partitions
-        )
-        gc = group_handlers.coordinator_if_started(self.state)
-        for pid, groups in pending.items():
-            assert gc is not None  # loaded above
-            mine = gc.offsets.pending_txn.setdefault(pid, {})
-            for group_id, offsets in groups.items():
-                mine.setdefault(group_id, {}).update(offsets)
-        for _tid, value in found:
-            if value is not None:
-                self.state.producers.ensure_above(value.producer_id)
-        self.coordinator.load(found)
-        self.coordinator.startup()
-        if found:
-            log.info(
-                "loaded %d transactional ids from %s",
-                len(self.coordinator.transactions),
-                TRANSACTION_STATE_TOPIC,
-            )
-
-    def _read(self) -> list[tuple[str, TransactionLogValue | None]]:
-        self.storage.ensure_topic()
-        return self.storage.read()
-
-    def _read_pending_offsets(
-        self,
-    ) -> dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]]:
-        """TxnOffsetCommit records in ``__consumer_offsets`` whose producer has no marker
-        after them (Kafka's ``pendingTransactionalOffsetCommits`` at load): a restart
-        that finishes their transaction applies or drops them like a live one."""
-        logs = self.state.logs
-        pending: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
-        if not logs.has_topic(OFFSETS_TOPIC):
-            return pending
-        for p in range(logs.partition_count(OFFSETS_TOPIC)):
-            plog = logs.get_log(OFFSETS_TOPIC, p)
-            for batch in plog.iter_batches(plog.log_start_offset):
-                h = batch.header
-                if not h.is_transactional:
-                    continue
-                if h.is_control:
-                    pending.pop(h.producer_id, None)
-                    continue
-                for r in batch.records():
-                    parsed = group_rec.parse_key(bytes(r.key)) if r.key is not None else None
-                    if parsed is None or parsed[0] != "offset" or r.value is None:
-                        continue
-                    group_id, topic, partition = parsed[1]
-                    om = group_rec.parse_offset_value(bytes(r.value))
-                    groups = pending.setdefault(h.producer_id, {})
-                    groups.setdefault(group_id, {})[(topic, partition)] = om
-        return pending
-
-    def shutdown(self) -> None:
-        self.coordinator.shutdown()
-        self._io.shutdown(wait=False)
-
-    # -- the coordinator's I/O -----------------------------------------------------------
-    def _on_io(self, fn: Callable[[], None]) -> Completion[ErrorCode]:
-        """Run ``fn`` on the log thread; complete on the loop with its error code."""
-        out: Completion[ErrorCode] = Completion()
-
-        def done(fut: asyncio.Future) -> None:
-            exc = fut.exception()
-            if exc is None:
-                out.complete(ErrorCode.none)
-            else:
-                code, _msg = error_of(exc)
-                log.warning("transaction log write failed: %s", exc)
-                out.complete(ErrorCode(code))
-
-        try:
-            self.loop.run_in_executor(self._io, fn).add_done_callback(done)
-        except RuntimeError:  # shut down: a reload finishes what is left
-            out.complete(ErrorCode.not_coordinator)
-        return out
-
-    def _append(self, partition: int, items: Records) -> Completion[ErrorCode]:
-        return self._on_io(lambda: self.storage.append(partition, items))
-
-    def _write_markers(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        result: TransactionResult,
-        partitions: frozenset[TopicPartition],
-    ) -> Completion[ErrorCode]:
-        """Kafka's ``WriteTxnMarkers`` to this node: a COMMIT or ABORT control batch
-        appended to each partition (a partition already marked by an earlier, failed
-        try is skipped; a deleted one is dropped, as Kafka's marker channel does), then
-        the transactional offsets of ``__consumer_offsets`` applied or dropped."""
-        todo = set(partitions)
-        control = CONTROL_COMMIT if result == TransactionResult.COMMIT else CONTROL_ABORT
-
-        hook = self.faults.before_txn_markers
-
-        def write() -> None:
-            if hook is not None:
-                hook(producer_id)
-            for topic, partition in sorted(todo):
-                try:
-                    plog = self.state.logs.get_log(topic, partition)
-                except (UnknownTopicError, KompaktError) as exc:
-                    if isinstance(exc, UnknownTopicError):
-                        todo.discard((topic, partition))
-                        continue
-                    raise
-                marker = build_control_batch(
-                    control,
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                    timestamp=plog.clock(),
-                )
-                with plog.lock:  # the marker's epoch fences older ones (see producers)
-                    producers = self.state.producers.for_log(plog)
-                    info = plog.append(marker)
-                    for b in iter_batches(marker):
-                        producers.update(b.header, info.first_offset)
-                plog.flush()
-                todo.discard((topic, partition))
-
-        out: Completion[ErrorCode] = Completion()
-
-        def written(error: ErrorCode) -> None:
-            if error == ErrorCode.none:
-                self._complete_offsets(producer_id, result)
-            out.complete(error)
-
-        self._on_io(write).add_done_callback(written)
-        return out
-
-    def _complete_offsets(self, producer_id: int, result: TransactionResult) -> None:
-        """Kafka's ``GroupMetadataManager.handleTxnCompletion``: the producer's pending
-        offsets become its groups' offsets on COMMIT and vanish on ABORT."""
-        gc = group_handlers.coordinator_if_started(self.state)
-        if gc is None:  # nothing pending: the group coordinator's load replays the log
-            return
-        pending = gc.offsets.pending_txn.pop(producer_id, {})
-        if result != TransactionResult.COMMIT:
-            return
-        for group_id, offsets in pending.items():
-            g = gc.offsets.groups.get(group_id)
-            if g is None:
-                g = gc.offsets.groups[group_id] = Group(group_id)
-            g.offsets.update(offsets)
-
-    def store_offsets(
-        self,
-        group_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        offsets: dict[tuple[str, int], OffsetAndMetadata],
-    ) -> Completion[ErrorCode]:
-        """TxnOffsetCommit's write (Kafka's ``storeOffsets`` with a producer id): one
-        transactional batch of the producer in the group's ``__consumer_offsets``
-        partition; pending until the marker."""
-        gc = group_handlers.coordinator_if_started(self.state)
-        assert gc is not None and gc.storage is not None
-        storage = gc.storage
-        items = [
-            (group_rec.offset_key(group_id, t, p), group_rec.offset_value(om))
-            for (t, p), om in offsets.items()
-        ]
-        partition = storage.partition_for(group_id)
-
-        def write() -> None:
-            plog = self.state.logs.get_log(OFFSETS_TOPIC, partition)
-            plog.append(
-                build_simple_batch(
-                    items,
-                    timestamp=plog.clock(),
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                    transactional=True,
-                )
-            )
-            plog.flush()
-
-        out: Completion[ErrorCode] = Completion()
-
-        def written(error: ErrorCode) -> None:
-            if error == ErrorCode.none:
-                mine = gc.offsets.pending_txn.setdefault(producer_id, {})
-                mine.setdefault(group_id, {}).update(offsets)
-            out.complete(error)
-
-        self._on_io(write).add_done_callback(written)
-        return out
-
-
-def txn_broker_if_started(state: Any) -> TransactionBroker | None:
-    """The broker's transaction coordinator if the broker or a request made it."""
-    return state.extra.get(_KEY)
-
-
-def start_txn_coordinator(
-    state: Any, clock: Callable[[], int] | None = None, faults: CoordinatorFaults = NO_FAULTS
-) -> TransactionBroker:
-    """Make the broker's transaction coordinator on the running loop (not yet loaded).
-    It shuts down when the broker starts closing, like the group coordinator."""
-    tb = TransactionBroker(state, clock, faults)
-    state.extra[_KEY] = tb
-    group_handlers.shutdown_when_closing(state, _KEY, tb)
-    return tb
-
-
-async def load_txn_coordinator(state: Any) -> TransactionBroker:
-    """The transaction coordinator, made if need be and loaded from
-    ``__transaction_state`` on first use. The broker calls it at start-up when that
-    topic exists, so a transaction cut off by a crash finishes without a client."""
-    tb = txn_broker_if_started(state)
-    if tb is None:
-        tb = start_txn_coordinator(state)
-    await tb.ensure_loaded()
-    return tb
-
-
-async def _wait(c: Completion[Any]) -> Any:
-    fut = asyncio.get_running_loop().create_future()
-
-    def done(value: Any) -> None:
-        if not fut.done():
-            fut.set_result(value)
-
-    c.add_done_callback(done)
-    return await fut
+__all__ = [
+    "TRANSACTION_STATE_TOPIC",
+    "load_txn_coordinator",
+    "register",
+    "start_txn_coordinator",
+    "txn_broker_if_started",
+]
 
 
 async def _coordinator(ctx: RequestContext) -> TransactionCoordinator:

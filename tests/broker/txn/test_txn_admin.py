@@ -21,8 +21,8 @@ from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import register as register_group_apis
 from kompakt.broker.handlers import register_all
 from kompakt.broker.handlers.find_coordinator import handle_find_coordinator
-from kompakt.broker.handlers.txn import TRANSACTION_STATE_TOPIC
 from kompakt.broker.registry import ApiRegistry
+from kompakt.broker.txn.log import TRANSACTION_STATE_TOPIC
 from kompakt.cli import raw_request
 from kompakt.cli import txn as txn_cli
 

@@ -34,17 +34,17 @@ from manual_clock import ManualScheduler
 
 from kompakt.broker.coordinator.records import partition_for
 from kompakt.broker.txn import records as rec
-from kompakt.broker.txn.coordinator import (
+from kompakt.broker.txn.coordinator import TransactionCoordinator
+from kompakt.broker.txn.records import TransactionLogValue
+from kompakt.broker.txn.results import (
     CONFIG_KEYS,
     RETRY_BACKOFF_MS,
     InitProducerIdResult,
     TransactionConfig,
-    TransactionCoordinator,
     TransactionDescription,
     TransactionResult,
     client_error,
 )
-from kompakt.broker.txn.records import TransactionLogValue
 from kompakt.broker.txn.state import (
     SHORT_MAX,
     VALID_PREVIOUS_STATES,
