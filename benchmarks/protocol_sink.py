@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from kompakt.broker.connection import CLOSED, NEED_DATA, Answer, KafkaConnection
 from kompakt.broker.handlers import register_all
-from kompakt.broker.protocol import ProtocolError
+from kompakt.broker.protocol import INT32, ProtocolError, encode_response, schemas
 from kompakt.broker.registry import ApiRegistry
 from kompakt.record.encode import build_simple_batch
 from kompakt.record.header import LAST_OFFSET_DELTA_POS, LOG_OVERHEAD
@@ -41,6 +41,7 @@ NODE_ID = 0
 READ_SIZE = 1 << 20
 MAX_REQUEST_BYTES = 256 << 20
 FETCH_BATCH_BYTES = 1 << 20  # a served batch's records, about the producer's batch.size
+ENCODED_CACHE_BYTES = 512 << 20  # Fetch responses kept encoded, for the next consumer
 NO_AUTHORIZED_OPERATIONS = -(2**31)  # Kafka's "not requested" value
 EARLIEST, LATEST = -2, -1  # ListOffsets' special timestamps
 _BATCH_LENGTH = struct.Struct(">i")
@@ -50,6 +51,14 @@ _LAST_DELTA = struct.Struct(">i")
 # API keys answered (Kafka's ApiKeys)
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 FIND_COORDINATOR, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 10, 18, 19, 22
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A response frame encoded with correlation id 0 (bytes 4-8), sent with the
+    request's in its place."""
+
+    frame: bytes
 
 
 @dataclass
@@ -86,6 +95,8 @@ class ProtocolSink:
         self.topics: dict[str, SinkTopic] = {}
         self._by_id: dict[uuid.UUID, SinkTopic] = {}
         self._templates: dict[tuple[int, int], bytes] = {}
+        self._encoded: dict[tuple, Encoded] = {}
+        self._encoded_bytes = 0
         self._next_producer_id = 1000
         self.registry = self._registry()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -162,6 +173,11 @@ class ProtocolSink:
                     if asyncio.iscoroutine(result):
                         result = await result
                     if result is None:  # acks=0
+                        continue
+                    if isinstance(result, Encoded):  # the frame but its correlation id
+                        writer.write(result.frame[:4] + INT32.pack(event.correlation_id))
+                        writer.write(memoryview(result.frame)[8:])
+                        await writer.drain()
                         continue
                     out = conn.send(event, result)
                 writer.write(out)
@@ -363,12 +379,15 @@ class ProtocolSink:
             offset += min(per_batch, end - offset)
         return bytes(out)
 
-    async def _fetch(self, version: int, req: Any) -> dict[str, Any]:
+    async def _fetch(self, version: int, req: Any) -> dict[str, Any] | Encoded:
         """Reads what is there; with nothing there, waits ``max_wait`` as a long poll
-        would (produces to the sink do not end the wait: the bench reads after it wrote)."""
+        would (produces to the sink do not end the wait: the bench reads after it wrote).
+        A response with records is kept encoded: the next consumer of the same records
+        (the bench's next round) gets it without the copies of encoding it again."""
         max_bytes = getattr(req, "max_bytes", 2**31 - 1)
         total = 0
         topics = []
+        key: list = [version, max_bytes]
         for t in req.topics:
             name = getattr(t, "topic", None)
             tid = getattr(t, "topic_id", None)
@@ -392,12 +411,25 @@ class ProtocolSink:
                     end = topic.ends[p.partition]
                     part["high_watermark"] = part["last_stable_offset"] = end
                     limit = min(p.partition_max_bytes, max(0, max_bytes - total))
+                    key.append((name, tid, p.partition, p.fetch_offset, end, limit))
                     if limit > 0 or total == 0:
+                        found = self._encoded.get(tuple(key))
+                        if found is not None and len(req.topics) == 1 == len(t.partitions):
+                            return found
                         part["records"] = self._records(topic, p.fetch_offset, end, limit)
                         total += len(part["records"])
                 parts.append(part)
-            key = {"topic": name} if name is not None else {"topic_id": tid}
-            topics.append({**key, "partitions": parts})
-        if total == 0 and req.max_wait.total_seconds() > 0:
-            await asyncio.sleep(req.max_wait.total_seconds())
-        return {"error_code": ErrorCode.none, "session_id": 0, "responses": topics}
+            topic_key = {"topic": name} if name is not None else {"topic_id": tid}
+            topics.append({**topic_key, "partitions": parts})
+        body = {"error_code": ErrorCode.none, "session_id": 0, "responses": topics}
+        if total == 0:
+            if req.max_wait.total_seconds() > 0:
+                await asyncio.sleep(req.max_wait.total_seconds())
+            return body
+        found = schemas(FETCH, version)
+        assert found is not None
+        encoded = Encoded(encode_response(found[1], 0, body))
+        if self._encoded_bytes + len(encoded.frame) <= ENCODED_CACHE_BYTES:
+            self._encoded[tuple(key)] = encoded
+            self._encoded_bytes += len(encoded.frame)
+        return encoded

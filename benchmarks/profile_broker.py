@@ -1,0 +1,155 @@
+"""Where the broker's time goes per MB on bench_broker's request path: py-spy samples
+this process (broker threads and the client's loop) while one case runs, and the top
+functions by self and cumulative time are printed for the broker's threads. ``--sink``
+profiles the same case against the protocol sink (the client's ceiling) instead.
+
+Cases: ``produce`` (100 B values, acks=1, as bench_broker's) and ``consume`` (1 KiB
+values from the beginning; the topic is filled before sampling starts). py-spy is not a
+project dependency: ``.venv/bin/pip install py-spy``.
+
+Run: ``.venv/bin/python benchmarks/profile_broker.py produce [--records 500000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench_broker import bench_produce
+from broker_kit import consume_from_start, create_topic, load_average, produce_all, producer
+from protocol_sink import ProtocolSink
+
+from kompakt.broker.app import start_test_broker
+
+CLIENT_THREAD = threading.main_thread().native_id
+# frames every broker sample passes through (thread start, event loop, executor): left
+# out of the cumulative ranking, where they would only fill the top
+WRAPPERS = (
+    "Thread.",
+    "BaseEventLoop.run_",
+    "BaseEventLoop._run_once",
+    "BrokerThread._run",
+    "Handle._run",
+    "_worker ",
+    "_WorkItem.run",
+)
+
+
+def sample(out: Path, rate: int, gil: bool) -> subprocess.Popen:
+    """py-spy recording this process until SIGINT (raw collapsed stacks, per thread);
+    with ``gil``, only the samples of the thread holding the GIL (Python's CPU time,
+    which the client's own loop competes for)."""
+    spy = shutil.which("py-spy") or str(Path(os.sys.executable).with_name("py-spy"))
+    proc = subprocess.Popen(
+        [spy, "record", "--pid", str(os.getpid()), "--rate", str(rate), "--threads"]
+        + ["--format", "raw", "--output", str(out), "--nonblocking"]
+        + (["--gil"] if gil else []),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    time.sleep(1.0)  # pacing: py-spy attaches before the case starts
+    return proc
+
+
+def report(raw: Path, rate: int, mb: float, top: int) -> None:
+    """Self (tottime) and cumulative (cumtime) seconds per function, broker (or sink)
+    threads apart from the client's thread, and each per MB of payload."""
+    own: collections.Counter[str] = collections.Counter()
+    cum: collections.Counter[str] = collections.Counter()
+    per_thread: collections.Counter[str] = collections.Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        thread, frames = frames[0], frames[1:]
+        n = int(count)
+        client = f"{CLIENT_THREAD:#x}" in thread or f"({CLIENT_THREAD})" in thread
+        per_thread["client (main thread)" if client else "broker threads"] += n
+        if client or not frames:
+            continue
+        own[_short(frames[-1])] += n
+        for f in {_short(f) for f in frames}:
+            if not f.startswith(WRAPPERS):
+                cum[f] += n
+    print(
+        "CPU seconds sampled: "
+        + ", ".join(
+            f"{k} {v / rate:.2f} s ({v / rate / mb * 1000:.1f} ms/MB)"
+            for k, v in per_thread.items()
+        )
+    )
+    for title, counter in (("tottime", own), ("cumtime", cum)):
+        print(f"top {top} broker functions by {title} (s, ms per MB):")
+        for name, n in counter.most_common(top):
+            print(f"  {n / rate:7.2f} {n / rate / mb * 1000:7.2f}  {name}")
+
+
+def _short(frame: str) -> str:
+    """``func (path/to/file.py:line)`` -> ``func (file.py)`` below the repo/venv."""
+    name, _, where = frame.partition(" (")
+    where = where.rstrip(")").rpartition(":")[0] or where
+    for cut in ("site-packages/", "/work/main/", "lib/python3.11/"):
+        if cut in where:
+            where = where.split(cut, 1)[1]
+    return f"{name} ({where})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("case", choices=("produce", "consume"))
+    ap.add_argument("--records", type=int, default=0, help="default 500k (100 B), 100k (1 KiB)")
+    ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--gil", action="store_true", help="only samples holding the GIL")
+    ap.add_argument(
+        "--sink", action="store_true", help="the same case against the protocol sink instead"
+    )
+    ap.add_argument("--raw", default="", help="keep py-spy's collapsed stacks in this file")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="kompakt-profile-broker-")
+    if args.sink:
+        b = ProtocolSink().start()
+        b.add_topic("warm", 1, 100)
+        b.add_topic("profiled", 1, 100 if args.case == "produce" else 1024)
+    else:
+        b = start_test_broker(
+            tmp, **{"kompakt.cleaner.engine": "local", "log.cleaner.enable": "false"}
+        )
+    raw = Path(args.raw or f"{tmp}/stacks.txt")
+    try:
+        if args.case == "produce":
+            n, size = args.records or 500_000, 100
+            create_topic(b.bootstrap, "warm")
+            produce_all(producer(b.bootstrap, "1"), "warm", b"w" * size, 1000)
+            spy = sample(raw, args.rate, args.gil)
+            dt = bench_produce(b.bootstrap, "profiled", size, n, "1")
+        else:
+            n, size = args.records or 100_000, 1024
+            create_topic(b.bootstrap, "profiled")
+            produce_all(producer(b.bootstrap, "1"), "profiled", b"x" * size, n)
+            spy = sample(raw, args.rate, args.gil)
+            dt, _ = consume_from_start({"bootstrap.servers": b.bootstrap}, "profiled", n)
+        spy.send_signal(signal.SIGINT)
+        _out, err = spy.communicate(timeout=60)
+        mb = n * size / 1e6
+        print(
+            f"{args.case} {n} x {size} B: {mb:.1f} MB in {dt:.2f} s = {mb / dt:.1f} MB/s; "
+            f"{load_average()}"
+        )
+        if not raw.exists():
+            raise SystemExit(f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}")
+        report(raw, args.rate, mb, args.top)
+    finally:
+        b.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
