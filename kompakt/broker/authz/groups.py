@@ -31,6 +31,7 @@ from kompakt.broker.authz.check import (
 )
 from kompakt.broker.coordinator.handlers import (
     commit_error_partition,
+    coordinator_response,
     offset_fetch_error_partition,
 )
 
@@ -141,11 +142,15 @@ def find_coordinator(c: Check, req: Any) -> Decision:
     rtype, code = _KEY_TYPES.get(int(getattr(req, "key_type", 0)), (None, None))
     if rtype is None:  # the handler answers an unknown key type
         return req, same
-    refusal = {"error_code": code, "node_id": -1, "host": "", "port": -1}
     if not hasattr(req, "coordinator_keys"):
-        return (req, same) if c.ok(Op.DESCRIBE, rtype, req.key) else refuse(refusal)
+        if c.ok(Op.DESCRIBE, rtype, req.key):
+            return req, same
+        return refuse(coordinator_response(c.ctx, req, code, None))
     kept, refused = split(req, "coordinator_keys", lambda k: c.ok(Op.DESCRIBE, rtype, k))
-    return kept, append("coordinators", [{**refusal, "key": k} for k in refused])
+    asked = dataclasses.replace(req, coordinator_keys=tuple(refused))
+    return kept, append(
+        "coordinators", coordinator_response(c.ctx, asked, code, None)["coordinators"]
+    )
 
 
 join_group = group(
