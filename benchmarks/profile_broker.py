@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -47,7 +48,7 @@ def sample(out: Path, rate: int, gil: bool) -> subprocess.Popen:
     """py-spy recording this process until SIGINT (raw collapsed stacks, per thread);
     with ``gil``, only the samples of the thread holding the GIL (Python's CPU time,
     which the client's own loop competes for)."""
-    spy = shutil.which("py-spy") or str(Path(os.sys.executable).with_name("py-spy"))
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     proc = subprocess.Popen(
         [spy, "record", "--pid", str(os.getpid()), "--rate", str(rate), "--threads"]
         + ["--format", "raw", "--output", str(out), "--nonblocking"]
@@ -57,6 +58,31 @@ def sample(out: Path, rate: int, gil: bool) -> subprocess.Popen:
     )
     time.sleep(1.0)  # pacing: py-spy attaches before the case starts
     return proc
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system, from ``/proc/self/task``) per thread-name group:
+    librdkafka's threads (``rdk:...``), the client's Python thread, the rest (broker or
+    sink: event loop and worker threads). Counts what py-spy cannot see: native code
+    and system calls (writes, fsync, socket I/O)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: collections.Counter[str] = collections.Counter()
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+            name = (task / "comm").read_text().strip()
+        except OSError:
+            continue  # the thread ended meanwhile
+        fields = stat.rpartition(")")[2].split()
+        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        if int(task.name) == CLIENT_THREAD:
+            out["client Python thread"] += seconds
+        elif not name.startswith("rdk:"):
+            out["broker/sink threads"] += seconds
+    # the client's librdkafka threads end with its producer or consumer, inside the case:
+    # what the process used beyond the threads counted above
+    out["librdkafka threads"] = time.process_time() - sum(out.values())
+    return out
 
 
 def report(raw: Path, rate: int, mb: float, top: int) -> None:
@@ -129,19 +155,29 @@ def main() -> None:
             create_topic(b.bootstrap, "warm")
             produce_all(producer(b.bootstrap, "1"), "warm", b"w" * size, 1000)
             spy = sample(raw, args.rate, args.gil)
+            cpu0 = thread_cpu()
             dt = bench_produce(b.bootstrap, "profiled", size, n, "1")
         else:
             n, size = args.records or 100_000, 1024
             create_topic(b.bootstrap, "profiled")
             produce_all(producer(b.bootstrap, "1"), "profiled", b"x" * size, n)
             spy = sample(raw, args.rate, args.gil)
+            cpu0 = thread_cpu()
             dt, _ = consume_from_start({"bootstrap.servers": b.bootstrap}, "profiled", n)
+        cpu = thread_cpu()
         spy.send_signal(signal.SIGINT)
         _out, err = spy.communicate(timeout=60)
         mb = n * size / 1e6
         print(
             f"{args.case} {n} x {size} B: {mb:.1f} MB in {dt:.2f} s = {mb / dt:.1f} MB/s; "
             f"{load_average()}"
+        )
+        print(
+            "CPU per thread group (/proc, whole case): "
+            + ", ".join(
+                f"{k} {cpu[k] - cpu0[k]:.2f} s ({(cpu[k] - cpu0[k]) / mb * 1000:.1f} ms/MB)"
+                for k in sorted(cpu)
+            )
         )
         if not raw.exists():
             raise SystemExit(f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}")
