@@ -25,6 +25,7 @@ from kompakt.broker.authz.check import (
     split,
 )
 from kompakt.broker.handlers.configs import ResourceType as ConfigResource
+from kompakt.broker.handlers.configs import alter_result, describe_result
 from kompakt.broker.handlers.topics import create_topics_errors, topic_errors
 
 
@@ -77,6 +78,7 @@ def create_partitions(c: Check, req: Any) -> Decision:
 def configs(op: Op, resp_field: str) -> Policy:
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, the group (its own ACLs, as
     KafkaApis), else the cluster (BROKER, BROKER_LOGGER, unknown types)."""
+    result = describe_result if op == Op.DESCRIBE_CONFIGS else alter_result
 
     def policy(c: Check, req: Any) -> Decision:
         def allowed(r: Any) -> bool:
@@ -93,15 +95,7 @@ def configs(op: Op, resp_field: str) -> Policy:
             return GROUP_DENIED if kind == ConfigResource.GROUP else CLUSTER_DENIED
 
         kept, refused = split(req, "resources", allowed)
-        extra = [
-            {
-                "error_code": denied(r),
-                "error_message": DENIED_MESSAGE,
-                "resource_type": r.resource_type,
-                "resource_name": r.resource_name,
-            }
-            for r in refused
-        ]
+        extra = [result(r, denied(r), DENIED_MESSAGE) for r in refused]
         return kept, append(resp_field, extra)
 
     return policy

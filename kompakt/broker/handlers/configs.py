@@ -122,19 +122,14 @@ def _config_entry(
     }
 
 
-def _describe_result(r: Any) -> dict[str, Any]:
-    """One resource's DescribeConfigs result, before any config or error is known."""
-    return {
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "resource_type": r.resource_type,
-        "resource_name": r.resource_name,
-        "configs": [],
-    }
+def describe_result(r: Any, code: int = ErrorCode.none, msg: str | None = None) -> dict[str, Any]:
+    """One resource's DescribeConfigs result: no configs yet, and ``code`` (an error, or
+    none before the configs are known)."""
+    return {**alter_result(r, code, msg), "configs": []}
 
 
 def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> dict[str, Any]:
-    res = _describe_result(r)
+    res = describe_result(r)
     reason = invalid_topic_reason(r.resource_name or "")
     if reason is not None:  # Kafka's ConfigHelper.describeConfigs calls Topic.validate
         res["error_code"] = ErrorCode.invalid_topic_exception
@@ -159,7 +154,7 @@ def _describe_topic(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> 
 
 
 def _describe_broker(ctx: RequestContext, r: Any, synonyms: bool, docs: bool) -> dict[str, Any]:
-    res = _describe_result(r)
+    res = describe_result(r)
     if r.resource_name not in ("", str(ctx.state.node_id)):
         res["error_code"] = ErrorCode.invalid_request
         res["error_message"] = (
@@ -194,7 +189,7 @@ def _group_file(ctx: RequestContext):
 def _describe_group(ctx: RequestContext, r: Any, docs: bool) -> dict[str, Any]:
     """Kafka's ``ConfigHelper`` for GROUP: every group key, GROUP_CONFIG when the group
     has its own value, else the broker default's value as DEFAULT_CONFIG."""
-    res = _describe_result(r)
+    res = describe_result(r)
     if not r.resource_name:
         res["error_code"] = ErrorCode.invalid_request
         res["error_message"] = "Group name must not be empty"
@@ -226,7 +221,9 @@ def _alter_group(ctx: RequestContext, r: Any, incremental: bool, validate_only: 
     """One GROUP resource (``GroupConfig.validate``; the controller refuses the default
     resource ""): the group's new values validated as a whole, then stored."""
     if not r.resource_name:
-        return _result(r, ErrorCode.invalid_request, "Default group resources are not allowed.")
+        return alter_result(
+            r, ErrorCode.invalid_request, "Default group resources are not allowed."
+        )
     try:
         with ctx.logs.lock:
             path = _group_file(ctx)
@@ -249,9 +246,9 @@ def _alter_group(ctx: RequestContext, r: Any, incremental: bool, validate_only: 
             if not validate_only:
                 kept = {k: str(v) for k, v in values.items()}
                 save_group_layer(path, r.resource_name, kept)
-        return _result(r)
+        return alter_result(r)
     except Exception as exc:
-        return _result(r, *error_of(exc))
+        return alter_result(r, *error_of(exc))
 
 
 async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -269,20 +266,17 @@ async def handle_describe_configs(ctx: RequestContext, req: Any) -> dict[str, An
                 out.append(_describe_group(ctx, r, docs))
             else:
                 out.append(
-                    {
-                        "error_code": ErrorCode.invalid_request,
-                        "error_message": f"Unsupported resource type {r.resource_type}",
-                        "resource_type": r.resource_type,
-                        "resource_name": r.resource_name,
-                        "configs": [],
-                    }
+                    describe_result(
+                        r, ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
+                    )
                 )
         return out
 
     return {"throttle_time": 0, "results": await asyncio.to_thread(run)}
 
 
-def _result(r: Any, code: int = ErrorCode.none, msg: str | None = None) -> dict[str, Any]:
+def alter_result(r: Any, code: int = ErrorCode.none, msg: str | None = None) -> dict[str, Any]:
+    """One resource's (Incremental)AlterConfigs result."""
     return {
         "error_code": code,
         "error_message": msg,
@@ -293,15 +287,21 @@ def _result(r: Any, code: int = ErrorCode.none, msg: str | None = None) -> dict[
 
 def _not_topic(ctx: RequestContext, r: Any) -> dict[str, Any] | None:
     if r.resource_type != ResourceType.TOPIC:
-        return _result(r, ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}")
+        return alter_result(
+            r, ErrorCode.invalid_request, f"Unsupported resource type {r.resource_type}"
+        )
     # Kafka's ControllerConfigurationValidator.validateTopicName
     if not r.resource_name:
-        return _result(r, ErrorCode.invalid_request, "Default topic resources are not allowed.")
+        return alter_result(
+            r, ErrorCode.invalid_request, "Default topic resources are not allowed."
+        )
     reason = invalid_topic_reason(r.resource_name)
     if reason is not None:
-        return _result(r, ErrorCode.invalid_topic_exception, f"Topic name is invalid: {reason}")
+        return alter_result(
+            r, ErrorCode.invalid_topic_exception, f"Topic name is invalid: {reason}"
+        )
     if not ctx.logs.has_topic(r.resource_name):
-        return _result(
+        return alter_result(
             r, ErrorCode.unknown_topic_or_partition, f"Topic {r.resource_name} does not exist."
         )
     return None
@@ -335,7 +335,9 @@ async def _alter(
         for r in req.resources:
             if ids.count((r.resource_type, r.resource_name)) > 1:  # ConfigAdminManager
                 out.append(
-                    _result(r, ErrorCode.invalid_request, "Each resource must appear at most once.")
+                    alter_result(
+                        r, ErrorCode.invalid_request, "Each resource must appear at most once."
+                    )
                 )
                 continue
             if r.resource_type == ResourceType.BROKER:
@@ -347,7 +349,9 @@ async def _alter(
                 continue
             if r.resource_type == ResourceType.BROKER_LOGGER:
                 out.append(
-                    _result(r, ErrorCode.invalid_request, "kompakt has no dynamic broker loggers")
+                    alter_result(
+                        r, ErrorCode.invalid_request, "kompakt has no dynamic broker loggers"
+                    )
                 )
                 continue
             bad = _not_topic(ctx, r)
@@ -356,9 +360,9 @@ async def _alter(
                 continue
             try:
                 _apply(ctx, r.resource_name, overrides_for(r), bool(req.validate_only))
-                out.append(_result(r))
+                out.append(alter_result(r))
             except Exception as exc:
-                out.append(_result(r, *error_of(exc)))
+                out.append(alter_result(r, *error_of(exc)))
         return out
 
     return {"throttle_time": 0, "responses": await asyncio.to_thread(run)}
@@ -408,9 +412,9 @@ def _alter_broker(
                 fresh.save_dynamic()
                 cfg.adopt(fresh)
                 ctx.logs.reconfigure_defaults(cfg.log_config)
-        return _result(r)
+        return alter_result(r)
     except Exception as exc:
-        return _result(r, *error_of(exc))
+        return alter_result(r, *error_of(exc))
 
 
 def _replacement(r: Any) -> dict[str, str]:
