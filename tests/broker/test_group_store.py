@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,33 @@ def test_failed_static_replacement_write_undoes_it_and_tells_the_error(tmp_path:
         assert list(g.members) == [old] and g.static == {"static-1": old}
         assert g.leader == old and g.state == GroupState.STABLE
         assert gc.heartbeat("g", 1, old, "static-1") == ErrorCode.none
+        gc.shutdown()
+
+    with LogManager(tmp_path) as logs:
+        asyncio.run(main(logs))
+
+
+def test_leave_that_empties_the_group_is_stored_before_it_is_answered(tmp_path: Path) -> None:
+    """The last member's LeaveGroup ends the round with an Empty generation (Kafka's
+    ``onCompleteJoin`` stores it); the handler answers after ``flushed``, by which time
+    the record is in the log even on a slow disk, so a restart after the answer does
+    not bring the member back."""
+    stall = threading.Event()
+
+    def slow_disk(_group: str, generation: int) -> None:
+        if generation == 2:
+            stall.wait(0.5)  # the injected fault: a write that takes its time
+
+    async def main(logs: LogManager) -> None:
+        gc = await loaded(logs, CoordinatorFaults(before_group_write=slow_disk))
+        a = (await answer(join(gc, "")))["member_id"]
+        assert (await answer(gc.sync("g", 1, a, {a: b"all"})))["error_code"] == 0
+        await gc.flushed("g")
+        assert gc.leave("g", a) == ErrorCode.none
+        await asyncio.wait_for(gc.flushed("g"), TIMEOUT)
+        stored = await asyncio.to_thread(OffsetsStorage(logs, 1, 1 << 20).load)
+        meta, _offsets = stored["g"]
+        assert meta is not None and (meta.generation, meta.members) == (2, ())
         gc.shutdown()
 
     with LogManager(tmp_path) as logs:
