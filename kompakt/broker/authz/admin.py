@@ -21,12 +21,15 @@ from kompakt.broker.authz.check import (
     Decision,
     Policy,
     append,
-    ident,
     split,
 )
 from kompakt.broker.handlers.configs import ResourceType as ConfigResource
 from kompakt.broker.handlers.configs import alter_result, describe_result
-from kompakt.broker.handlers.topics import create_topics_errors, topic_errors
+from kompakt.broker.handlers.topics import (
+    create_topics_errors,
+    delete_topics_result,
+    topic_errors,
+)
 
 
 def create_topics(c: Check, req: Any) -> Decision:
@@ -56,7 +59,7 @@ def delete_topics(c: Check, req: Any) -> Decision:
     """DELETE topic."""
     if hasattr(req, "topic_names"):  # v0-v5
         kept, refused = split(req, "topic_names", lambda n: c.ok(Op.DELETE, TOPIC, n))
-        extra = [{"name": n, "error_code": TOPIC_DENIED} for n in refused]
+        extra = [delete_topics_result(n, None, TOPIC_DENIED) for n in refused]
         return kept, append("responses", extra)
 
     def allowed(t: Any) -> bool:
@@ -64,7 +67,7 @@ def delete_topics(c: Check, req: Any) -> Decision:
         return name is None or c.ok(Op.DELETE, TOPIC, name)
 
     kept, refused = split(req, "topics", allowed)
-    extra = [{**ident(t, "name", "topic_id"), "error_code": TOPIC_DENIED} for t in refused]
+    extra = [delete_topics_result(t.name, t.topic_id, TOPIC_DENIED) for t in refused]
     return kept, append("responses", extra)
 
 

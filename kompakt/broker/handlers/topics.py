@@ -171,6 +171,13 @@ def handle_create_topics(ctx: RequestContext, req: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "topics": _create_topics(ctx, req)}
 
 
+def delete_topics_result(
+    name: str | None, topic_id: Any, code: int, message: str | None = None
+) -> dict[str, Any]:
+    """One topic's DeleteTopics result (by name, or by id with the name not told)."""
+    return {"name": name, "topic_id": topic_id, "error_code": code, "error_message": message}
+
+
 def _delete_topics(ctx: RequestContext, req: Any) -> list:
     if hasattr(req, "topic_names"):
         items = [(n, None) for n in req.topic_names]
@@ -179,7 +186,7 @@ def _delete_topics(ctx: RequestContext, req: Any) -> list:
     out = []
     for name, tid in items:
         found, real_id = resolve_topic(ctx, name, tid)
-        res: dict[str, Any] = {"name": found or name, "topic_id": real_id, "error_message": None}
+        res = delete_topics_result(found or name, real_id, ErrorCode.none)
         if found is None:
             by_id = not name and tid is not None and tid != ZERO_UUID
             res["error_code"] = unknown_topic_code(by_id)
