@@ -224,7 +224,7 @@ class GroupCoordinator(Rebalancer):
         except Exception as exc:  # told to the members below, never swallowed
             error = store_group_error(exc)
             log.warning("cannot write group %s metadata: %s (%s)", group_id, exc, error.name)
-        if done is not None:
+        if done is not None and not self._closed:  # shutdown answered NOT_COORDINATOR
             done(error)
 
     async def flushed(self, group_id: str) -> None:
