@@ -105,7 +105,7 @@ class GroupCoordinator(Rebalancer):
             on_loop = loop is None or asyncio.get_running_loop() is loop
         except RuntimeError:  # no loop in this thread
             on_loop = False
-        if on_loop or loop is None or loop.is_closed():
+        if on_loop or loop is None or not loop.is_running():  # nobody else changes them
             return CoordinatorSnapshot.of(self.groups, self.offsets_expired)
 
         async def copy() -> CoordinatorSnapshot:
