@@ -53,6 +53,17 @@ EXPECTED = [
 ]
 
 
+def simple_commit(group: str, topic: str, generation_field: str) -> dict[str, Any]:
+    """A commit outside any generation (a simple consumer's) of :func:`partitions`."""
+    return {
+        "group_id": group,
+        generation_field: -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "topics": partitions(topic),
+    }
+
+
 def fetched(b: BrokerThread, group: str, topic: str) -> list[tuple[int, int]] | None:
     """(offset, metadata length) of partitions 0 and 1 once stable (require_stable)."""
     body = {
@@ -71,13 +82,7 @@ def test_offset_commit_refuses_metadata_over_offset_metadata_max_bytes_per_parti
 ) -> None:
     topic, group = unique("omd"), unique("g")
     create(broker, topic)
-    body = {
-        "group_id": group,
-        "generation_id_or_member_epoch": -1,
-        "member_id": "",
-        "group_instance_id": None,
-        "topics": partitions(topic),
-    }
+    body = simple_commit(group, topic, "generation_id_or_member_epoch")
     r = call(broker.port, API.offset_commit, 8, body)
     assert [p.error_code for p in r.topics[0].partitions] == EXPECTED
     assert fetched(broker, group, topic) == [(-1, 0), (11, MAX_METADATA)]
@@ -110,14 +115,7 @@ def test_txn_offset_commit_refuses_metadata_over_offset_metadata_max_bytes_per_p
     }
     added = call(broker.port, API.add_offsets_to_txn, 3, {**producer, "group_id": group})
     assert added.error_code == ErrorCode.none
-    body = {
-        **producer,
-        "group_id": group,
-        "generation_id": -1,
-        "member_id": "",
-        "group_instance_id": None,
-        "topics": partitions(topic),
-    }
+    body = {**producer, **simple_commit(group, topic, "generation_id")}
     r = call(broker.port, API.txn_offset_commit, 3, body)
     assert [p.error_code for p in r.topics[0].partitions] == EXPECTED
     ended = call(broker.port, API.end_txn, 3, {**producer, "committed": True})
