@@ -25,11 +25,11 @@ from kompakt.broker.authz.check import (
 )
 from kompakt.broker.handlers.common import AUTHORIZED_OPERATIONS_OMITTED
 from kompakt.broker.handlers.fetch import fetch_error_partition, list_offsets_error_partition
+from kompakt.broker.handlers.metadata import topic_error as topic_error_entry
+from kompakt.broker.handlers.metadata import unknown_topic_error
 from kompakt.broker.handlers.produce import produce_error_partition
 from kompakt.broker.handlers.topics import delete_records_error_partition
 from kompakt.broker.handlers.txn import producers_error_partition
-from kompakt.broker.protocol import ZERO_UUID
-from kompakt.log.names import is_valid_topic_name
 from kompakt.record.header import ATTRIBUTES_POS, LOG_OVERHEAD, TRANSACTIONAL_BIT, batch_size
 
 
@@ -135,26 +135,17 @@ def metadata(c: Check, req: Any) -> Decision:
                 keep.append(t)
             elif not c.ok(Op.DESCRIBE, TOPIC, name):
                 # by id, the name is not told to whom may not describe the topic
-                by_name = bool(getattr(t, "name", None))
-                extra.append(
-                    {
-                        "error_code": TOPIC_DENIED,
-                        "name": name if by_name else None if ctx.api_version >= 12 else "",
-                        "topic_id": ZERO_UUID if by_name else t.topic_id,
-                        "partitions": [],
-                    }
-                )
+                if getattr(t, "name", None):
+                    extra.append(topic_error_entry(TOPIC_DENIED, name))
+                else:
+                    unnamed = None if ctx.api_version >= 12 else ""
+                    extra.append(topic_error_entry(TOPIC_DENIED, unnamed, t.topic_id))
             elif (
                 auto
                 and not ctx.logs.has_topic(name)
                 and not (c.cluster(Op.CREATE, log_denied=False) or c.ok(Op.CREATE, TOPIC, name))
             ):  # KafkaApis: may describe, may not create: as if auto-creation were off
-                code = (
-                    ErrorCode.unknown_topic_or_partition
-                    if is_valid_topic_name(name)
-                    else ErrorCode.invalid_topic_exception
-                )
-                extra.append({"error_code": code, "name": name, "partitions": []})
+                extra.append(topic_error_entry(unknown_topic_error(name), name))
             else:
                 keep.append(t)
         if not keep and ctx.api_version == 0:  # an empty v0 list means every topic

@@ -29,7 +29,7 @@ from kompakt.broker.handlers.common import (
 from kompakt.broker.protocol import ZERO_UUID, build
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
-from kompakt.errors import TopicExistsError
+from kompakt.errors import TopicExistsError, UnknownTopicError
 from kompakt.log.names import is_internal, is_valid_topic_name
 
 # DescribeClusterRequest.endpointType (KIP-919): brokers (1) or controllers (2); before
@@ -105,6 +105,14 @@ def _partition_entities(version: int, node: int, count: int) -> tuple[Any, ...]:
         return tuple(built[:count])
 
 
+def unknown_topic_error(name: str) -> ErrorCode:
+    """Kafka's ``KafkaApis.getTopicMetadata``: ``Topic.validate`` decides whether a topic
+    that is not there is unknown or an invalid name."""
+    if is_valid_topic_name(name):
+        return ErrorCode.unknown_topic_or_partition
+    return ErrorCode.invalid_topic_exception
+
+
 def _topic(ctx: RequestContext, name: str, include_ops: bool) -> dict[str, Any]:
     return {
         "error_code": ErrorCode.none,
@@ -114,6 +122,12 @@ def _topic(ctx: RequestContext, name: str, include_ops: bool) -> dict[str, Any]:
         "partitions": _partitions(ctx, name),
         "topic_authorized_operations": authorized_operations(TOPIC_OPERATIONS, include_ops),
     }
+
+
+def topic_error(code: int, name: str | None, topic_id: Any = ZERO_UUID) -> dict[str, Any]:
+    """A Metadata topic answered ``code``: no partitions (``name`` None: not told,
+    which the wire carries as "" before v12)."""
+    return {"error_code": code, "name": name, "topic_id": topic_id, "partitions": []}
 
 
 def handle_metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -129,7 +143,7 @@ def handle_metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
         for name in ctx.logs.topics():
             try:
                 topics.append(_topic(ctx, name, include_ops))
-            except Exception:  # deleted meanwhile
+            except UnknownTopicError:  # deleted meanwhile: not listed, as in Kafka's cache
                 continue
     else:
         for t in topics_req:
@@ -138,40 +152,17 @@ def handle_metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
             if not name and tid is not None and tid != ZERO_UUID:
                 found = ctx.state.topic_by_id(tid)
                 if found is None:
-                    topics.append(
-                        {
-                            "error_code": ErrorCode.unknown_topic_id,
-                            # nullable only from v12: before it, "" on the wire
-                            "name": None if ctx.api_version >= 12 else "",
-                            "topic_id": tid,
-                            "partitions": [],
-                        }
-                    )
+                    # nullable only from v12: before it, "" on the wire
+                    unnamed = None if ctx.api_version >= 12 else ""
+                    topics.append(topic_error(ErrorCode.unknown_topic_id, unnamed, tid))
                     continue
                 name = found
             if name is None:  # neither a name nor an id (Kafka: InvalidRequestException)
-                topics.append(
-                    {
-                        "error_code": ErrorCode.invalid_request,
-                        "name": "",
-                        "topic_id": ZERO_UUID,
-                        "partitions": [],
-                    }
-                )
+                topics.append(topic_error(ErrorCode.invalid_request, ""))
                 continue
             if not ctx.logs.has_topic(name):
                 if not allow_auto:
-                    # KafkaApis.getTopicMetadata: Topic.validate decides between the two
-                    topics.append(
-                        {
-                            "error_code": ErrorCode.unknown_topic_or_partition
-                            if is_valid_topic_name(name)
-                            else ErrorCode.invalid_topic_exception,
-                            "name": name,
-                            "topic_id": ZERO_UUID,
-                            "partitions": [],
-                        }
-                    )
+                    topics.append(topic_error(unknown_topic_error(name), name))
                     continue
                 try:
                     ctx.logs.create_topic(name, int(ctx.config.get("num.partitions")))
@@ -180,21 +171,12 @@ def handle_metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     pass
                 except Exception as exc:
                     code, _msg = error_of(exc)
-                    topics.append(
-                        {"error_code": code, "name": name, "topic_id": ZERO_UUID, "partitions": []}
-                    )
+                    topics.append(topic_error(code, name))
                     continue
             try:
                 topics.append(_topic(ctx, name, include_ops))
-            except Exception:
-                topics.append(
-                    {
-                        "error_code": ErrorCode.unknown_topic_or_partition,
-                        "name": name,
-                        "topic_id": ZERO_UUID,
-                        "partitions": [],
-                    }
-                )
+            except UnknownTopicError:  # deleted meanwhile
+                topics.append(topic_error(ErrorCode.unknown_topic_or_partition, name))
     include_cluster_ops = bool(getattr(req, "include_cluster_authorized_operations", False))
     return {
         "throttle_time": 0,
