@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import (
@@ -200,7 +200,7 @@ def schemas(api_key: int, version: int) -> tuple[type, type] | None:
     when kio has no schema for that version."""
     try:
         return load_request_schema(api_key, version), load_response_schema(api_key, version)
-    except Exception:
+    except KioIndexError:  # kio's UnknownAPIKey / UnknownEntity
         return None
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from kompakt.broker.config import BrokerConfig
 from kompakt.broker.protocol import topic_uuid
 from kompakt.broker.registry import ApiRegistry
+from kompakt.errors import UnknownTopicError
 from kompakt.log.manager import LogManager
 from kompakt.log.partition_log import PartitionLog
 
@@ -104,7 +105,7 @@ class BrokerState:
             try:
                 if topic_uuid(self.logs.topic_meta(name).topic_id) == tid:
                     return name
-            except Exception:
+            except UnknownTopicError:  # deleted since topics() listed it
                 continue
         return None
 
