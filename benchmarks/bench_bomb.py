@@ -12,6 +12,7 @@ client's small produce meanwhile. Run: ``.venv/bin/python benchmarks/bench_bomb.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import socket
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import zstandard
@@ -70,14 +72,17 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
-def start_broker(data_dir: Path, port: int) -> subprocess.Popen:
-    """``python -m kompakt.broker`` on 127.0.0.1:``port``, waited for."""
+def start_broker(data_dir: Path, port: int, *overrides: str) -> subprocess.Popen:
+    """``python -m kompakt.broker`` on 127.0.0.1:``port`` (and ``key=value`` overrides),
+    waited for."""
+    extra = [arg for kv in overrides for arg in ("--override", kv)]
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "kompakt.broker",
             "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
             "--override", f"log.dirs={data_dir}",
             "--override", "kompakt.admin.listener=http://127.0.0.1:0",
+            *extra,
         ],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -92,6 +97,22 @@ def start_broker(data_dir: Path, port: int) -> subprocess.Popen:
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError("the broker did not listen in 60 s")
+
+
+@contextlib.contextmanager
+def broker_process(*overrides: str) -> Iterator[tuple[int, subprocess.Popen]]:
+    """(port, process) of a broker in a fresh data dir, stopped and removed after."""
+    tmp = Path(tempfile.mkdtemp(prefix="kompakt-bench-"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = start_broker(tmp / "data", port, *overrides)
+    try:
+        yield port, proc
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def peak_rss(pid: int) -> int:
@@ -164,12 +185,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=1.0, help="expansion of the bomb, GiB")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="kompakt-bomb-"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = start_broker(tmp / "data", port)
-    try:
+    with broker_process() as (port, proc):
         create_topics(port, ["bomb", "honest", "other"])
         b = bomb(int(args.gib * GIB))
         h, h_expansion = honest(len(b))
@@ -190,10 +206,6 @@ def main() -> None:
                 f"{rise / (1 << 20):10.1f} MiB {per_gib:13.1f} MiB {worst * 1000:14.0f} ms"
                 + (f"  (error {code})" if code else "")
             )
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,12 @@ class KafkaConnection:
         else:
             self._eof = True
 
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet taken as a request (the server decodes a large
+        request off its event loop)."""
+        return len(self._buffer)
+
     def next_event(self) -> Event:
         """The next request, NEED_DATA or CLOSED; raises ProtocolError (for good: the
         connection is unusable after it, as h11's is after a RemoteProtocolError)."""

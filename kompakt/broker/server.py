@@ -37,6 +37,9 @@ from kompakt.errors import KompaktError
 log = logging.getLogger(__name__)
 
 READ_SIZE = 1 << 16
+# requests up to this size decode on the loop (fast); larger ones on a worker thread,
+# which only this connection's task uses the protocol object from, one call at a time
+DECODE_ON_LOOP_BYTES = 1 << 20
 TLS_HANDSHAKE_TIMEOUT = 10.0
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -54,6 +57,24 @@ class ListenerSpec:
     sasl: Callable[[], SaslAuthenticator] | None = None
     mapper: PrincipalMapper | None = None
     sasl_max_receive: int = 524288
+
+
+def _encode(encode: Callable[[Any], bytes], result: Any) -> bytes | Exception:
+    try:
+        return encode(result)
+    except Exception as exc:  # reported by the caller, with the request named
+        return exc
+
+
+def _handle(
+    handler: Handler, ctx: RequestContext, body: Any, encode: Callable[[Any], bytes]
+) -> tuple[Any, bytes | Exception | None]:
+    """A plain handler's answer and its encoding, on one worker thread (a delayed answer
+    is not encoded yet: it is completed on the loop)."""
+    result = handler(ctx, body)
+    if result is None or isinstance(result, DelayedResponse):
+        return result, None
+    return result, _encode(encode, result)
 
 
 class _Connection:
@@ -231,7 +252,10 @@ class KafkaServer:
         while not self._closing:
             t0 = time.monotonic()
             try:
-                event = protocol.next_event()
+                if protocol.buffered < DECODE_ON_LOOP_BYTES:
+                    event = protocol.next_event()
+                else:  # a large request decodes for a second: not on the loop of everyone
+                    event = await asyncio.to_thread(protocol.next_event)
             except ProtocolError as exc:
                 log.log(exc.level, "closing %s: %s", conn.peer, exc)
                 if exc.api is not None:
@@ -290,8 +314,9 @@ class KafkaServer:
             conn.principal,
             conn.spec.name,
         )
+        encode = functools.partial(protocol.send, req)  # pure: any thread may run it
         try:
-            result = await self._call(req.api.handler, ctx, req.body)
+            result, out = await self._call(req.api.handler, ctx, req.body, encode)
         except Exception:
             log.exception(
                 "%s v%d from %s failed; closing the connection",
@@ -304,27 +329,39 @@ class KafkaServer:
         if result is None:
             self._observe(req.name, t0, False)
             return b""
-        try:
-            out = protocol.send(req, result)
-        except Exception:
-            log.exception(
-                "cannot encode %s v%d response; closing %s", req.name, req.api_version, conn.peer
+        if isinstance(out, Exception):
+            log.error(
+                "cannot encode %s v%d response; closing %s",
+                req.name,
+                req.api_version,
+                conn.peer,
+                exc_info=out,
             )
             self._observe(req.name, t0, True)
             return None
         self._observe(req.name, t0, has_error(result))
         return out
 
-    async def _call(self, handler: Handler, ctx: RequestContext, body: Any) -> Any:
-        """Run a handler where it belongs: a coroutine on the loop, a plain function on a
-        worker thread (it may block on the log); then wait out a delayed answer."""
+    async def _call(
+        self, handler: Handler, ctx: RequestContext, body: Any, encode: Callable[[Any], bytes]
+    ) -> tuple[Any, bytes | Exception | None]:
+        """(the handler's answer, its encoded frame or the encoding's exception). A handler
+        runs where it belongs: a coroutine on the loop, a plain function on a worker thread
+        (it may block on the log); a delayed answer is waited out. The answer is encoded
+        off the loop (with a plain handler, on its thread): a response naming 100,000
+        partitions takes seconds to encode, which on the loop stalled every other
+        connection (Kafka's network threads do not wait on one another's responses)."""
         if inspect.iscoroutinefunction(handler):
             result: Result = await handler(ctx, body)
         else:
-            result = await asyncio.to_thread(handler, ctx, body)  # type: ignore[arg-type]
+            result, out = await asyncio.to_thread(_handle, handler, ctx, body, encode)
+            if not isinstance(result, DelayedResponse):
+                return result, out
         if isinstance(result, DelayedResponse):
-            return await self._complete(result)
-        return result
+            result = await self._complete(result)
+        if result is None:
+            return None, None
+        return result, await asyncio.to_thread(_encode, encode, result)
 
     async def _complete(self, delayed: DelayedResponse) -> Any:
         """Kafka's ``DelayedOperationPurgatory.tryCompleteElseWatch`` for one operation:

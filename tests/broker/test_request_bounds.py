@@ -1,10 +1,17 @@
 """One request may not take the broker down: Kafka's bounds on how much one admin request
 may create, and a Produce naming very many partitions leaves other clients served."""
 
+import select
+import socket
+import struct
 import time
+from typing import Any
 
 from kio.schema.errors import ErrorCode
-from raw_kafka import API, call
+from raw_kafka import API, call, decode_response, encode_request
+from shared_kit import wait_for
+
+from kompakt.record.encode import build_simple_batch
 
 # Kafka's ReplicationControlManager.validateTotalNumberOfPartitions
 TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
@@ -67,3 +74,50 @@ def test_create_partitions_over_10000_new_partitions_is_refused_whole(broker, to
     r = call(broker.port, API.create_partitions, 3, one)
     assert r.results[0].error_code == ErrorCode.none
     assert broker.logs.partition_count(names[0]) == 3
+
+
+def _produce_frame(partitions: dict[str, int], records: bytes) -> bytes:
+    """A raw Produce (v9, acks=1) of ``records`` to partitions 0..n-1 of each topic."""
+    topic_data = [
+        {"name": t, "partition_data": [{"index": i, "records": records} for i in range(n)]}
+        for t, n in partitions.items()
+    ]
+    return encode_request(API.produce, 9, {"acks": 1, "timeout": 30000, "topic_data": topic_data})
+
+
+def _answer(sock: socket.socket) -> Any:
+    f = sock.makefile("rb")
+    (n,) = struct.unpack(">i", f.read(4))
+    return decode_response(API.produce, 9, f.read(n))[1]
+
+
+def test_a_produce_naming_100000_partitions_leaves_other_clients_served(broker, topic_name):
+    """Kafka serves each connection on its own (network threads, request handler pool):
+    one Produce naming 100,000 partitions (9 MB in, 7 MB out) does not hold the others.
+    Its answer takes seconds to encode; that was done on the one event loop, and no other
+    connection was served meanwhile. Now it is encoded on the handler's worker thread: a
+    produce another client sends once the big one's handler is done (its last partition,
+    a real one, appended) is answered before the big one."""
+    last, mine = f"{topic_name}-last", f"{topic_name}-other"
+    broker.logs.create_topic(last, 1, {})
+    broker.logs.create_topic(mine, 1, {})
+    batch = build_simple_batch([(b"k", b"v")], timestamp=int(time.time() * 1000))
+    wide = _produce_frame({f"{topic_name}-absent": 100_000, last: 1}, batch)
+    one = _produce_frame({mine: 1}, batch)
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=120) as big:
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=60) as other:
+            other.sendall(one)
+            _answer(other)  # connected and served
+            big.sendall(wide)
+            last_log = broker.logs.get_log(last, 0)
+            wait_for(lambda: last_log.log_end_offset == 1, "the big produce's last partition")
+            other.sendall(one)
+            answer = _answer(other)
+            assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+            assert not select.select([big], [], [], 0)[0], "the big produce was answered first"
+        answer = _answer(big)
+    absent, appended = answer.responses
+    assert len(absent.partition_responses) == 100_000
+    codes = {p.error_code for p in absent.partition_responses}
+    assert codes == {ErrorCode.unknown_topic_or_partition}
+    assert appended.partition_responses[0].error_code == ErrorCode.none
