@@ -98,6 +98,18 @@ class TransactionsView(Protocol):
 
 
 @runtime_checkable
+class AdminApiView(Protocol):
+    """What the admin endpoint serves (:class:`~kompakt.broker.admin_http.AdminApi`):
+    set once when the broker starts, read by every request."""
+
+    metrics: Callable[[], bytes]
+    partitions: Callable[[], list[dict[str, Any]]]
+    compact: Callable[[str, int | None, bool, str | None], dict[str, Any]]
+    broker: BrokerView | None  # None in a bare test app
+    writes: bool  # kompakt.admin.console.writes
+
+
+@runtime_checkable
 class BrokerView(Protocol):
     """What the console and the admin API read of the broker. ``logs``, ``state`` and
     ``background`` are set once by ``start()`` (None before); ``config`` is shared and

@@ -8,6 +8,7 @@ from kompakt.broker.app import start_test_broker
 from kompakt.broker.coordinator.snapshot import CoordinatorSnapshot
 from kompakt.broker.handlers.txn import txn_broker_if_started
 from kompakt.broker.seams import (
+    AdminApiView,
     BrokerView,
     CleanerStatesView,
     CleanerView,
@@ -24,6 +25,9 @@ def test_a_running_broker_and_its_parts_offer_what_the_admin_side_reads(tmp_path
     try:
         broker = b.broker
         assert isinstance(broker, BrokerView)
+        assert broker.admin is not None
+        assert isinstance(broker.admin.api, AdminApiView)
+        assert broker.admin.api.broker is broker
         assert broker.cleaner_if_started() is None  # not built before a clean asks for it
         assert broker.background is not None
         cleaner = broker.background.cleaner()

@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.templating import Jinja2Templates
 
 from kompakt.broker.http_gate import form_token
+from kompakt.broker.seams import AdminApiView, BrokerView
 
 # (method, path, what) of the JSON/text API: GET /v1 and GET / with Accept: application/json
 ENDPOINTS = [
@@ -83,12 +84,12 @@ _env.filters["pct"] = _pct
 _env.globals["NAV"] = NAV
 
 
-def api_of(request: Request) -> Any:
+def api_of(request: Request) -> AdminApiView:
     """The :class:`~kompakt.broker.admin_http.AdminApi` this app serves."""
     return request.app.state.api
 
 
-def broker_of(request: Request) -> Any:
+def broker_of(request: Request) -> BrokerView | None:
     """The :class:`~kompakt.broker.app.Broker` behind the app (None in a bare app)."""
     return api_of(request).broker
 
@@ -115,7 +116,7 @@ def endpoint_list() -> Response:
 
 def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     context.setdefault("title", "kompakt")
-    context.setdefault("writes", bool(getattr(api_of(request), "writes", False)))
+    context.setdefault("writes", api_of(request).writes)
     context.setdefault("csrf", form_token(request))
     return templates.TemplateResponse(request, name, context, status_code=status)
 

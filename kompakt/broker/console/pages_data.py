@@ -20,7 +20,6 @@ principal, its messages).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 from urllib.parse import parse_qs, quote
 
@@ -32,21 +31,22 @@ from starlette.routing import BaseRoute, Route
 from kompakt.broker.console import browse, common, key_find, keys, messages, topic_configs
 from kompakt.broker.console import groups as group_views
 from kompakt.broker.http_gate import form_token_ok, gate_of
+from kompakt.broker.seams import BrokerView
 from kompakt.errors import KompaktError
 
 FORM_LIMIT = 16 * 1024
 
 
-def _broker(request: Request) -> Any:
+def _broker(request: Request) -> BrokerView:
     broker = common.broker_of(request)
     if broker is None or broker.logs is None or broker.state is None:
         raise browse.BrowseInputError("the broker is not running")
     return broker
 
 
-def _now(broker: Any) -> int:
-    clock = getattr(broker.logs, "clock", None)
-    return int(clock()) if clock is not None else int(time.time() * 1000)
+def _now(broker: BrokerView) -> int:
+    assert broker.logs is not None  # _broker checked
+    return int(broker.logs.clock())
 
 
 def _topics(request: Request, broker: Any) -> list[str]:
@@ -259,8 +259,7 @@ def configs_page(request: Request) -> Response:
 
 async def configs_edit(request: Request) -> Response:
     topic = request.path_params["topic"]
-    api = common.api_of(request)
-    if not getattr(api, "writes", False):
+    if not common.api_of(request).writes:
         return common.error_page(
             request,
             403,
