@@ -26,6 +26,11 @@ class PartitionLag:
 
 @dataclass
 class GroupMemberView:
+    """One member as DescribeGroups shows it. ``assignment`` is left unfiltered on
+    purpose: Kafka's handleDescribeGroupsRequest asks only DESCRIBE on the GROUP and
+    returns each member's assignment bytes whole, topics the caller may not DESCRIBE
+    included; the committed offsets beside it are OffsetFetch's, filtered by topic."""
+
     member_id: str
     group_instance_id: str | None
     client_id: str
