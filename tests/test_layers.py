@@ -3,8 +3,11 @@
 Layers, lowest first (docs/design.md "Layers"; Kafka keeps the same order in its
 ``storage`` module: records < log < cleaner, and the broker on top):
 
-    kompakt (package) and kompakt.errors < record < log < cleaner < pipeline
+    kompakt (package) and kompakt.errors < record < log < remote < cleaner < pipeline
         < kompakt.engines < broker < cli
+
+``remote`` (the remote tier, KIP-405's storage and metadata managers) uploads and reads
+the log's segment files, and the cleaner will clean remote ranges, so it sits between.
 
 ``pipeline`` and ``broker`` are peers: neither imports the other. The broker reaches the
 Spark engine only through :mod:`kompakt.engines`, the registry of cleaner engines, which
@@ -30,11 +33,12 @@ LAYERS: dict[str, int] = {
     "kompakt.errors": 0,
     "kompakt.record": 1,
     "kompakt.log": 2,
-    "kompakt.cleaner": 3,
-    "kompakt.pipeline": 4,
-    "kompakt.engines": 5,
-    "kompakt.broker": 6,
-    "kompakt.cli": 7,
+    "kompakt.remote": 3,
+    "kompakt.cleaner": 4,
+    "kompakt.pipeline": 5,
+    "kompakt.engines": 6,
+    "kompakt.broker": 7,
+    "kompakt.cli": 8,
 }
 # same-or-lower rank, yet forbidden: peers that must not know each other
 PEERS: set[tuple[str, str]] = {("kompakt.broker", "kompakt.pipeline")}

@@ -1,0 +1,201 @@
+"""The tiered-storage config keys, with Kafka's names where Kafka has them (KIP-405's
+``RemoteLogManagerConfig`` and ``TopicConfig``), as rows of the one key type
+(:class:`kompakt.log.config.ConfigKey`) so the broker's and the topic's tables can take
+them as they are, plus the cross-key rules of Kafka's ``LogConfig``.
+
+Deliberate difference from Kafka: Kafka refuses ``remote.storage.enable=true`` on a
+topic whose ``cleanup.policy`` contains ``compact`` ("Remote log storage only supports
+topics with cleanup.policy=delete", ``validateRemoteStorageRequiresDeleteCleanupPolicy``);
+kompakt tiers compacted topics, which is the point of its remote tier (issue 29; KIP-1272
+proposes the same for Kafka).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from kompakt.errors import InvalidConfigError
+from kompakt.log.config import BrokerSynonym, ConfigKey, at_least, parse_type
+from kompakt.remote.store import parse_storage_url
+
+# -- broker keys ------------------------------------------------------------------------
+REMOTE_LOG_STORAGE_SYSTEM_ENABLE = "remote.log.storage.system.enable"
+REMOTE_LOG_MANAGER_TASK_INTERVAL_MS = "remote.log.manager.task.interval.ms"
+STORAGE_URL = "kompakt.remote.storage.url"
+S3_ENDPOINT_URL = "kompakt.remote.storage.s3.endpoint.url"
+CACHE_BYTES = "kompakt.remote.cache.bytes"
+
+# -- topic keys -------------------------------------------------------------------------
+REMOTE_STORAGE_ENABLE = "remote.storage.enable"
+LOCAL_RETENTION_MS = "local.retention.ms"
+LOCAL_RETENTION_BYTES = "local.retention.bytes"
+# Kafka's broker defaults of the two (RemoteLogManagerConfig, ServerTopicConfigSynonyms)
+LOG_LOCAL_RETENTION_MS = "log.local.retention.ms"
+LOG_LOCAL_RETENTION_BYTES = "log.local.retention.bytes"
+
+# -2: "use retention.ms / retention.bytes" (Kafka's DEFAULT_LOCAL_RETENTION_*)
+USE_RETENTION = -2
+TASK_INTERVAL_MS_DEFAULT = 30_000
+CACHE_BYTES_DEFAULT = 256 * 1024 * 1024
+
+
+def _storage_url(name: str, value: Any) -> None:
+    if value:
+        parse_storage_url(value, name)
+
+
+def _http_url(name: str, value: Any) -> None:
+    if value and (urlparse(value).scheme not in ("http", "https") or not urlparse(value).netloc):
+        raise InvalidConfigError(
+            f"Invalid value {value} for configuration {name}: expected an http:// or "
+            "https:// URL of an S3-compatible endpoint"
+        )
+
+
+BROKER_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in (
+        ConfigKey(
+            REMOTE_LOG_STORAGE_SYSTEM_ENABLE,
+            "boolean",
+            False,
+            "Enable the remote tier on this broker; topics opt in with remote.storage.enable.",
+        ),
+        ConfigKey(
+            REMOTE_LOG_MANAGER_TASK_INTERVAL_MS,
+            "long",
+            TASK_INTERVAL_MS_DEFAULT,
+            "How often the remote log manager copies rolled segments up and expires them.",
+            at_least(1),
+        ),
+        ConfigKey(
+            STORAGE_URL,
+            "string",
+            "",
+            "Where the remote tier lives: file:///folder or s3://bucket/prefix. Empty: the "
+            "folder <data dir>-remote beside the data dir.",
+            _storage_url,
+        ),
+        ConfigKey(
+            S3_ENDPOINT_URL,
+            "string",
+            "",
+            "Endpoint of an S3-compatible server for an s3:// storage URL (empty: AWS). "
+            "Credentials come from the AWS environment variables.",
+            _http_url,
+        ),
+        ConfigKey(
+            CACHE_BYTES,
+            "long",
+            CACHE_BYTES_DEFAULT,
+            "Bytes of remote segment chunks kept in memory for reads below the local log.",
+            at_least(0),
+        ),
+    )
+}
+
+TOPIC_KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in (
+        ConfigKey(
+            REMOTE_STORAGE_ENABLE,
+            "boolean",
+            False,
+            "Copy this topic's rolled segments to the remote tier (compacted topics too).",
+        ),
+        ConfigKey(
+            LOCAL_RETENTION_MS,
+            "long",
+            USE_RETENTION,
+            "How long a tiered segment also stays on local disk; -2: retention.ms.",
+            at_least(USE_RETENTION),
+            broker_synonyms=(BrokerSynonym(LOG_LOCAL_RETENTION_MS, "long", 1, "-2"),),
+        ),
+        ConfigKey(
+            LOCAL_RETENTION_BYTES,
+            "long",
+            USE_RETENTION,
+            "Local bytes a tiered partition keeps before deleting uploaded segments; "
+            "-2: retention.bytes.",
+            at_least(USE_RETENTION),
+            broker_synonyms=(BrokerSynonym(LOG_LOCAL_RETENTION_BYTES, "long", 1, "-2"),),
+        ),
+    )
+}
+
+
+def parse(key: ConfigKey, raw: str) -> Any:
+    """Text to value, checked by the key's validator (the config tables' own helpers)."""
+    value = parse_type(key.name, raw, key.type)
+    if key.validator is not None:
+        key.validator(key.name, value)
+    return value
+
+
+def check_topic(values: Mapping[str, Any], system_enabled: bool) -> None:
+    """Kafka's cross-key rules of a topic's remote configs (``LogConfig``'s
+    ``validateRemoteStorageOnlyIfSystemEnabled``, ``validateRemoteStorageRetentionTime``
+    and ``...RetentionSize``); ``values`` are parsed topic configs."""
+    if values.get(REMOTE_STORAGE_ENABLE) and not system_enabled:
+        raise InvalidConfigError(
+            "Tiered Storage functionality is disabled in the broker. "
+            "Topic cannot be configured with remote log storage."
+        )
+    for local_key, key in (
+        (LOCAL_RETENTION_MS, "retention.ms"),
+        (LOCAL_RETENTION_BYTES, "retention.bytes"),
+    ):
+        local, total = values.get(local_key, USE_RETENTION), values.get(key, -1)
+        if total == -1 or local == USE_RETENTION:
+            continue
+        if local == -1:
+            raise InvalidConfigError(
+                f"Invalid value -1 for configuration {local_key}: "
+                f"Value must not be -1 as {key} value is set as {total}."
+            )
+        if local > total:
+            raise InvalidConfigError(
+                f"Invalid value {local} for configuration {local_key}: "
+                f"Value must not be more than {key} property value: {total}"
+            )
+
+
+def effective_local_retention(local: int, retention: int) -> int:
+    """-2 means the topic's whole retention (Kafka's ``LogConfig.localRetentionMs()``)."""
+    return retention if local == USE_RETENTION else local
+
+
+def default_storage_url(data_dir: Path) -> str:
+    """The embedded default: a folder beside the data dir, ``<data dir>-remote``."""
+    data_dir = Path(data_dir).resolve()
+    return (data_dir.parent / f"{data_dir.name}-remote").as_uri()
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """The broker's remote-tier settings, parsed and checked."""
+
+    enabled: bool
+    task_interval_ms: int
+    storage_url: str
+    s3_endpoint_url: str | None
+    cache_bytes: int
+
+    @classmethod
+    def from_broker(cls, raw: Mapping[str, str], data_dir: Path) -> RemoteSettings:
+        """From the broker's key -> text map (absent keys take their defaults)."""
+        v = {
+            name: parse(key, raw[name]) if name in raw else key.default
+            for name, key in BROKER_KEYS.items()
+        }
+        return cls(
+            enabled=v[REMOTE_LOG_STORAGE_SYSTEM_ENABLE],
+            task_interval_ms=v[REMOTE_LOG_MANAGER_TASK_INTERVAL_MS],
+            storage_url=v[STORAGE_URL] or default_storage_url(data_dir),
+            s3_endpoint_url=v[S3_ENDPOINT_URL] or None,
+            cache_bytes=v[CACHE_BYTES],
+        )
