@@ -61,11 +61,13 @@ def consume_until(
     done: Callable[[list[Any]], bool] | None = None,
     timeout: float = 30.0,
     what: str = "the records",
+    batch: int = 500,
 ) -> list[Any]:
     """Messages a confluent-kafka ``consumer`` (already assigned or subscribed) returns
     until ``done(messages)`` holds, or, with ``done`` None, until every assigned
     partition reached its end (``enable.partition.eof`` must be on). A message with an
-    error other than partition EOF fails the test; so does ``timeout``.
+    error other than partition EOF fails the test; so does ``timeout``. ``batch=1`` looks
+    at ``done`` after every message, for a ``done`` that reads the consumer's position.
     (Kafka's ``TestUtils.consumeRecords``: consume until the expected records came.)"""
     from confluent_kafka import KafkaError
 
@@ -73,7 +75,7 @@ def consume_until(
     at_end: set[tuple[str, int]] = set()
 
     def step() -> bool:
-        for m in consumer.consume(500, timeout=STEP * 10):
+        for m in consumer.consume(batch, timeout=STEP * 10):
             err = m.error()
             if err is not None and err.code() == KafkaError._PARTITION_EOF:
                 at_end.add((m.topic(), m.partition()))

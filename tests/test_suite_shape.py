@@ -17,7 +17,15 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 PATH_EDIT = re.compile(r"\bsys\.path\.(insert|append|extend)\(|\bsys\.path\s*[+]?=")
 SLEEP = re.compile(r"\b(time|asyncio)\.sleep\(")
-WAIT_FOR_STEP = "time.sleep(STEP)"  # shared_kit.wait_for: the pause between two looks
+WAIT_FOR_STEP = "time.sleep(step)"  # shared_kit.poll_until: the pause between two looks
+CLOCK_LOOP = re.compile(r"^\s*while\b.*\btime\.(monotonic|time)\(\)")
+# loops that run for a duration of scenario time, not until something happened
+DURATION_LOOPS = {
+    "reliability/fuzz_kit.py",  # run_fuzz sends requests for the seconds it was given
+    "broker/test_groups_restart.py",  # poll_for keeps members polling for a while
+    "reliability/fault_campaign.py",  # reads through a fault's window
+    "reliability/test_read_io_errors.py",  # reads while the disk fails reads
+}
 
 
 def source_lines() -> list[tuple[str, int, str]]:
@@ -37,7 +45,9 @@ def test_every_sleep_says_why_it_is_not_a_wait():
     offenders = [
         f"{f}:{n}: {line.strip()}"
         for f, n, line in source_lines()
-        if SLEEP.search(line) and "#" not in line and line.strip() != WAIT_FOR_STEP
+        if SLEEP.search(line)
+        and "#" not in line
+        and not (f == "shared_kit.py" and line.strip() == WAIT_FOR_STEP)
     ]
     assert offenders == [], (
         "wait on evidence with shared_kit.wait_for (or a manual clock); a sleep that is "
@@ -53,3 +63,15 @@ def test_slow_table_names_existing_tests(request: pytest.FixtureRequest):
         assert target.exists(), entry
         if name:
             assert re.search(rf"^def {re.escape(name)}\(", target.read_text(), re.M), entry
+
+
+def test_every_deadline_loop_is_the_kits():
+    """A hand-written ``while time.monotonic() < deadline`` loop is a wait the kit
+    already has (``poll_until``, ``wait_for``, ``consume_until``), and the hand-written
+    ones drifted: several returned a partial read on timeout instead of failing."""
+    offenders = [
+        f"{f}:{n}: {line.strip()}"
+        for f, n, line in source_lines()
+        if CLOCK_LOOP.search(line) and f != "shared_kit.py" and f not in DURATION_LOOPS
+    ]
+    assert offenders == [], "use shared_kit.poll_until / wait_for / consume_until"

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 from raw_kafka import call
-from shared_kit import snapshot, unique, wait_for
+from shared_kit import poll_until, snapshot, unique, wait_for
 
 from kompakt.broker import authz
 from kompakt.broker.acls import AclBinding, AclFilter, Op, PatternType, Permission, ResourceType
@@ -609,16 +609,11 @@ def test_group_consumer_reads_with_read_on_topic_and_group_only(secured):
             )
             try:
                 c.subscribe([n.topic])
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline:
-                    m = c.poll(0.5)
-                    if m is None:
-                        continue
-                    if m.error():
-                        return m.error()
-                    c.commit(m, asynchronous=False)
-                    return m.value()
-                return None
+                m = poll_until(lambda: c.poll(0.5), 20)
+                if m is None or m.error():
+                    return None if m is None else m.error()
+                c.commit(m, asynchronous=False)
+                return m.value()
             finally:
                 c.close()
 

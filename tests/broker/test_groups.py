@@ -2,12 +2,12 @@
 
 import shutil
 import subprocess
-import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from raw_kafka import call as _call
+from shared_kit import poll_until as kit_poll_until
 from shared_kit import unique, wait_for
 
 from kompakt.broker.app import start_test_broker
@@ -56,15 +56,16 @@ def consumer(bootstrap, group, **extra):
 
 
 def poll_until(consumers, cond, timeout=30.0, sink=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Whether ``cond()`` held within ``timeout`` while every consumer kept polling."""
+
+    def step() -> bool:
         for c in consumers:
             m = c.poll(0.1)
             if m is not None and m.error() is None and sink is not None:
                 sink.append(m)
-        if cond():
-            return True
-    return False
+        return cond()
+
+    return bool(kit_poll_until(step, timeout))
 
 
 def test_confluent_group_consumes_and_commits(gbroker):

@@ -23,7 +23,6 @@ import json
 import socket
 import struct
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -31,7 +30,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
-from shared_kit import unique, wait_for
+from shared_kit import consume_until, unique, wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator import records as R
@@ -144,13 +143,8 @@ def describe(b: BrokerThread, group: str) -> Any:
 
 
 def consume_all(c: Consumer, n: int, timeout: float = 30.0) -> list[str]:
-    got: list[str] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        m = c.poll(0.1)
-        if m is not None and m.error() is None:
-            got.append(m.value().decode())
-    return got
+    got = consume_until(c, lambda out: len(out) >= n, timeout, f"{n} records")
+    return [m.value().decode() for m in got]
 
 
 # -- raw protocol ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from shared_kit import free_port, unique
+from shared_kit import free_port, unique, wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator.handlers import coordinator_if_started
@@ -104,17 +104,19 @@ class Member:
 
 
 def poll_until(members: list[Member], cond: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """``cond()``'s first truthy value while every member keeps polling (a consumer
+    that stops polling leaves its group)."""
+
+    def step() -> Any:
         for m in members:
             m.poll()
-        got = cond()
-        if got:
-            return got
-    raise AssertionError(f"condition not met in {timeout} s")
+        return cond()
+
+    return wait_for(step, "the group condition", timeout)
 
 
 def poll_for(members: list[Member], seconds: float) -> None:
+    """Keep every member polling for ``seconds`` of scenario time (not a wait)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         for m in members:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shared_kit import consume_until
 
 from kompakt.broker.handlers.produce import _append
 from kompakt.broker.producers import OutOfOrderSequenceError, ProducerStateManager
@@ -332,13 +333,10 @@ def test_confluent_idempotent_retry_after_delete_records_and_restart_is_a_duplic
             {"bootstrap.servers": b.bootstrap, "group.id": "g", "auto.offset.reset": "earliest"}
         )
         c.assign([TopicPartition(topic, 0, end)])
-        seen = []
-        deadline = time.monotonic() + timeout
-        while len(seen) < 3 and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and m.error() is None:
-                seen.append(m.value())
-        c.close()
+        try:
+            seen = [m.value() for m in consume_until(c, lambda out: len(out) >= 3, timeout)]
+        finally:
+            c.close()
         assert seen == [b"v5", b"v6", b"v7"]
     finally:
         b.stop()

@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from raw_kafka import API, call
 from reliability.crash_faults import start as start_broker
+from shared_kit import consume_until
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.coordinator.records import partition_for
@@ -146,16 +147,11 @@ def data_values(logs: LogManager, topic: str, partition: int) -> list[bytes]:
 def read_uncommitted(bootstrap: str, topic: str, partitions: int, n: int) -> list[bytes]:
     c = consumer(bootstrap, unique("reader"))
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT
     try:
-        while len(got) < n and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is not None and m.error() is None:
-                got.append(m.value())
+        got = consume_until(c, lambda out: len(out) >= n, TIMEOUT, f"{n} records")
     finally:
         c.close()
-    return got
+    return [m.value() for m in got]
 
 
 @pytest.fixture(scope="module")
@@ -372,16 +368,9 @@ def test_broker_killed_between_prepare_commit_and_markers_completes_on_restart(
 # -- stage 2: read_committed ----------------------------------------------------------------
 
 
-def consume_until(c: Consumer, done: Any) -> list[bytes]:
+def read_until(c: Consumer, done: Any) -> list[bytes]:
     """Poll ``c`` until ``done(c)``; returns the values read meanwhile."""
-    got: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT
-    while not done(c):
-        assert time.monotonic() < deadline, f"read only {got}"
-        m = c.poll(0.2)
-        if m is not None and m.error() is None:
-            got.append(m.value())
-    return got
+    return [m.value() for m in consume_until(c, lambda _out: done(c), TIMEOUT, batch=1)]
 
 
 def test_read_committed_sees_committed_records_only_and_an_open_transaction_after_commit(
@@ -416,10 +405,10 @@ def test_read_committed_sees_committed_records_only_and_an_open_transaction_afte
         def at(offset: int) -> Any:
             return lambda c: [tp.offset for tp in c.position(tps)] == [offset, offset]
 
-        before = consume_until(rc, at(4))  # read up to the LSO: past the aborted ones
+        before = read_until(rc, at(4))  # read up to the LSO: past the aborted ones
         assert sorted(before) == [b"c0", b"c1"]
         p.commit_transaction(TIMEOUT)
-        after = consume_until(rc, at(6))
+        after = read_until(rc, at(6))
         assert sorted(after) == [b"o0", b"o1"]
     finally:
         rc.close()

@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from shared_kit import poll_until
 
 from kompakt.broker.app import BrokerThread
 from kompakt.broker.config import BrokerConfig
@@ -248,20 +249,19 @@ def test_a_client_that_never_finishes_its_headers_is_cut_off():
         s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
         s.sendall(b"GET /v1 HTTP/1.1\r\nHost: localhost\r\n")
         t0 = time.monotonic()
-        closed = False
-        while time.monotonic() - t0 < 4:
+
+        def trickle_until_closed() -> bool:
             try:
                 s.sendall(b"X-Slow: 1\r\n")
             except OSError:
-                closed = True
-                break
+                return True
             s.settimeout(0.2)
             try:
-                if s.recv(100) == b"":
-                    closed = True
-                    break
+                return s.recv(100) == b""
             except TimeoutError:
-                pass
+                return False
+
+        closed = poll_until(trickle_until_closed, 4, step=0)
         assert closed and time.monotonic() - t0 < 2
         # a client that sends its request in time is served, and again on the same connection
         import http.client
