@@ -27,17 +27,19 @@ class PeriodicThread:
     """Runs ``job()`` every ``interval_ms``; ``job`` returns True to run again at once."""
 
     def __init__(self, name: str, interval_ms: int, job: Callable[[], bool]):
-        self.name = name
-        self.interval_ms = interval_ms
-        self.job = job
-        self._cv = threading.Condition()
-        self._stop = False
-        self._woken = False
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.last_error: str | None = None
-        self.runs = 0  # how many times job() ran: an idle job must not spin
-        self.running = False  # job() is running now
-        self.next_run_s: float | None = None  # time.time() of the next run when waiting
+        self.name = name  # immutable
+        self.interval_ms = interval_ms  # immutable
+        self.job = job  # immutable
+        self._cv = threading.Condition()  # guards _stop and _woken
+        self._stop = False  # guarded by _cv
+        self._woken = False  # guarded by _cv
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)  # set once
+        # the four below are owned by this thread (written only by _run); other threads
+        # (the admin listener's status page) read them as single values, never mutate
+        self.last_error: str | None = None  # owned by this thread: the last job's error
+        self.runs = 0  # owned by this thread: how many times job() ran (an idle job must not spin)
+        self.running = False  # owned by this thread: job() is running now
+        self.next_run_s: float | None = None  # owned by this thread: time.time() of the next run
 
     def start(self) -> None:
         self.thread.start()

@@ -74,8 +74,8 @@ class LogCleanerManager:
     :class:`~kompakt.log.manager.LogManager`; thread-safe (see the module doc)."""
 
     def __init__(self, logs: Any, clock: Clock) -> None:
-        self.logs = logs
-        self.clock = clock
+        self.logs = logs  # set once; thread-safe (LogManager guards its own maps)
+        self.clock = clock  # immutable
         # Kafka's LogCleanerManager.lock: guards every field below and the checkpoint
         # update; reentrant, as a choice rewrites a reset checkpoint while holding it
         self._cv = threading.Condition(threading.RLock())

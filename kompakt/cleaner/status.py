@@ -180,10 +180,11 @@ class CleaningStatus:
     """
 
     def __init__(self, logs: Any, last_stats: LastStats = _no_stats) -> None:
-        self.logs = logs
-        self.last_stats = last_stats
+        self.logs = logs  # set once; thread-safe (LogManager guards its own maps)
+        self.last_stats = last_stats  # set once: a callable the cleaner owns
         self.tombstones = TombstoneCounter()
-        """Per-segment tombstone counts, shared with the console's horizons view."""
+        """Per-segment tombstone counts, shared with the console's horizons view; set
+        once, and thread-safe (its cache is guarded by its own lock)."""
 
     def partitions(self, tombstones: bool = True) -> Iterator[tuple[PartitionLog, PartitionStatus]]:
         """(log, status) of every partition; ``tombstones=False`` skips the tombstone

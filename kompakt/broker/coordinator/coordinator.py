@@ -70,22 +70,23 @@ class GroupCoordinator(Rebalancer):
         faults: CoordinatorFaults = NO_FAULTS,
         loop: asyncio.AbstractEventLoop | None = None,
     ):
-        self.config = config
-        self.scheduler = scheduler
-        self.storage = storage
-        self.faults = faults
+        self.config = config  # set once; thread-safe (the broker config's own lock)
+        self.scheduler = scheduler  # set once; owned by the event loop
+        self.storage = storage  # set once; thread-safe (each write runs in a worker thread)
+        self.faults = faults  # immutable
         self.loop = loop
-        """The loop that owns every group (None in unit tests that run without one)."""
+        """The loop that owns every group (None in unit tests that run without one); set once."""
         self.groups: dict[str, Group] = {}
         """Owned by the event loop; other threads read :meth:`snapshot`."""
-        self._closed = False
-        self._load_lock = asyncio.Lock()
-        self._write_lock = asyncio.Lock()
+        self._closed = False  # owned by the event loop
+        self._load_lock = asyncio.Lock()  # owned by the event loop; guards the load
+        self._write_lock = asyncio.Lock()  # owned by the event loop; guards offsets writes
         self.offsets = OffsetManager(config, scheduler, storage, self.groups, self._write_lock)
-        """Commits, fetches and removals of the groups' offsets."""
-        self._tasks: set[asyncio.Task] = set()
+        """Commits, fetches and removals of the groups' offsets; owned by the event loop."""
+        self._tasks: set[asyncio.Task] = set()  # owned by the event loop
         self._group_writes: dict[str, asyncio.Task] = {}
-        """The latest metadata write of each group (writes run in order)."""
+        """The latest metadata write of each group (writes run in order); owned by the
+        event loop."""
 
     @property
     def loaded(self) -> bool:
