@@ -1,0 +1,152 @@
+"""The remote-tier config keys: Kafka's names and defaults (``RemoteLogManagerConfig``,
+``TopicConfig``), -2 meaning "use retention.*", and Kafka's ``LogConfig`` rules across
+keys with its messages; kompakt's own keys checked to one clear line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kompakt.errors import InvalidConfigError
+from kompakt.remote import RemoteTier
+from kompakt.remote.config import (
+    BROKER_KEYS,
+    TOPIC_KEYS,
+    RemoteSettings,
+    check_topic,
+    effective_local_retention,
+    parse,
+)
+from kompakt.remote.store import FileObjectStore
+
+
+def test_kafka_names_and_defaults() -> None:
+    defaults = {name: key.default for name, key in {**BROKER_KEYS, **TOPIC_KEYS}.items()}
+    assert defaults == {
+        "remote.log.storage.system.enable": False,
+        "remote.log.manager.task.interval.ms": 30_000,
+        "kompakt.remote.storage.url": "",
+        "kompakt.remote.storage.s3.endpoint.url": "",
+        "kompakt.remote.cache.bytes": 256 * 1024 * 1024,
+        "remote.storage.enable": False,
+        "local.retention.ms": -2,
+        "local.retention.bytes": -2,
+    }
+    assert TOPIC_KEYS["local.retention.ms"].broker_synonym == "log.local.retention.ms"
+    assert TOPIC_KEYS["local.retention.bytes"].broker_synonym == "log.local.retention.bytes"
+
+
+def test_minus_two_means_the_topics_retention() -> None:
+    assert effective_local_retention(-2, 604_800_000) == 604_800_000
+    assert effective_local_retention(3_600_000, 604_800_000) == 3_600_000
+    assert effective_local_retention(-1, -1) == -1
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        (
+            "local.retention.ms",
+            "-3",
+            "Invalid value -3 for configuration local.retention.ms: Value must be at least -2",
+        ),
+        ("remote.log.manager.task.interval.ms", "0", "Value must be at least 1"),
+        ("kompakt.remote.cache.bytes", "lots", "Not a number of type LONG"),
+        ("remote.storage.enable", "yes", "Expected value to be either true or false"),
+        ("kompakt.remote.storage.url", "ftp://x/y", "the scheme must be file:// or s3://"),
+        ("kompakt.remote.storage.s3.endpoint.url", "localhost:9000", "http:// or https://"),
+    ],
+)
+def test_bad_values_are_one_line_errors(name: str, raw: str, message: str) -> None:
+    key = {**BROKER_KEYS, **TOPIC_KEYS}[name]
+    with pytest.raises(InvalidConfigError, match=message) as e:
+        parse(key, raw)
+    assert "\n" not in str(e.value)
+
+
+def test_remote_storage_needs_the_broker_switch() -> None:
+    """Kafka's validateRemoteStorageOnlyIfSystemEnabled, with its message."""
+    with pytest.raises(
+        InvalidConfigError, match="Tiered Storage functionality is disabled in the broker"
+    ):
+        check_topic({"remote.storage.enable": True}, system_enabled=False)
+    check_topic({"remote.storage.enable": True}, system_enabled=True)
+    check_topic({"remote.storage.enable": False}, system_enabled=False)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"retention.ms": 1000, "local.retention.ms": -1},
+            "Value must not be -1 as retention.ms value is set as 1000.",
+        ),
+        (
+            {"retention.ms": 1000, "local.retention.ms": 1001},
+            "Value must not be more than retention.ms property value: 1000",
+        ),
+        (
+            {"retention.bytes": 10, "local.retention.bytes": -1},
+            "Value must not be -1 as retention.bytes value is set as 10.",
+        ),
+        (
+            {"retention.bytes": 10, "local.retention.bytes": 11},
+            "Value must not be more than retention.bytes property value: 10",
+        ),
+    ],
+)
+def test_local_retention_cannot_exceed_retention(values: dict[str, int], message: str) -> None:
+    """Kafka's validateRemoteStorageRetentionTime / ...RetentionSize."""
+    with pytest.raises(InvalidConfigError, match=message):
+        check_topic(values, system_enabled=True)
+
+
+def test_local_retention_accepted_within_retention_or_when_unlimited() -> None:
+    check_topic(
+        {
+            "retention.ms": 1000,
+            "local.retention.ms": 1000,
+            "retention.bytes": -1,
+            "local.retention.bytes": -1,
+        },
+        True,
+    )
+    check_topic(
+        {
+            "retention.ms": -1,
+            "local.retention.ms": 5,
+            "retention.bytes": 10,
+            "local.retention.bytes": -2,
+        },
+        True,
+    )
+
+
+def test_compacted_topics_may_be_tiered_unlike_kafka() -> None:
+    """Kafka refuses remote.storage.enable on cleanup.policy=compact; tiering compacted
+    topics is what kompakt's remote tier is for (issue 29)."""
+    check_topic({"remote.storage.enable": True, "cleanup.policy": ("compact",)}, True)
+
+
+def test_settings_default_to_a_folder_beside_the_data_dir(tmp_path: Path) -> None:
+    data = tmp_path / "kompakt-data"
+    s = RemoteSettings.from_broker({}, data)
+    assert not s.enabled and s.storage_url == (tmp_path / "kompakt-data-remote").as_uri()
+    tier = RemoteTier.open(s)
+    assert isinstance(tier.store, FileObjectStore) and tier.cache.max_bytes == 256 * 1024 * 1024
+    s3 = RemoteSettings.from_broker(
+        {
+            "remote.log.storage.system.enable": "true",
+            "kompakt.remote.storage.url": "s3://bucket/prefix",
+            "kompakt.remote.storage.s3.endpoint.url": "http://127.0.0.1:9000",
+            "kompakt.remote.cache.bytes": "1024",
+        },
+        data,
+    )
+    assert (s3.enabled, s3.storage_url, s3.s3_endpoint_url, s3.cache_bytes) == (
+        True,
+        "s3://bucket/prefix",
+        "http://127.0.0.1:9000",
+        1024,
+    )
