@@ -100,7 +100,7 @@ class Broker:
         self._stopped: asyncio.Event | None = None
         self._stopping = False
         self.stop_error: BaseException | None = None  # why the last stop was unclean
-        self._status: CleaningStatus | None = None  # of self.logs, built on first use
+        self._status: CleaningStatus | None = None  # set by start(), before the admin side
         self._coordinator_load: asyncio.Task | None = None
         self._txn_load: asyncio.Task | None = None
         self._spark_warm: threading.Thread | None = None
@@ -129,7 +129,9 @@ class Broker:
             self.clock,
             cfg.get("kompakt.log.max.open.segments"),
         )
-        self._status = None
+        from kompakt.cleaner.status import CleaningStatus
+
+        self._status = CleaningStatus(self.logs, self._last_stats)
         self.logs.failures.listeners.append(self._on_log_dir_failure)
         try:
             self.state = BrokerState(cfg, self.logs, self.registry)
@@ -387,10 +389,6 @@ class Broker:
     def cleaning_status(self) -> CleaningStatus | None:
         """The one :class:`~kompakt.cleaner.status.CleaningStatus` of this broker's logs,
         behind ``/v1/partitions`` and ``/metrics`` (None before the logs are open)."""
-        if self._status is None and self.logs is not None:
-            from kompakt.cleaner.status import CleaningStatus
-
-            self._status = CleaningStatus(self.logs, self._last_stats)
         return self._status
 
     def _last_stats(self) -> Mapping[tuple[str, int], CleanStats]:

@@ -93,6 +93,11 @@ class BrokerConfig:
     ``values`` and ``log_config`` are effective: dynamic per-broker values over dynamic
     cluster-default values over ``raw`` over Kafka's defaults (``DynamicBrokerConfig``).
     ``log_config`` keeps those layers for DescribeConfigs.
+
+    Shared by every thread of the broker (the Kafka loop, the admin endpoint, the
+    cleaner): ``values``, ``log_config`` and the dynamic layers are never changed in
+    place, only replaced whole by :meth:`adopt`, so a reader on another thread sees the
+    old dict or the new one, never a mix.
     """
 
     raw: dict[str, str] = field(default_factory=dict)
