@@ -1,7 +1,7 @@
 """The broker's ssl.*, sasl.* and listener keys: Kafka's names, types and defaults.
 
-Kept apart from :mod:`kompakt.broker.config` so the security modules can read the key
-table without importing the whole config. ``password`` is Kafka's
+Rows of the broker's key table (:mod:`kompakt.broker.broker_keys`), kept here so the
+security modules can read them without importing the whole config. ``password`` is Kafka's
 ``ConfigDef.Type.PASSWORD``: such values are never shown (DescribeConfigs answers null with
 ``is_sensitive=true``, ``topic describe`` and logs leave them out).
 """
