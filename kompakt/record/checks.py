@@ -19,7 +19,7 @@ import numpy as np
 
 from kompakt.record.decode import RecordBatch
 from kompakt.record.header import NO_TIMESTAMP, TIMESTAMP_TYPE_BIT
-from kompakt.record.kernel import malformed, read_record
+from kompakt.record.kernel import decode_varint, malformed, read_field, read_record
 
 _JIT = {"cache": True, "nogil": True}
 _LONG_MIN = -(2**63)
@@ -58,19 +58,49 @@ def note(row, offset, ts, key_len, log_append, rules, errors, n_errors):
     return n_errors
 
 
+# Why a record is malformed (Kafka's ``DefaultRecord.readFrom`` InvalidRecordException).
+STRUCTURE = 1  # a length or field overruns the record or batch
+RECORD_SIZE = 2  # the headers end before the record's length says
+HEADER_COUNT = 3  # a negative header count (readFrom; readPartiallyFrom reads it as none)
+HEADER_KEY = 4  # a negative header key size (readFrom; readPartiallyFrom skips nothing)
+BATCH_SIZE = 5  # bytes left after the last record
+
 # columns of ``check_records``' arrays
 START, END, COUNT, BATCH, FIRST_ROW = range(5)  # parts: one row per run of records
-BASE_OFFSET, BASE_TS, MAX_TS, LOG_APPEND = range(4)  # meta: one row per batch
+BASE_OFFSET, BASE_TS, MAX_TS, LOG_APPEND, COMPRESSED = range(5)  # meta: one row per batch
 TOP, SEEN = range(2)  # state: one row per batch
 
 
+@numba.njit(inline="always", **_JIT)
+def headers_end(buf, pos, rec_end, strict):
+    """The position after the headers at ``pos`` and 0, or (-reason, detail): Kafka's
+    ``readFrom`` (``strict``, uncompressed batches) or ``readPartiallyFrom`` (the
+    streaming read of a compressed batch, lenient on negative counts and key sizes)."""
+    n, pos = decode_varint(buf, pos, rec_end)
+    if pos < 0:
+        return -STRUCTURE, 0
+    if n < 0:
+        if strict:
+            return -HEADER_COUNT, n
+        n = 0
+    for _ in range(n):  # each header takes at least two bytes: bounded by the record
+        _kp, klen, pos = read_field(buf, pos, rec_end)
+        if pos < 0:
+            return -STRUCTURE, 0
+        if strict and klen < 0:
+            return -HEADER_KEY, klen
+        _vp, _vl, pos = read_field(buf, pos, rec_end)
+        if pos < 0:
+            return -STRUCTURE, 0
+    return pos, 0
+
+
 @numba.njit(**_JIT)
-def check_records(buf, parts, meta, rules, state, errors, n_errors):
+def check_records(buf, parts, meta, rules, state, errors, n_errors, fail):
     """Check ``parts[k, COUNT]`` records in ``buf[parts[k, START]:parts[k, END]]`` of
     batch ``parts[k, BATCH]`` (rows from ``parts[k, FIRST_ROW]``), folding their
     timestamps into that batch's ``state`` row. Return (0, error count), or (-1 - k, ...)
-    when part k is malformed: a record overrunning it, or bytes left after its last
-    record (Kafka: "Incorrect declared batch size")."""
+    when part k is malformed, with ``fail`` = (reason, detail, detail)."""
     for k in range(parts.shape[0]):
         b = parts[k, BATCH]
         pos = parts[k, START]
@@ -79,12 +109,20 @@ def check_records(buf, parts, meta, rules, state, errors, n_errors):
         base_offset = meta[b, BASE_OFFSET]
         base_ts = meta[b, BASE_TS]
         appended = meta[b, LOG_APPEND] != 0
+        strict = meta[b, COMPRESSED] == 0
         top = state[b, TOP]
         for _ in range(parts[k, COUNT]):
             rec = read_record(buf, pos, end)
             if rec[9] < 0:
+                fail[0] = STRUCTURE
                 return -1 - k, n_errors
-            pos = rec[2]
+            pos, detail = headers_end(buf, rec[9], rec[2], strict)
+            if pos < 0:
+                fail[0], fail[1] = -pos, detail
+                return -1 - k, n_errors
+            if pos != rec[2]:
+                fail[0], fail[1], fail[2] = RECORD_SIZE, rec[2] - rec[0], pos - rec[0]
+                return -1 - k, n_errors
             ts = meta[b, MAX_TS] if appended else base_ts + rec[3]
             n_errors = note(
                 row, base_offset + rec[4], ts, rec[6], appended, rules, errors, n_errors
@@ -92,11 +130,24 @@ def check_records(buf, parts, meta, rules, state, errors, n_errors):
             top = max(top, ts)
             row += 1
         if pos != end:
+            fail[0] = BATCH_SIZE
             return -1 - k, n_errors
         state[b, TOP] = top
         if parts[k, COUNT] > 0:
             state[b, SEEN] = 1
     return 0, n_errors
+
+
+def _why(fail: list[int]) -> str:
+    """Kafka's message for a malformed record (``DefaultRecord.readFrom``)."""
+    reason, a, b = fail
+    return {
+        RECORD_SIZE: f"Invalid record size: expected to read {a} bytes in record payload, "
+        f"but instead read {b}",
+        HEADER_COUNT: f"Found invalid number of record headers {a}",
+        HEADER_KEY: f"Invalid negative header key size {a}",
+        BATCH_SIZE: "Incorrect declared batch size, records still remaining in file",
+    }.get(reason, "Found invalid record structure")
 
 
 class RecordChecks:
@@ -125,15 +176,17 @@ class RecordChecks:
                     h.base_timestamp,
                     h.max_timestamp,
                     h.attributes & TIMESTAMP_TYPE_BIT,
+                    h.compression,
                 )
                 for h in (b.header for b in batches)
             ],
             np.int64,
-        ).reshape(-1, 4)
+        ).reshape(-1, 5)
         self.state = np.zeros((len(batches), 2), np.int64)
         self.state[:, TOP] = _LONG_MIN
         self.errors = np.empty((capacity, 4), np.int64)
         self.n_errors = 0
+        self._fail = np.zeros(3, np.int64)
 
     def walk(self, buf: np.ndarray, parts: Sequence[tuple[int, int, int, int, int]]) -> None:
         """Check the records of each part, (start, end, count, batch index, first row)
@@ -141,14 +194,14 @@ class RecordChecks:
         naming its batch."""
         table = np.array(parts, np.int64).reshape(-1, 5)
         bad, self.n_errors = check_records(
-            buf, table, self.meta, self.rules, self.state, self.errors, self.n_errors
+            buf, table, self.meta, self.rules, self.state, self.errors, self.n_errors, self._fail
         )
         if bad < 0:
-            raise malformed(self.batches[int(table[-1 - bad, BATCH])])
+            raise malformed(self.batches[int(table[-1 - bad, BATCH])], _why(self._fail.tolist()))
 
     def add(self, row: int, b: int, offset_delta: int, ts_delta: int, key_len: int) -> None:
         """Check one record of batch ``b`` read outside the kernel (its deltas as read)."""
-        base_offset, base_ts, max_ts, appended = self.meta[b].tolist()
+        base_offset, base_ts, max_ts, appended, _codec = self.meta[b].tolist()
         ts = max_ts if appended else base_ts + ts_delta
         self.n_errors = note(
             row,

@@ -303,12 +303,14 @@ def locate_records(
     return loc
 
 
-def malformed(batch: RecordBatch) -> CorruptRecordError:
+def malformed(batch: RecordBatch, why: str = "") -> CorruptRecordError:
     """The error of a batch the kernel found malformed (Kafka's ``InvalidRecordException``
-    from ``DefaultRecord.readFrom``; CORRUPT_MESSAGE here, with the batch's position)."""
+    from ``DefaultRecord.readFrom``, whose message ``why`` may carry; CORRUPT_MESSAGE here,
+    with the batch's position)."""
     h = batch.header
     return CorruptRecordError(
-        f"malformed record in batch at offset {h.base_offset}", position=batch.position
+        f"malformed record in batch at offset {h.base_offset}" + (f": {why}" if why else ""),
+        position=batch.position,
     )
 
 

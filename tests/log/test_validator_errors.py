@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from kompakt.errors import InvalidRecordError
+from kompakt.errors import CorruptRecordError, InvalidRecordError
 from kompakt.log import validator
 from kompakt.log.config.topic import TopicConfig
 from kompakt.record import codecs
 from kompakt.record.decode import Record
-from kompakt.record.encode import build_batch
+from kompakt.record.encode import assemble_batch, build_batch
+from kompakt.record.varint import write_varint
 
 NOW = 1_700_000_000_000
 
@@ -26,3 +27,53 @@ def test_more_keyless_records_than_kept_at_first_are_all_listed(codec):
         validator.validate(data, cfg, "t-0", NOW)
     assert [i for i, _m in err.value.record_errors] == list(range(1, 2 * n, 2))
     assert f"due to {n} record errors in total" in str(err.value)
+
+
+def _record(tail: bytes) -> bytes:
+    """One record whose body after its value is ``tail`` (where the headers belong)."""
+    body = bytearray(b"\x00")  # attributes
+    write_varint(body, 0)  # timestamp delta
+    write_varint(body, 0)  # offset delta
+    write_varint(body, 1)
+    body += b"k"
+    write_varint(body, 1)
+    body += b"v"
+    body += tail
+    out = bytearray()
+    write_varint(out, len(body))
+    return bytes(out + body)
+
+
+def _one_record_batch(record: bytes, codec: int) -> bytes:
+    payload = codecs.compress(codec, record) if codec else record
+    return assemble_batch(0, -1, codec, 0, NOW, NOW, -1, -1, -1, 1, payload)
+
+
+@pytest.mark.parametrize("codec", [codecs.NONE, codecs.ZSTD])
+@pytest.mark.parametrize(
+    ("tail", "why"),
+    [
+        (b"\x00\x07", "Invalid record size"),  # no headers, then a stray byte
+        (b"\x02\x02h", "Found invalid record structure"),  # a header whose value is cut
+        (b"", "Found invalid record structure"),  # the header count missing
+    ],
+)
+def test_a_record_whose_headers_do_not_fill_it_is_refused(codec, tail, why):
+    """Kafka's DefaultRecord.readFrom (and readPartiallyFrom for a compressed batch) reads
+    the headers and requires them to end where the record's length says; a record with
+    bytes after its headers, or headers overrunning it, is refused, nothing written."""
+    data = _one_record_batch(_record(tail), codec)
+    with pytest.raises(CorruptRecordError, match=why):
+        validator.validate(data, TopicConfig({}, {}), "t-0", NOW)
+
+
+def test_a_negative_header_count_is_refused_uncompressed():
+    """Kafka's DefaultRecord.readFrom: "Found invalid number of record headers -1"."""
+    data = _one_record_batch(_record(b"\x01"), codecs.NONE)
+    with pytest.raises(CorruptRecordError, match="Found invalid number of record headers -1"):
+        validator.validate(data, TopicConfig({}, {}), "t-0", NOW)
+
+
+def test_well_formed_headers_are_accepted():
+    data = _one_record_batch(_record(b"\x02\x02h\x02x"), codecs.NONE)  # one header h=x
+    assert validator.validate(data, TopicConfig({}, {}), "t-0", NOW)[1] == [NOW]
