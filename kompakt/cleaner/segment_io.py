@@ -8,6 +8,7 @@ a failed rewrite left behind. No policy here: the engines call these, the
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import time
@@ -37,25 +38,36 @@ def segment_buffer(path: str | os.PathLike, size: int | None = None) -> np.ndarr
 
 
 class SegmentRecordCounts(dict):
-    """Base offset -> record count of the segments a summary covers, each read from its
-    batch headers on first ask: a clean asks only for its dirty range's (to size the
-    key map), so the segments before it are never read for this."""
+    """Base offset -> record count of the segments a summary covers (in offset order),
+    each read from its batch headers on first ask: a clean asks only for its dirty
+    range's (to size the key map), so the segments before it are never read for this,
+    and making it copies nothing."""
 
     def __init__(self, segments: Sequence[LogSegment]):
         super().__init__()
-        self._segments = {s.base_offset: s for s in segments if s.size}
+        self._segments = segments
+
+    def _segment(self, base: object) -> LogSegment | None:
+        segs = self._segments
+        i = bisect.bisect_left(segs, base, key=lambda s: s.base_offset)
+        return segs[i] if i < len(segs) and segs[i].base_offset == base else None
 
     def __missing__(self, base: int) -> int:
-        seg = self._segments[base]  # KeyError: not a segment of the summary
-        n = int(scan_batch_headers(segment_buffer(seg.log_path, seg.size)).record_count.sum())
+        seg = self._segment(base)
+        if seg is None:
+            raise KeyError(base)  # not a segment of the summary
+        n = 0
+        if seg.size:
+            h = scan_batch_headers(segment_buffer(seg.log_path, seg.size))
+            n = int(h.record_count.sum())
         self[base] = n
         return n
 
     def __contains__(self, base: object) -> bool:
-        return base in self._segments
+        return self._segment(base) is not None
 
     def get(self, base: int, default: int | None = None) -> int | None:  # type: ignore[override]
-        return self[base] if base in self._segments else default
+        return self[base] if base in self else default
 
     def __reduce__(self) -> tuple:
         """Shipped to a Spark task as the counts read so far (a plain dict): the

@@ -331,7 +331,7 @@ class PartitionLog:
             segments = self.segments[max(0, bisect.bisect_right(self._bases, start_offset) - 1) :]
         out: list[AbortedTxn] = []
         for seg in segments:
-            found, complete = seg.txn_index.collect_aborted(start_offset, upper_bound)
+            found, complete = seg.collect_aborted(start_offset, upper_bound)
             out += found
             if complete:
                 break
@@ -548,8 +548,8 @@ class PartitionLog:
 
     def iter_batches(self, start_offset: int = 0):
         """Every batch from ``start_offset`` on (convenience for tools and tests)."""
-        with self.lock:
-            segments = list(self.segments)
+        with self.lock:  # from the segment holding it: the ones before are not opened
+            segments = self.segments[max(0, bisect.bisect_right(self._bases, start_offset) - 1) :]
         for seg in segments:
             if seg.next_offset <= start_offset:
                 continue

@@ -237,6 +237,14 @@ class LogSegment:
             return self._txn_absent
         return self._txn_index._absent
 
+    def collect_aborted(self, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
+        """The ``.txnindex`` entries overlapping ``[fetch_offset, upper_bound)`` and whether
+        the search is complete (:meth:`TransactionIndex.collect_aborted`); a segment
+        known to have no file answers without making its index object."""
+        if self.txn_index_absent:
+            return [], False
+        return self.txn_index.collect_aborted(fetch_offset, upper_bound)
+
     def _indexes(self) -> list[OffsetIndex | TimeIndex]:
         """The index objects made so far."""
         return [i for i in (self._offset_index, self._time_index) if i is not None]
