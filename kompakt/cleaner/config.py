@@ -2,7 +2,7 @@
 
 Kafka keeps these in ``org.apache.kafka.storage.internals.log.CleanerConfig``
 (``LOG_CLEANER_DEDUPE_BUFFER_SIZE_DEFAULT`` and friends) and the broker's config
-definition refers to them; here the broker's key table (:mod:`kompakt.broker.config`)
+definition refers to them; here the broker's key table (:mod:`kompakt.broker.broker_keys`)
 does the same, so a default is written in one place and the cleaner, which sits below
 the broker, never imports it.
 """
