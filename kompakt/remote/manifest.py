@@ -136,16 +136,16 @@ class PartitionManifest:
         r = _Reader(_load(data, where), where)
         r.format()
         m = cls(
-            topic=r.str("topic"),
-            partition=r.int("partition"),
-            topic_id=r.str("topic_id"),
-            generation=r.int("generation"),
+            topic=r.text("topic"),
+            partition=r.integer("partition"),
+            topic_id=r.text("topic_id"),
+            generation=r.integer("generation"),
             segments=tuple(
-                _segment(r.sub(s, f"segments[{i}]")) for i, s in enumerate(r.list("segments"))
+                _segment(r.sub(s, f"segments[{i}]")) for i, s in enumerate(r.array("segments"))
             ),
-            log_start_offset=r.int("log_start_offset"),
-            clean_point=r.int("clean_point"),
-            updated_ms=r.int("updated_ms"),
+            log_start_offset=r.integer("log_start_offset"),
+            clean_point=r.integer("clean_point"),
+            updated_ms=r.integer("updated_ms"),
         )
         try:
             m.check()
@@ -184,7 +184,11 @@ class TopicRecord:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()):
             raise ManifestError(f"{where}: 'configs' must map strings to strings")
         return cls(
-            r.str("topic"), r.str("topic_id"), r.int("partitions"), configs, r.int("generation")
+            r.text("topic"),
+            r.text("topic_id"),
+            r.integer("partitions"),
+            configs,
+            r.integer("generation"),
         )
 
 
@@ -206,27 +210,27 @@ def _segment_json(s: RemoteSegment) -> dict[str, Any]:
 
 
 def _segment(r: _Reader) -> RemoteSegment:
-    crcs = r.str("chunk_crc32c")
+    crcs = r.text("chunk_crc32c")
     if len(crcs) % 8:
         raise ManifestError(f"{r.where}: 'chunk_crc32c' is not a list of 8-digit hex CRCs")
     files = {}
     for suffix, f in r.get("files", dict).items():
         fr = r.sub(f, f"files[{suffix}]")
-        files[suffix] = RemoteFile(fr.str("key"), fr.int("size"), fr.str("sha256"))
+        files[suffix] = RemoteFile(fr.text("key"), fr.integer("size"), fr.text("sha256"))
     try:
         chunk_crcs = tuple(int(crcs[i : i + 8], 16) for i in range(0, len(crcs), 8))
     except ValueError:
         raise ManifestError(f"{r.where}: 'chunk_crc32c' is not hex") from None
     return RemoteSegment(
-        segment_id=r.str("segment_id"),
-        base_offset=r.int("base_offset"),
-        last_offset=r.int("last_offset"),
-        max_timestamp_ms=r.int("max_timestamp_ms"),
-        uploaded_ms=r.int("uploaded_ms"),
+        segment_id=r.text("segment_id"),
+        base_offset=r.integer("base_offset"),
+        last_offset=r.integer("last_offset"),
+        max_timestamp_ms=r.integer("max_timestamp_ms"),
+        uploaded_ms=r.integer("uploaded_ms"),
         files=files,
-        chunk_bytes=r.int("chunk_bytes"),
+        chunk_bytes=r.integer("chunk_bytes"),
         chunk_crcs=chunk_crcs,
-        delete_horizon_ms=r.int("delete_horizon_ms"),
+        delete_horizon_ms=r.integer("delete_horizon_ms"),
     )
 
 
@@ -254,13 +258,13 @@ class _Reader:
             raise ManifestError(f"{self.where}: field '{name}' must be a {kind.__name__}")
         return value
 
-    def int(self, name: str) -> int:
+    def integer(self, name: str) -> int:
         return self.get(name, int)
 
-    def str(self, name: str) -> str:
+    def text(self, name: str) -> str:
         return self.get(name, str)
 
-    def list(self, name: str) -> list[Any]:
+    def array(self, name: str) -> list[Any]:
         return self.get(name, list)
 
     def format(self) -> None:
