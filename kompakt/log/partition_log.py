@@ -411,7 +411,9 @@ class PartitionLog:
         return roll
 
     def _jitter(self) -> int:
-        jitter = self.config.get("segment.jitter.ms") or 0
+        """Kafka's ``LogConfig.randomSegmentJitter``: ``% min(segment.jitter.ms,
+        segment.ms)``, so the roll time stays above 0 however large the jitter."""
+        jitter = min(self.config.get("segment.jitter.ms") or 0, self.config.segment_ms)
         return (hash((self.topic, self.partition)) % jitter) if jitter > 0 else 0
 
     def _maybe_roll(self, size: int, max_offset: int, first_offset: int, now: int) -> LogSegment:

@@ -75,6 +75,21 @@ def test_roll_on_segment_ms_measured_from_first_batch_timestamp(manager, clock):
     assert len(plog.segments) == 2 and plog.segments[1].base_offset == 2
 
 
+def test_segment_jitter_is_capped_by_segment_ms_like_kafka(manager, clock):
+    """Kafka's ``LogConfig.randomSegmentJitter``: ``hash % min(segment.jitter.ms,
+    segment.ms)``. A jitter far above segment.ms once made the roll time negative, so
+    every append rolled a segment."""
+    manager.create_topic("j", 1, {"segment.ms": "1000", "segment.jitter.ms": str(10**15)})
+    plog = manager.get_log("j", 0)
+    assert 0 < plog.roll_ms() <= 1000
+    for _ in range(5):
+        plog.append(batch((b"a", b"1"), ts=clock.now))
+    assert len(plog.segments) == 1
+    clock.advance(1001)  # past segment.ms, whatever the jitter: rolls
+    plog.append(batch((b"a", b"1"), ts=clock.now))
+    assert len(plog.segments) == 2
+
+
 def test_compacted_topic_rolls_at_max_compaction_lag_like_kafka(manager, clock):
     manager.create_topic("c", 1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "100"})
     plog = manager.get_log("c", 0)
