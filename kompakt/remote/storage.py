@@ -126,7 +126,9 @@ class RemoteStorageManager:
             if suffix == LOG_SUFFIX:
                 crcs = chunk_crcs
             key = segment_key(topic, partition, segment.base_offset, segment_id, suffix)
-            self.store.put(key, path, create=True)
+            # a fresh segment id: each key is written once, so no precondition is
+            # needed, and a large file may go up as a multipart upload
+            self.store.put(key, path)
             self.stats.count("put", size)
             files[suffix] = RemoteFile(key, size, sha)
         return RemoteSegment(

@@ -114,3 +114,18 @@ def test_upload_refuses_files_it_does_not_know(
     with pytest.raises(RemoteStorageError, match="need a .log and only"):
         RemoteStorageManager(store).copy_segment("t", 0, odd)
     assert store.list("topics") == []
+
+
+def test_a_segment_larger_than_a_multipart_part_round_trips(
+    store: ObjectStore, make_segment: SegmentMaker
+) -> None:
+    """12 MiB: over obstore's 5 MiB part size, so S3 receives a multipart upload."""
+    rsm = RemoteStorageManager(store)  # the default 4 MiB chunks
+    local = make_segment(0, 9, log_bytes=12 * 1024 * 1024 + 7)
+    seg = rsm.copy_segment("t", 0, local)
+    log = local.files[LOG_SUFFIX].read_bytes()
+    assert (
+        rsm.fetch_log_range(seg, 4 * 1024 * 1024 - 3, 8 * 1024 * 1024 + 3)
+        == log[4 * 1024 * 1024 - 3 : 8 * 1024 * 1024 + 3]
+    )
+    assert rsm.fetch_file(seg, LOG_SUFFIX) == log
