@@ -146,11 +146,12 @@ def produce(port: int, topic: str, records: bytes, timeout: float = 60.0):
     return resp.responses[0].partition_responses[0]
 
 
-def create_topics(port: int, names: list[str]) -> None:
+def create_topics(port: int, names: list[str], config: dict[str, str] | None = None) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
-    for f in admin.create_topics([NewTopic(n, 1, 1) for n in names]).values():
+    topics = [NewTopic(n, 1, 1, config=config or {}) for n in names]
+    for f in admin.create_topics(topics).values():
         f.result(30)
 
 
@@ -185,7 +186,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gib", type=float, default=1.0, help="expansion of the bomb, GiB")
     args = ap.parse_args()
-    with broker_process() as (port, proc):
+    with broker_process("kompakt.cleaner.engine=local") as (port, proc):  # no Spark warm-up
         create_topics(port, ["bomb", "honest", "other"])
         b = bomb(int(args.gib * GIB))
         h, h_expansion = honest(len(b))

@@ -24,8 +24,9 @@ from kompakt.log.config import LONG_MAX, LONG_MIN, TopicConfig
 from kompakt.record import codecs
 from kompakt.record.checks import KEY_NULL, OUT_OF_RANGE, RecordChecks
 from kompakt.record.decode import RecordBatch, iter_batches
-from kompakt.record.encode import build_batch_like
+from kompakt.record.encode import assemble_batch
 from kompakt.record.header import (
+    COMPRESSION_MASK,
     CREATE_TIME,
     HEADER_SIZE,
     MAGIC,
@@ -36,7 +37,7 @@ from kompakt.record.header import (
     set_max_timestamp,
     set_partition_leader_epoch,
 )
-from kompakt.record.stream_scan import Run, stream_parts
+from kompakt.record.stream_scan import CHUNK, Run, stream_parts
 
 LEADER_EPOCH = 0  # single node: the partition's leader epoch never changes
 # Decompressed bytes of one record set that validation holds at once; the batches
@@ -210,7 +211,8 @@ def to_topic_codec(
     target = codec_for(config)
     if target is None or all(b.header.compression == target for b in batches):
         return buf, batches
-    buf = bytearray(b"".join(_recompress(b, target) for b in batches))
+    limit = config.max_message_bytes
+    buf = bytearray(b"".join(_recompress(b, target, limit) for b in batches))
     return buf, list(iter_batches(buf))
 
 
@@ -252,9 +254,30 @@ def _log_append(batch: RecordBatch) -> bool:
     return bool(batch.header.attributes & TIMESTAMP_TYPE_BIT)
 
 
-def _recompress(batch: RecordBatch, codec: int) -> bytes:
-    """Rewrite a batch with the topic's ``compression.type`` (Kafka's LogValidator)."""
+def _recompress(batch: RecordBatch, codec: int, limit: int) -> bytes:
+    """Rewrite a batch with the topic's ``compression.type`` (Kafka's LogValidator).
+
+    The records' bytes are the same under every codec, so the payload is decompressed
+    and compressed again a chunk at a time: a batch's expansion is never held (a bomb
+    accepted on a topic of another codec expanded whole here). A result over
+    ``max.message.bytes`` (``limit``) is refused, as Kafka's UnifiedLog.append checks a
+    recompressed batch again, as soon as it grows past it."""
     h = batch.header
     if h.compression == codec or h.is_control:
         return bytes(batch.buffer)
-    return build_batch_like(h, batch.records(), compression=codec)
+    pieces = codecs.decompress_chunks(h.compression, batch.buffer[HEADER_SIZE:], CHUNK)
+    payload = bytearray()
+    for out in codecs.compress_chunks(codec, pieces):
+        payload += out
+        if HEADER_SIZE + len(payload) > limit:
+            raise RecordTooLargeError(
+                f"Message batch size is over {limit} bytes once recompressed to "
+                f"{codecs.NAMES.get(codec)}, which exceeds the maximum configured size of "
+                f"{limit} (max.message.bytes)."
+            )
+    attributes = (h.attributes & ~COMPRESSION_MASK) | codec
+    return assemble_batch(
+        h.base_offset, h.partition_leader_epoch, attributes, h.last_offset_delta,
+        h.base_timestamp, h.max_timestamp, h.producer_id, h.producer_epoch,
+        h.base_sequence, h.record_count, payload,
+    )  # fmt: skip

@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 import cramjam
@@ -56,18 +56,46 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == GZIP:
         return bytes(cramjam.gzip.compress(data))
     if codec == SNAPPY:
-        out = bytearray(_XERIAL_HEADER)
-        view = memoryview(data)
-        for start in range(0, len(view), _XERIAL_BLOCK):
-            block = bytes(cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK]))
-            out += struct.pack(">i", len(block))
-            out += block
-        return bytes(out)
+        return _XERIAL_HEADER + b"".join(_xerial_blocks(memoryview(data)))
     if codec == LZ4:
         return bytes(cramjam.lz4.compress(data))
     if codec == ZSTD:
         return bytes(cramjam.zstd.compress(data))
     raise CorruptRecordError(f"unknown compression codec id {codec}")
+
+
+def compress_chunks(codec: int, pieces: Iterable[bytes]) -> Iterator[bytes]:
+    """:func:`compress` of the concatenated ``pieces``, compressed bytes given out as
+    each piece goes in (the same framing, so :func:`decompress` reads it): a batch is
+    recompressed without holding its expansion."""
+    if codec == NONE:
+        yield from pieces
+    elif codec == SNAPPY:
+        yield _XERIAL_HEADER
+        pending = b""
+        for piece in pieces:
+            pending += piece
+            whole = len(pending) - len(pending) % _XERIAL_BLOCK
+            yield from _xerial_blocks(memoryview(pending)[:whole])
+            pending = pending[whole:]
+        yield from _xerial_blocks(memoryview(pending))
+    else:
+        streams = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}
+        if codec not in streams:
+            raise CorruptRecordError(f"unknown compression codec id {codec}")
+        comp = streams[codec].Compressor()
+        for piece in pieces:
+            comp.compress(piece)
+            out = bytes(comp.flush())
+            if out:
+                yield out
+        yield bytes(comp.finish())
+
+
+def _xerial_blocks(view: memoryview) -> Iterator[bytes]:
+    for start in range(0, len(view), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK]))
+        yield struct.pack(">i", len(block)) + block
 
 
 @contextmanager
