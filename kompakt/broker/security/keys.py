@@ -155,8 +155,11 @@ SECURITY_KEYS: list[ConfigKey] = [
         "string",
         "none",
         "none | basic: HTTP Basic authentication of the admin endpoint against the SCRAM "
-        "users, for every request (GET too); none: every request is User:ANONYMOUS. Each "
-        "route is then authorized by the broker's authorizer (authorizer.class.name).",
+        "users, for every request (GET too); none: every request is User:ANONYMOUS, or, on "
+        "https with listener.name.admin.ssl.client.auth=required (or requested), its "
+        "client certificate's subject through [listener.name.admin.]"
+        "ssl.principal.mapping.rules, as on a Kafka SSL listener. Each route is then "
+        "authorized by the broker's authorizer (authorizer.class.name).",
         OneOf(("none", "basic")),
     ),
     ConfigKey(

@@ -17,6 +17,7 @@ from kompakt.broker.acls import AclBinding, AclFilter, Op, PatternType, Resource
 from kompakt.broker.app import BrokerThread
 from kompakt.broker.config import BrokerConfig
 from kompakt.broker.handlers.acls import AUTHORIZER_KEY
+from kompakt.errors import InvalidConfigError
 
 STANDARD = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 VALUE = b"MTLS-RECORD-5e1d"
@@ -109,3 +110,13 @@ def test_a_subject_no_rule_maps_fails_authentication(mtls_broker, certs, tmp_pat
     other.private_key_and_cert_chain_pem.write_to_path(str(pem))
     r = _get(mtls_broker, certs, "/messages?topic=secret&partition=0", (str(pem),))
     assert r.status_code == 401 and VALUE not in r.content, r.text[:300]
+
+
+def test_a_non_loopback_admin_listener_may_rely_on_client_certificates(tmp_path, certs):
+    """Client certificates authenticate as Basic does: such a listener may bind a
+    non-loopback address; https asking no certificate still may not."""
+    props = _props(tmp_path, certs) | {"kompakt.admin.listener": "https://0.0.0.0:9644"}
+    BrokerConfig.from_mapping(props)
+    props["listener.name.admin.ssl.client.auth"] = "none"
+    with pytest.raises(InvalidConfigError, match="client.auth=required"):
+        BrokerConfig.from_mapping(props)
