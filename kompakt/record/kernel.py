@@ -36,8 +36,6 @@ KEYS = 1  # key_pos, key_len (-1: null)
 VALUES = 2  # value_pos, value_len (-1: null)
 HEADERS = 4  # header_count and the hk/hv arrays; also checks each record's length
 LAYOUT = 8  # body_pos (record attributes), tail_pos (after timestamp delta), rec_end
-KEY_BYTES = 16  # key_len, and each key copied into key_data from key_offsets[row] (Arrow)
-VALUE_LENS = 32  # value_len only
 
 RECORD_ATTRIBUTES_SIZE = 1  # the unused int8 after a record's length
 
@@ -105,8 +103,6 @@ def walk_records(
     hk_len,
     hv_pos,
     hv_len,
-    key_offsets,
-    key_data,
 ):
     """Walk ``counts[i]`` records in ``buf[starts[i]:ends[i]]`` for each batch i, writing
     rows from ``row`` on; return (next row, headers written) or (-1 - i, 0) for a
@@ -128,16 +124,9 @@ def walk_records(
                 rec_end_pos[row] = rec_end
             if flags & KEYS:
                 key_pos[row] = kpos
-            if flags & (KEYS | KEY_BYTES):
                 key_len[row] = klen
-            if flags & KEY_BYTES:  # in the walk: the key's bytes are in cache now
-                o = key_offsets[row]
-                for j in range(max(klen, 0)):
-                    key_data[o + j] = buf[kpos + j]
-                key_offsets[row + 1] = o + max(klen, 0)
             if flags & VALUES:
                 value_pos[row] = vpos
-            if flags & (VALUES | VALUE_LENS):
                 value_len[row] = vlen
             if flags & HEADERS:
                 nhdr, pos = decode_varint(buf, pos, rec_end)
@@ -216,8 +205,6 @@ class Located:
     hk_len: np.ndarray  # int32
     hv_pos: np.ndarray  # int64
     hv_len: np.ndarray  # int32
-    key_offsets: np.ndarray  # int64, len n+1 (KEY_BYTES): key i is key_data[o[i]:o[i + 1]]
-    key_data: np.ndarray  # uint8
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -248,9 +235,9 @@ def locate_records(
         timestamp=np.empty(n, np.int64),
         batch=np.empty(n, np.int32),
         key_pos=col(KEYS),
-        key_len=col(KEYS | KEY_BYTES, np.int32),
+        key_len=col(KEYS, np.int32),
         value_pos=col(VALUES),
-        value_len=col(VALUES | VALUE_LENS, np.int32),
+        value_len=col(VALUES, np.int32),
         body_pos=col(LAYOUT),
         tail_pos=col(LAYOUT),
         rec_end=col(LAYOUT),
@@ -259,9 +246,6 @@ def locate_records(
         hk_len=col(HEADERS, np.int32, max_headers),
         hv_pos=col(HEADERS, size=max_headers),
         hv_len=col(HEADERS, np.int32, max_headers),
-        key_offsets=np.zeros(n + 1 if flags & KEY_BYTES else 0, np.int64),
-        # at most the payloads' bytes; pages past the keys written are never touched
-        key_data=np.empty(int(np.sum(ends) - np.sum(starts)) if flags & KEY_BYTES else 0, np.uint8),
     )
     rows, nh = walk_records(
         buf,
@@ -290,16 +274,12 @@ def locate_records(
         loc.hk_len,
         loc.hv_pos,
         loc.hv_len,
-        loc.key_offsets,
-        loc.key_data,
     )
     if rows < 0:
         raise malformed(batches[-1 - rows])
     loc.hk_pos, loc.hk_len, loc.hv_pos, loc.hv_len = (
         c[:nh] for c in (loc.hk_pos, loc.hk_len, loc.hv_pos, loc.hv_len)
     )
-    if flags & KEY_BYTES:
-        loc.key_data = loc.key_data[: loc.key_offsets[-1]]
     return loc
 
 

@@ -3,9 +3,8 @@
 The cleaner and the Spark source read every record of a segment but need only a few
 fields. Building a Python object per record costs ~1 µs each; here Python touches each
 *batch* once (header, CRC, decompression) and a numba kernel walks the records, writing
-numpy columns. Keys come back Arrow-style (``key_offsets`` + ``key_data``), copied by the
-walk itself while each record is in cache, so they can be hashed in bulk or handed to
-pyarrow without copying per key.
+numpy columns. Keys come back Arrow-style (``key_offsets`` + ``key_data``) so they can be
+hashed in bulk or handed to pyarrow without copying per key.
 """
 
 from __future__ import annotations
@@ -30,13 +29,7 @@ from kompakt.record.header import (
     PRODUCER_ID_POS,
     RECORD_COUNT_POS,
 )
-from kompakt.record.kernel import (
-    KEY_BYTES,
-    VALUE_LENS,
-    gather_slices,
-    locate_records,
-    slice_offsets,
-)
+from kompakt.record.kernel import KEYS, VALUES, gather, gather_slices, locate_records, slice_offsets
 
 
 @dataclass
@@ -127,13 +120,15 @@ def scan_records(
         elif (payload := decompress(i, b)) is not None:
             packed.append(i)
             packed_payloads.append(payload)
-    flags = KEY_BYTES | VALUE_LENS
     located = [
-        locate_records(source, starts, ends, [batches[i] for i in ids], ids, flags)
+        (
+            source,
+            locate_records(source, starts, ends, [batches[i] for i in ids], ids, KEYS | VALUES),
+        )
         for ids, source, starts, ends in _groups(batches, plain, packed, packed_payloads, buf)
     ]
     cols = [
-        _join([getattr(loc, name) for loc in located], empty)
+        _join([getattr(loc, name) for _src, loc in located], empty)
         for name, empty in (
             ("offset", np.empty(0, np.int64)),
             ("timestamp", np.empty(0, np.int64)),
@@ -143,11 +138,12 @@ def scan_records(
         )
     ]
     out_offset, out_ts, out_key_len, out_value_len, out_batch = cols
-    if len(located) == 1:  # the keys as the walk copied them
-        key_offsets, key_data = located[0].key_offsets, located[0].key_data
-    else:
-        key_offsets = slice_offsets(out_key_len)
-        key_data = _join([loc.key_data for loc in located], np.empty(0, np.uint8))
+    key_offsets = slice_offsets(out_key_len)
+    key_data = np.empty(int(key_offsets[-1]), np.uint8)
+    row = 0
+    for source, loc in located:  # keys of each source in row order
+        gather(source, loc.key_pos, key_offsets[row : row + len(loc) + 1], key_data)
+        row += len(loc)
     if packed and plain:  # back to log order: batches of both groups interleave
         order = np.argsort(out_batch, kind="stable")
         out_offset, out_ts, out_key_len, out_value_len, out_batch = (
