@@ -35,6 +35,7 @@ from kompakt.log.config import (
     broker_synonym,
 )
 from kompakt.log.open_segments import DEFAULT_MAX_OPEN_SEGMENTS
+from kompakt.remote.config import BROKER_KEYS as REMOTE_BROKER_KEYS
 
 from kompakt.broker.security.keys import SECURITY_KEYS, listener_key_type  # isort: skip
 
@@ -374,6 +375,8 @@ KEYS: list[ConfigKey] = [
         "Allow a request on a resource no ACL names at all.",
     ),
     *SECURITY_KEYS,
+    # the remote tier (Kafka's RemoteLogManagerConfig names, kompakt's own for the place)
+    *REMOTE_BROKER_KEYS.values(),
 ]
 # Keys of Kafka's sample server.properties that have no meaning on one kompakt node.
 for _name in (

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from kompakt.errors import InvalidConfigError
-from kompakt.log.config import BrokerSynonym, ConfigKey, at_least, parse_type
+from kompakt.log.config import CONFIG_DEFS, ConfigKey, at_least, parse_type
 from kompakt.remote.store import parse_storage_url
 
 # -- broker keys ------------------------------------------------------------------------
@@ -33,9 +33,6 @@ CACHE_BYTES = "kompakt.remote.cache.bytes"
 REMOTE_STORAGE_ENABLE = "remote.storage.enable"
 LOCAL_RETENTION_MS = "local.retention.ms"
 LOCAL_RETENTION_BYTES = "local.retention.bytes"
-# Kafka's broker defaults of the two (RemoteLogManagerConfig, ServerTopicConfigSynonyms)
-LOG_LOCAL_RETENTION_MS = "log.local.retention.ms"
-LOG_LOCAL_RETENTION_BYTES = "log.local.retention.bytes"
 
 # -2: "use retention.ms / retention.bytes" (Kafka's DEFAULT_LOCAL_RETENTION_*)
 USE_RETENTION = -2
@@ -98,33 +95,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
     )
 }
 
+# the topic keys are rows of the log's topic config table (their one owner, with
+# Kafka's local-retention rules in TopicConfig); named here for the remote tier's readers
 TOPIC_KEYS: dict[str, ConfigKey] = {
-    k.name: k
-    for k in (
-        ConfigKey(
-            REMOTE_STORAGE_ENABLE,
-            "boolean",
-            False,
-            "Copy this topic's rolled segments to the remote tier (compacted topics too).",
-        ),
-        ConfigKey(
-            LOCAL_RETENTION_MS,
-            "long",
-            USE_RETENTION,
-            "How long a tiered segment also stays on local disk; -2: retention.ms.",
-            at_least(USE_RETENTION),
-            broker_synonyms=(BrokerSynonym(LOG_LOCAL_RETENTION_MS, "long", 1, "-2"),),
-        ),
-        ConfigKey(
-            LOCAL_RETENTION_BYTES,
-            "long",
-            USE_RETENTION,
-            "Local bytes a tiered partition keeps before deleting uploaded segments; "
-            "-2: retention.bytes.",
-            at_least(USE_RETENTION),
-            broker_synonyms=(BrokerSynonym(LOG_LOCAL_RETENTION_BYTES, "long", 1, "-2"),),
-        ),
-    )
+    name: CONFIG_DEFS[name]
+    for name in (REMOTE_STORAGE_ENABLE, LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES)
 }
 
 
@@ -137,31 +112,14 @@ def parse(key: ConfigKey, raw: str) -> Any:
 
 
 def check_topic(values: Mapping[str, Any], system_enabled: bool) -> None:
-    """Kafka's cross-key rules of a topic's remote configs (``LogConfig``'s
-    ``validateRemoteStorageOnlyIfSystemEnabled``, ``validateRemoteStorageRetentionTime``
-    and ``...RetentionSize``); ``values`` are parsed topic configs."""
+    """Kafka's ``validateRemoteStorageOnlyIfSystemEnabled``: a topic cannot enable remote
+    storage on a broker whose remote tier is off (``values``: parsed topic configs; the
+    local-retention rules are :class:`~kompakt.log.config.TopicConfig`'s)."""
     if values.get(REMOTE_STORAGE_ENABLE) and not system_enabled:
         raise InvalidConfigError(
             "Tiered Storage functionality is disabled in the broker. "
             "Topic cannot be configured with remote log storage."
         )
-    for local_key, key in (
-        (LOCAL_RETENTION_MS, "retention.ms"),
-        (LOCAL_RETENTION_BYTES, "retention.bytes"),
-    ):
-        local, total = values.get(local_key, USE_RETENTION), values.get(key, -1)
-        if total == -1 or local == USE_RETENTION:
-            continue
-        if local == -1:
-            raise InvalidConfigError(
-                f"Invalid value -1 for configuration {local_key}: "
-                f"Value must not be -1 as {key} value is set as {total}."
-            )
-        if local > total:
-            raise InvalidConfigError(
-                f"Invalid value {local} for configuration {local_key}: "
-                f"Value must not be more than {key} property value: {total}"
-            )
 
 
 def effective_local_retention(local: int, retention: int) -> int:
@@ -188,14 +146,21 @@ class RemoteSettings:
     @classmethod
     def from_broker(cls, raw: Mapping[str, str], data_dir: Path) -> RemoteSettings:
         """From the broker's key -> text map (absent keys take their defaults)."""
-        v = {
-            name: parse(key, raw[name]) if name in raw else key.default
-            for name, key in BROKER_KEYS.items()
-        }
+        return cls.of(
+            {
+                name: parse(key, raw[name]) if name in raw else key.default
+                for name, key in BROKER_KEYS.items()
+            },
+            data_dir,
+        )
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any], data_dir: Path) -> RemoteSettings:
+        """From parsed broker values (the broker's config holds them parsed)."""
         return cls(
-            enabled=v[REMOTE_LOG_STORAGE_SYSTEM_ENABLE],
-            task_interval_ms=v[REMOTE_LOG_MANAGER_TASK_INTERVAL_MS],
-            storage_url=v[STORAGE_URL] or default_storage_url(data_dir),
-            s3_endpoint_url=v[S3_ENDPOINT_URL] or None,
-            cache_bytes=v[CACHE_BYTES],
+            enabled=bool(values["remote.log.storage.system.enable"]),
+            task_interval_ms=int(values["remote.log.manager.task.interval.ms"]),
+            storage_url=values["kompakt.remote.storage.url"] or default_storage_url(data_dir),
+            s3_endpoint_url=values["kompakt.remote.storage.s3.endpoint.url"] or None,
+            cache_bytes=int(values["kompakt.remote.cache.bytes"]),
         )

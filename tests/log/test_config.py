@@ -48,6 +48,9 @@ KAFKA_DEFAULTS = {
     "min.insync.replicas": 1,
     "unclean.leader.election.enable": False,
     "preallocate": False,
+    "remote.storage.enable": False,
+    "local.retention.ms": -2,
+    "local.retention.bytes": -2,
 }
 
 
@@ -381,6 +384,8 @@ def test_broker_log_keys_are_kafka_server_topic_config_synonyms():
         "min.insync.replicas",
         "unclean.leader.election.enable",
         "log.preallocate",
+        "log.local.retention.ms",
+        "log.local.retention.bytes",
     }
     assert BROKER_LOG_KEYS == expected
 

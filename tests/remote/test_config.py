@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kompakt.errors import InvalidConfigError
+from kompakt.log.config import TopicConfig
 from kompakt.remote import RemoteTier
 from kompakt.remote.config import (
     BROKER_KEYS,
@@ -79,54 +80,72 @@ def test_remote_storage_needs_the_broker_switch() -> None:
     ("values", "message"),
     [
         (
-            {"retention.ms": 1000, "local.retention.ms": -1},
+            {"retention.ms": "1000", "local.retention.ms": "-1"},
             "Value must not be -1 as retention.ms value is set as 1000.",
         ),
         (
-            {"retention.ms": 1000, "local.retention.ms": 1001},
+            {"retention.ms": "1000", "local.retention.ms": "1001"},
             "Value must not be more than retention.ms property value: 1000",
         ),
         (
-            {"retention.bytes": 10, "local.retention.bytes": -1},
+            {"retention.bytes": "10", "local.retention.bytes": "-1"},
             "Value must not be -1 as retention.bytes value is set as 10.",
         ),
         (
-            {"retention.bytes": 10, "local.retention.bytes": 11},
+            {"retention.bytes": "10", "local.retention.bytes": "11"},
             "Value must not be more than retention.bytes property value: 10",
         ),
     ],
 )
-def test_local_retention_cannot_exceed_retention(values: dict[str, int], message: str) -> None:
-    """Kafka's validateRemoteStorageRetentionTime / ...RetentionSize."""
+def test_local_retention_cannot_exceed_retention(values: dict[str, str], message: str) -> None:
+    """Kafka's validateRemoteStorageRetentionTime / ...RetentionSize, checked by the
+    topic config itself (their one owner) on a tiered topic."""
     with pytest.raises(InvalidConfigError, match=message):
-        check_topic(values, system_enabled=True)
+        TopicConfig({"remote.storage.enable": "true", **values})
+
+
+def test_local_retention_rules_apply_to_tiered_topics_only() -> None:
+    """Kafka's validateTopicLogConfigValues runs the local-retention rules only when
+    remote.storage.enable is true: an untiered topic keeps any local.retention.*."""
+    cfg = TopicConfig({"retention.bytes": "10", "local.retention.bytes": "11"})
+    assert cfg.local_retention_bytes == 11
 
 
 def test_local_retention_accepted_within_retention_or_when_unlimited() -> None:
-    check_topic(
+    on = {"remote.storage.enable": "true"}
+    TopicConfig(
         {
-            "retention.ms": 1000,
-            "local.retention.ms": 1000,
-            "retention.bytes": -1,
-            "local.retention.bytes": -1,
-        },
-        True,
+            **on,
+            "retention.ms": "1000",
+            "local.retention.ms": "1000",
+            "retention.bytes": "-1",
+            "local.retention.bytes": "-1",
+        }
     )
-    check_topic(
+    TopicConfig(
         {
-            "retention.ms": -1,
-            "local.retention.ms": 5,
-            "retention.bytes": 10,
-            "local.retention.bytes": -2,
-        },
-        True,
+            **on,
+            "retention.ms": "-1",
+            "local.retention.ms": "5",
+            "retention.bytes": "10",
+            "local.retention.bytes": "-2",
+        }
     )
+
+
+def test_log_local_retention_is_the_broker_default() -> None:
+    """Kafka's ServerTopicConfigSynonyms: log.local.retention.* supply the topic default."""
+    cfg = TopicConfig({}, {"log.local.retention.bytes": "4096"})
+    assert (cfg.local_retention_bytes, cfg.local_retention_ms) == (4096, -2)
 
 
 def test_compacted_topics_may_be_tiered_unlike_kafka() -> None:
-    """Kafka refuses remote.storage.enable on cleanup.policy=compact; tiering compacted
-    topics is what kompakt's remote tier is for (issue 29)."""
-    check_topic({"remote.storage.enable": True, "cleanup.policy": ("compact",)}, True)
+    """Kafka refuses remote.storage.enable on cleanup.policy=compact
+    (validateNoRemoteStorageForCompactedTopic); tiering compacted topics is what
+    kompakt's remote tier is for (issue 29)."""
+    cfg = TopicConfig({"remote.storage.enable": "true", "cleanup.policy": "compact"})
+    check_topic(cfg.as_dict(), True)
+    assert cfg.compact and cfg.remote_storage_enable
 
 
 def test_settings_default_to_a_folder_beside_the_data_dir(tmp_path: Path) -> None:

@@ -21,8 +21,9 @@ Deliberate differences from Kafka 4.x, each kept small:
   to drop duplicates silently for backward compatibility with stored configs.
 - ``min.cleanable.dirty.ratio=NaN`` is rejected (Kafka's range check lets NaN through,
   which would disable cleaning without saying so).
-- Remote-storage configs (``remote.*``, ``local.retention.*``) and the replication
-  throttle lists are not defined: kompakt is a single node with no tiered storage.
+- The replication throttle lists are not defined: kompakt is a single node.
+- ``remote.storage.enable`` may be set on a compacted topic (Kafka refuses it): tiering
+  compacted topics is what kompakt's remote tier is for (:mod:`kompakt.remote.config`).
 """
 
 from kompakt.log.config.defs import (

@@ -188,6 +188,17 @@ _define("unclean.leader.election.enable", "boolean", False, None, "unclean.leade
 _define("preallocate", "boolean", False, None, "log.preallocate",
         "Preallocate a segment's file when it is created.",
         "segment files grow as records are appended (Kafka's preallocate helps NTFS).")
+# tiered storage (KIP-405's TopicConfig keys; the broker side is kompakt.remote.config).
+# Unlike Kafka, compacted topics may be tiered (kompakt.remote.config says why).
+_define("remote.storage.enable", "boolean", False, None, (),
+        "Copy this topic's rolled segments to the remote tier (compacted topics too).")
+_define("local.retention.ms", "long", -2, at_least(-2),
+        (BrokerSynonym("log.local.retention.ms", "long", 1, "-2"),),
+        "How long a tiered segment also stays on local disk; -2: retention.ms.")
+_define("local.retention.bytes", "long", -2, at_least(-2),
+        (BrokerSynonym("log.local.retention.bytes", "long", 1, "-2"),),
+        "Local bytes a tiered partition keeps before deleting uploaded segments; "
+        "-2: retention.bytes.")
 # fmt: on
 
 BROKER_LOG_KEYS: frozenset[str] = frozenset(

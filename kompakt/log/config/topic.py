@@ -44,13 +44,38 @@ def _parse_broker(d: ConfigKey, syn: BrokerSynonym, raw: str) -> Any:
 
 
 def _check_combination(values: Mapping[str, Any]) -> None:
-    """Rules across keys (Kafka's ``LogConfig.validateValues``)."""
+    """Rules across keys (Kafka's ``LogConfig.validateValues``, and for a tiered topic
+    ``validateRemoteStorageRetentionSize`` / ``...RetentionTime``)."""
     lo, hi = values["min.compaction.lag.ms"], values["max.compaction.lag.ms"]
     if lo > hi:
         raise InvalidConfigError(
             f"conflict topic config setting min.compaction.lag.ms ({lo}) > "
             f"max.compaction.lag.ms ({hi})"
         )
+    if values["remote.storage.enable"]:
+        _check_local_retention(values)
+
+
+def _check_local_retention(values: Mapping[str, Any]) -> None:
+    """``local.retention.*`` (-2: follow ``retention.*``) may be neither -1 nor more
+    than ``retention.*`` when that is limited (Kafka's messages)."""
+    for local_key, key in (
+        ("local.retention.ms", "retention.ms"),
+        ("local.retention.bytes", "retention.bytes"),
+    ):
+        local, total = values[local_key], values[key]
+        if total == -1 or local == -2:
+            continue
+        if local == -1:
+            raise InvalidConfigError(
+                f"Invalid value -1 for configuration {local_key}: "
+                f"Value must not be -1 as {key} value is set as {total}."
+            )
+        if local > total:
+            raise InvalidConfigError(
+                f"Invalid value {local} for configuration {local_key}: "
+                f"Value must not be more than {key} property value: {total}"
+            )
 
 
 def _clean_overrides(overrides: Mapping[str, Any] | None) -> dict[str, str]:
@@ -167,6 +192,9 @@ class TopicConfig:
     min_insync_replicas: int
     unclean_leader_election_enable: bool
     preallocate: bool
+    remote_storage_enable: bool
+    local_retention_ms: int
+    local_retention_bytes: int
 
     def __init__(
         self,
