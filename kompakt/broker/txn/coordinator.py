@@ -12,17 +12,14 @@ wait for a log append. The coordinator does no I/O itself. It is given:
   every marker is written (an error makes the coordinator retry them all, so a partition
   already marked must be skipped by the callee, as Kafka's marker channel drops
   partitions it has done);
-- ``new_producer_id()``: the broker's producer id allocator (Kafka's
-  ``ProducerIdManager``);
+- ``new_producer_id()``: the broker's producer id allocator (``ProducerIdManager``);
 - a :class:`~kompakt.broker.coordinator.scheduler.Scheduler` (``now`` / ``call_later``)
-  that runs the two periodic tasks: abort of timed-out transactions and expiry of idle
-  transactional ids.
+  for the periodic aborts and id expiry, and the waits of parked AddPartitionsToTxn.
 
 The flow of one transaction, as in Kafka: InitProducerId (Empty, epoch bump) →
 AddPartitionsToTxn / AddOffsetsToTxn (Ongoing) → EndTxn: PrepareCommit/PrepareAbort
-appended, the client answered, markers written, CompleteCommit/CompleteAbort appended.
-A coordinator that restarts between the Prepare and Complete records finishes the
-transaction after :meth:`TransactionCoordinator.load`.
+appended, the client answered, markers written, CompleteCommit/CompleteAbort appended;
+a restart between Prepare and Complete finishes it in :meth:`TransactionCoordinator.load`.
 """
 
 from __future__ import annotations
@@ -61,6 +58,7 @@ from kompakt.broker.txn.state import (
     TxnTransitMetadata,
     is_epoch_exhausted,
 )
+from kompakt.broker.txn.waits import CompletionWaits
 
 log = logging.getLogger("kompakt.broker.txn")
 
@@ -92,6 +90,7 @@ class TransactionCoordinator:
         """The cache (Kafka's ``transactionMetadataCache``), by transactional id."""
         self._timers: list[TimerHandle] = []
         self._active = False
+        self._waits = CompletionWaits(scheduler, config.add_partitions_retry_backoff_max_ms)
 
     # -- lifecycle -------------------------------------------------------------------------
     def startup(self) -> None:
@@ -277,10 +276,13 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
+        wait: bool = True,
     ) -> Completion[ErrorCode]:
         """Kafka's ``handleAddPartitionsToTransaction`` (one error for every partition).
         Answers PRODUCER_FENCED for a stale epoch; :func:`client_error` turns it into
-        INVALID_PRODUCER_EPOCH for clients before v2."""
+        INVALID_PRODUCER_EPOCH for clients before v2. While the id's previous
+        transaction writes its markers and Complete record the request waits for them
+        (:mod:`~kompakt.broker.txn.waits`) unless ``wait`` is False."""
         added = frozenset(partitions)
         if not transactional_id:
             return Completion.of(ErrorCode.invalid_request)
@@ -290,6 +292,13 @@ class TransactionCoordinator:
         if meta.producer_epoch != producer_epoch:
             return Completion.of(ErrorCode.producer_fenced)
         if meta.pending_transition_in_progress or meta.state.in_prepare:
+            if wait and meta.state.in_prepare and meta.pending_state is not None:
+                return self._waits.park(
+                    transactional_id,
+                    lambda: self.add_partitions(
+                        transactional_id, producer_id, producer_epoch, added, wait=False
+                    ),
+                )
             return Completion.of(ErrorCode.concurrent_transactions)
         if meta.state == TransactionState.ONGOING and added <= meta.topic_partitions:
             return Completion.of(ErrorCode.none)
@@ -455,6 +464,8 @@ class TransactionCoordinator:
             elif not (retry and error == ErrorCode.coordinator_not_available):
                 meta.pending_state = None
             done(error)
+            if meta.pending_state is None:
+                self._waits.wake(meta.transactional_id)
 
         self._append_fn(partition, [(key, value)]).add_done_callback(appended)
 

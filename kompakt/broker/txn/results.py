@@ -55,6 +55,10 @@ class TransactionConfig:
     transaction_state_log_num_partitions: int = 50
     abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     remove_expired_transaction_cleanup_interval_ms: int = 3600 * 1000
+    add_partitions_retry_backoff_max_ms: int = 100
+    """How long AddPartitionsToTxn waits on the coordinator for the previous
+    transaction's Complete record (Kafka's ``add.partitions.to.txn.retry.backoff.max.ms``,
+    see :mod:`~kompakt.broker.txn.waits`)."""
     value_version: int = rec.VALUE_V0
     """The ``TransactionLogValue`` version written (Kafka: 0 before transaction.version 2)."""
 
@@ -75,6 +79,7 @@ CONFIG_KEYS: dict[str, str] = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": (
         "remove_expired_transaction_cleanup_interval_ms"
     ),
+    "add.partitions.to.txn.retry.backoff.max.ms": "add_partitions_retry_backoff_max_ms",
 }
 """Kafka's broker config key of each :class:`TransactionConfig` field."""
 

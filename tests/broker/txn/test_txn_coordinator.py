@@ -366,19 +366,66 @@ def test_add_partitions_starts_the_transaction_and_known_partitions_answer_at_on
 
 def test_add_partitions_while_preparing_is_concurrent_transactions() -> None:
     """``handleAddPartitionsToTransaction`` in PrepareCommit/PrepareAbort or with a
-    pending transition: CONCURRENT_TRANSACTIONS."""
-    tc, log, _ = coordinator()
+    pending transition: CONCURRENT_TRANSACTIONS (while completing, once
+    ``add.partitions.to.txn.retry.backoff.max.ms`` has passed without the Complete)."""
+    tc, log, sched = coordinator()
     pid, epoch = started(tc)
     log.hold_markers = True
     assert tc.end_txn("tx", pid, epoch, COMMIT).result() == E.none
     assert tc.transactions["tx"].state == S.PREPARE_COMMIT
-    assert tc.add_partitions("tx", pid, epoch, [("t", 9)]).result() == E.concurrent_transactions
+    waiting = tc.add_partitions("tx", pid, epoch, [("t", 9)])
+    sched.advance(99)
+    assert not waiting.done()
+    sched.advance(1)
+    assert waiting.result() == E.concurrent_transactions
     log.release_markers()
     log.hold = True
     pending = tc.add_partitions("tx", pid, epoch, [("t", 9)])
     assert tc.add_partitions("tx", pid, epoch, [("t", 8)]).result() == E.concurrent_transactions
     log.release()
     assert pending.result() == E.none
+
+
+@pytest.mark.parametrize("result", [COMMIT, ABORT])
+def test_add_partitions_while_completing_waits_for_the_complete_record(
+    result: TransactionResult,
+) -> None:
+    """Kafka's broker waits out CONCURRENT_TRANSACTIONS itself for up to
+    ``add.partitions.to.txn.retry.backoff.max.ms`` (KIP-890's
+    ``AddPartitionsToTxnManager``): the next transaction's AddPartitionsToTxn and
+    AddOffsetsToTxn, sent as soon as EndTxn is answered, are decided once the previous
+    transaction's Complete record is written instead of costing the client its retry
+    backoff."""
+    tc, log, sched = coordinator()
+    pid, epoch = started(tc)
+    log.hold_markers = True
+    assert tc.end_txn("tx", pid, epoch, result).result() == E.none
+    added = tc.add_partitions("tx", pid, epoch, [("t", 9)])
+    offsets = tc.add_offsets("tx", pid, epoch, "g")
+    assert not added.done() and not offsets.done()
+    log.release_markers()
+    assert (added.result(), offsets.result()) == (E.none, E.none)
+    meta = tc.transactions["tx"]
+    assert meta.state == S.ONGOING
+    assert meta.topic_partitions == {("t", 9), ("__consumer_offsets", partition_for("g", 50))}
+    complete = S.COMPLETE_COMMIT if result == COMMIT else S.COMPLETE_ABORT
+    assert log.states("tx")[-3:] == [complete, S.ONGOING, S.ONGOING]
+    assert not [t for t in sched.pending() if t.fn.__qualname__.startswith("CompletionWaits")]
+
+
+def test_add_partitions_waiting_on_a_failed_complete_is_answered_at_once() -> None:
+    """A Complete append that fails for good (NOT_COORDINATOR: the id stays in
+    PrepareCommit for a reload to finish, ``appendTransactionToLog``) decides the parked
+    AddPartitionsToTxn at once: CONCURRENT_TRANSACTIONS, as Kafka answers in Prepare."""
+    tc, log, _ = coordinator()
+    pid, epoch = started(tc)
+    log.hold_markers = True
+    assert tc.end_txn("tx", pid, epoch, COMMIT).result() == E.none
+    waiting = tc.add_partitions("tx", pid, epoch, [("t", 9)])
+    log.fail = E.not_leader_or_follower
+    log.release_markers()
+    assert waiting.result() == E.concurrent_transactions
+    assert tc.transactions["tx"].state == S.PREPARE_COMMIT  # no time has passed
 
 
 def test_add_offsets_adds_the_groups_consumer_offsets_partition() -> None:
