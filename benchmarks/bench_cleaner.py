@@ -160,6 +160,8 @@ def run_head(head: int, workdir: Path) -> dict:
     m = LogManager(workdir / "data")
     m.create_topic("h", 1, config)
     plog = m.get_log("h", 0)
+    with plog.lock:  # kept, as a broker keeps it for its idempotent producers
+        _ = plog.producers
     append_segments(plog, 0, head)
     Cleaner(m, engine=LocalEngine(64 << 20)).clean_partition(plog)  # the clean head
     append_segments(plog, head, DIRTY_SEGMENTS)

@@ -177,11 +177,19 @@ class PartitionLog:
     @property
     def producers(self) -> ProducerStateManager:
         """The producer state with its producers' last batches too (Kafka's
-        ``ProducerStateManager``), built on first use (call under :attr:`lock`): from the
-        latest readable snapshot at or below the log end (a corrupt one is logged,
-        deleted and the next older one tried), then the batches after it (Kafka's
-        ``LogLoader.rebuildProducerState``). From then on every append feeds it and a
-        snapshot of it is written at each roll, before head segments go and at close."""
+        ``ProducerStateManager``), for whoever keeps it (the broker's idempotence
+        checks; call under :attr:`lock`): built on first use (:meth:`_build_producers`);
+        from then on every append feeds it and a snapshot of it is written at each roll,
+        before head segments go and at close."""
+        state = self._build_producers()
+        state.keep_snapshots = True
+        return state
+
+    def _build_producers(self) -> ProducerStateManager:
+        """The producer state, its producers built on first use: from the latest
+        readable snapshot at or below the log end (a corrupt one is logged, deleted and
+        the next older one tried), then the batches after it (Kafka's
+        ``LogLoader.rebuildProducerState``)."""
         state = self.transactions
         if not state.entries_loaded:
             with self.lock:
@@ -202,7 +210,7 @@ class PartitionLog:
         so the state outlives a clean (KIP-360). Asked of the producer state, not read
         from the segments: its cost does not grow with the log."""
         with self.lock:
-            state = self.producers
+            state = self._build_producers()
             return state.last_records_of_active_producers(self.clock() if now is None else now)
 
     def _load_transactions(self, cleaned: int = 0) -> None:
@@ -450,7 +458,7 @@ class PartitionLog:
         """Write the producer state as the ``<offset>.snapshot`` (default: the log end),
         once the state is built (:attr:`producers`). The batches below ``offset`` must
         be flushed first: a snapshot past the end recovered after a crash is deleted."""
-        if self.read_only or not self._producers.entries_loaded:
+        if self.read_only or not self._producers.keep_snapshots:
             return
         at = self.log_end_offset if offset is None else offset
         ProducerSnapshotFile(self.dir, at).write(self._producers.snapshot_entries(self.clock()))
@@ -639,7 +647,7 @@ class PartitionLog:
         _ = self.transactions  # rebuilt while the removed batches still exist
         if self.before_batch_removal is not None:
             self.before_batch_removal(self)
-        if self._producers.entries_loaded:
+        if self._producers.keep_snapshots:
             # the state built from the doomed batches survives a restart too (KIP-360)
             self.flush()
             self.take_producer_snapshot()
@@ -734,7 +742,7 @@ class PartitionLog:
     def close(self) -> None:
         """Flush and close every segment, then write the producer-state snapshot at the
         log end (Kafka's ``UnifiedLog.close``: a clean shutdown's snapshot saves the
-        replay at the next start)."""
+        replay at the next start), if the state is kept (:attr:`producers`)."""
         with self.lock:
             if self.read_only:
                 for seg in self.segments:

@@ -112,6 +112,11 @@ class ProducerStateManager:
         self.entries: dict[int, ProducerEntry] = {}
         self.entries_loaded = False
         """Set once ``entries`` were built from the snapshot and the log (by the log)."""
+        self.keep_snapshots = False
+        """Set by the log once someone keeps this state (the broker's idempotence
+        checks): from then on it is written to a snapshot at each roll, before head
+        segments go and at close. A state built only to answer the cleaner writes none
+        (an offline compact, even a cancelled one, leaves no new file)."""
         self.ongoing: dict[int, int] = {}
         """First offset of each producer's open transaction."""
 

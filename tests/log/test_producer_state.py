@@ -67,6 +67,8 @@ def test_last_records_outlive_the_batches_they_came_from(tmp_path, clock) -> Non
     m = LogManager(tmp_path / "data", clock=clock)
     m.create_topic("t", 1, {"cleanup.policy": "delete"})
     plog = m.get_log("t", 0)
+    with plog.lock:
+        _ = plog.producers  # kept, as the broker keeps it for its idempotence checks
     plog.append(idem(5, 0, 3))  # 0-2
     assert plog.last_records_of_active_producers() == {5: LastRecord(2, 0)}
     plog.roll()  # snapshot at 3
@@ -97,3 +99,25 @@ def test_a_batch_fed_twice_is_recorded_once(manager: LogManager, clock) -> None:
         state.update(h, 0)
     assert [(b.first_offset, b.last_offset) for b in state.entries[5].batches] == [(0, 1)]
     assert state.check(h) is not None  # a retry is a duplicate of the one batch
+
+
+def test_a_state_built_only_for_the_cleaner_writes_no_snapshot(tmp_path, clock) -> None:
+    """An offline compact asks the log for its producers' last records; closing the log
+    then leaves no new file (a cancelled compact changes nothing on disk). A state the
+    broker keeps (``producers``) is written at close, as Kafka's ``UnifiedLog.close``."""
+    clock.now = TS
+    m = LogManager(tmp_path / "data", clock=clock)
+    m.create_topic("t", 1, {})
+    m.get_log("t", 0).append(idem(5, 0, 3))
+    m.close()
+    m = LogManager(tmp_path / "data", clock=clock)
+    plog = m.get_log("t", 0)
+    assert plog.last_records_of_active_producers() == {5: LastRecord(2, 0)}
+    m.close()
+    assert list_snapshots(tmp_path / "data" / "t-0") == []
+    m = LogManager(tmp_path / "data", clock=clock)
+    plog = m.get_log("t", 0)
+    with plog.lock:
+        _ = plog.producers
+    m.close()
+    assert [s.offset for s in list_snapshots(tmp_path / "data" / "t-0")] == [3]
