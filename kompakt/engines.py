@@ -27,19 +27,20 @@ from kompakt.cleaner.cleaner import Cleaner, Clock
 from kompakt.cleaner.config import ENGINE_DEFAULT, ENGINE_KEY, dedupe_buffer_size, load_factor
 from kompakt.cleaner.engine import CleanJob, Engine, EngineRun
 from kompakt.cleaner.local_engine import LocalEngine
+from kompakt.cleaner.segment_io import CleanFaults
 from kompakt.errors import InvalidConfigError
 
 log = logging.getLogger(__name__)
 
 
 def _local(settings: Mapping[str, str]) -> LocalEngine:
-    return LocalEngine(dedupe_buffer_size(settings), load_factor(settings))
+    return LocalEngine(dedupe_buffer_size(settings), load_factor(settings), CleanFaults.from_env())
 
 
 def _spark(settings: Mapping[str, str]) -> Engine:
     from kompakt.pipeline.engine import SparkEngine
 
-    return SparkEngine(settings)
+    return SparkEngine(settings, CleanFaults.from_env())
 
 
 class AutoEngine:

@@ -19,7 +19,7 @@ from kompakt.cleaner.engine import CleanJob, EngineRun, GroupResult, Progress
 from kompakt.cleaner.key_map import feeds_key_map
 from kompakt.cleaner.offset_map import OffsetMap, hash_keys
 from kompakt.cleaner.rewrite import RoundContext
-from kompakt.cleaner.segment_io import segment_buffer, write_cleaned_group
+from kompakt.cleaner.segment_io import CleanFaults, segment_buffer, write_cleaned_group
 from kompakt.cleaner.stats import DirtyRange
 from kompakt.cleaner.transactions import ProducerSummary, TxnTracker
 from kompakt.log.partition_log import PartitionLog
@@ -67,8 +67,10 @@ class LocalEngine:
         self,
         dedupe_buffer_size: int = DEDUPE_BUFFER_SIZE_DEFAULT,
         load_factor: float = IO_BUFFER_LOAD_FACTOR_DEFAULT,
+        faults: CleanFaults | None = None,
     ):
         self.map = OffsetMap(dedupe_buffer_size, load_factor)
+        self.faults = faults or CleanFaults()  # what a test injects into the rewrites
         # the running clean's abort check: one clean at a time (the Cleaner's lock)
         self._check_done: Callable[[], None] = _never_aborted
         self._io: Callable[[int], None] | None = None  # the running clean's throttle
@@ -180,6 +182,7 @@ class LocalEngine:
                         txn,
                         self._check_done,
                         self._io,
+                        self.faults,
                     )
                     + (group,)
                 )

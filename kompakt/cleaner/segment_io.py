@@ -132,6 +132,7 @@ def write_cleaned_group(
     txn: TxnTracker,
     check_done: Callable[[], None] | None = None,
     io: IoReport | None = None,
+    faults: CleanFaults | None = None,
 ) -> tuple[GroupStats, LogSegment | None]:
     """Clean ``sources`` ((base, path, size), in order) into ``<first base>.log.cleaned``.
 
@@ -139,15 +140,18 @@ def write_cleaned_group(
     half-written file is removed if anything fails (an abort raised by ``check_done``
     too). ``txn`` is the clean's transaction pass as it reaches this group, carried on
     by the rewrite. ``io`` is the I/O throttle's report (bytes read and written).
+    ``faults``: what a test injects (:class:`CleanFaults`).
     """
     bufs = (segment_buffer(path, size) for _base, path, size in sources)
     first = sources[0][0]
     if dry_run:
-        hold_for_tests(first, check_done)
+        if faults is not None:
+            faults.before_rewrite(first, check_done)
         return clean_group(list(bufs), lookup, ctx, None, txn, check_done, io), None
     dest = new_cleaned_segment(directory, first, **seg_kwargs)
     try:
-        hold_for_tests(first, check_done)
+        if faults is not None:
+            faults.before_rewrite(first, check_done)
         stats = clean_group(list(bufs), lookup, ctx, dest, txn, check_done, io)
         dest.on_become_inactive()
         dest.flush()
@@ -160,26 +164,52 @@ def write_cleaned_group(
 
 
 HOLD_ENV = "KOMPAKT_TEST_HOLD_CLEAN"
+"""Read once by :meth:`CleanFaults.from_env` where a process builds its engine by name."""
 
 
-def hold_for_tests(base: int, check_done: Callable[[], None] | None) -> None:
-    """Test hook, off unless ``KOMPAKT_TEST_HOLD_CLEAN=DIR`` is set: the rewrite of the
-    group starting at ``base``, once begun (its ``.cleaned`` file exists), touches
-    ``DIR/held-<base>`` and waits, polling ``check_done``, until ``DIR/release`` or
-    ``DIR/release-<base>`` exists (at most 120 s). Tests use it to stop or race a clean
-    at a known point in a real engine, including inside Spark tasks."""
-    where = os.environ.get(HOLD_ENV)
-    if not where:
-        return
-    d = Path(where)
-    (d / f"held-{base}").touch()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if (d / "release").exists() or (d / f"release-{base}").exists():
+class CleanFaults:
+    """Faults injected into a clean's group rewrites: handed to the engine, which hands
+    it to each rewrite (shipped with a Spark task), instead of the rewrite looking one
+    up. The one fault, ``hold_dir``: the rewrite of the group starting at ``base``, once
+    begun (its ``.cleaned`` file exists), touches ``DIR/held-<base>`` and waits, polling
+    ``check_done``, until ``DIR/release`` or ``DIR/release-<base>`` exists (at most
+    120 s). Tests use it to stop or race a clean at a known point in a real engine.
+
+    An instance without its own ``hold_dir`` follows the class's (None), which a test
+    may set for every engine of its process."""
+
+    hold_dir: str | None = None
+
+    def __init__(self, hold_dir: str | os.PathLike[str] | None = None) -> None:
+        if hold_dir is not None:
+            self.hold_dir = str(hold_dir)
+
+    @classmethod
+    def from_env(cls) -> CleanFaults:
+        """The faults a test put in the environment of a process it started (the CLI,
+        a broker, a Spark job), read when that process builds its engine."""
+        return cls(os.environ.get(HOLD_ENV) or None)
+
+    def __getstate__(self) -> dict[str, str | None]:
+        return {"hold_dir": self.hold_dir}  # a Spark task holds as its driver says
+
+    def __setstate__(self, state: dict[str, str | None]) -> None:
+        if state.get("hold_dir") is not None:
+            self.hold_dir = state["hold_dir"]
+
+    def before_rewrite(self, base: int, check_done: Callable[[], None] | None) -> None:
+        """Hold the rewrite of the group at ``base`` if told to (see the class)."""
+        if not self.hold_dir:
             return
-        if check_done is not None:
-            check_done()
-        time.sleep(0.02)
+        d = Path(self.hold_dir)
+        (d / f"held-{base}").touch()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (d / "release").exists() or (d / f"release-{base}").exists():
+                return
+            if check_done is not None:
+                check_done()
+            time.sleep(0.02)
 
 
 def remove_cleaned_files(directory: Path, groups: Sequence[Sequence[LogSegment]]) -> None:

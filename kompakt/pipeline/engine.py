@@ -34,7 +34,7 @@ from typing import Any
 
 from kompakt.cleaner.engine import CleanJob, EngineRun, GroupResult
 from kompakt.cleaner.rewrite import GroupStats, RoundContext
-from kompakt.cleaner.segment_io import tracker_states, write_cleaned_group
+from kompakt.cleaner.segment_io import CleanFaults, tracker_states, write_cleaned_group
 from kompakt.cleaner.stats import DirtyRange
 from kompakt.cleaner.throttle import Throttler
 from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_file
@@ -45,9 +45,11 @@ def _group_cleaner(
     seg_kwargs: dict[str, Any],
     dry_run: bool,
     throttle: Throttler | None = None,
+    faults: CleanFaults | None = None,
 ) -> Callable:
     """The executor side of one group: Kafka ``cleanSegments`` with the group's bits as
-    the offset map; ``throttle`` is this task's share of the cleaner's I/O limit."""
+    the offset map; ``throttle`` is this task's share of the cleaner's I/O limit,
+    ``faults`` the engine's (shipped with the task)."""
 
     def clean(task) -> dict[str, Any]:
         directory = Path(task.dir)
@@ -62,6 +64,7 @@ def _group_cleaner(
             task.txn,
             None,
             throttle.maybe_throttle if throttle is not None else None,
+            faults,
         )
         if dest is not None:
             dest.close()
@@ -77,8 +80,10 @@ class SparkEngine:
 
     name = "spark"
 
-    def __init__(self, config: Mapping[str, str] | None = None):
+    def __init__(self, config: Mapping[str, str] | None = None, faults: CleanFaults | None = None):
         self.config = dict(config or {})
+        self.faults = faults or CleanFaults()
+        """What a test injects into the group rewrites (shipped with each task)."""
 
     def _session(self) -> Any:
         """The session, keeping the caller's SIGINT handler: creating a SparkContext in
@@ -156,7 +161,7 @@ class SparkEngine:
                             reads, start, first_dirty, end, aborted, io=io
                         )
 
-                    clean = _group_cleaner(ctx, plog.segment_kwargs(), dry_run, one)
+                    clean = _group_cleaner(ctx, plog.segment_kwargs(), dry_run, one, self.faults)
                     rows = run_groups_in_one_task(spark, decide, tasks, clean)
                 else:
                     bits = survivors.superseded(
@@ -170,7 +175,9 @@ class SparkEngine:
                         throttle=share(len(reads)),
                     )
                     sliced = [replace(t, superseded=bits.slice(t.bases[0], t.end)) for t in tasks]
-                    clean = _group_cleaner(ctx, plog.segment_kwargs(), dry_run, share(len(tasks)))
+                    clean = _group_cleaner(
+                        ctx, plog.segment_kwargs(), dry_run, share(len(tasks)), self.faults
+                    )
                     rows = run_groups(spark, sliced, clean)
             finally:
                 if job.throttle is not None:

@@ -8,7 +8,7 @@ figures ("nothing to clean" when the other clean did it all) instead of redoing 
 range. A shutdown aborts a running clean (``LogCleaningAbortedException``): the request
 is answered 503 and the partition is left as it was.
 
-The engines' test hook (``KOMPAKT_TEST_HOLD_CLEAN``) holds a clean mid-rewrite.
+The engines' injected fault (``CleanFaults.hold_dir``) holds a clean mid-rewrite.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 from shared_kit import wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
-from kompakt.cleaner.segment_io import HOLD_ENV
+from kompakt.cleaner.segment_io import CleanFaults
 
 ONLY_ON_DEMAND = {"min.cleanable.dirty.ratio": "1"}  # the background never picks it
 
@@ -46,7 +46,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerThread]:
 def hold(tmp_path: Path, monkeypatch) -> Path:
     d = tmp_path / "hold"
     d.mkdir()
-    monkeypatch.setenv(HOLD_ENV, str(d))
+    monkeypatch.setattr(CleanFaults, "hold_dir", str(d))
     yield d
     (d / "release").touch()  # never leave a clean waiting
 

@@ -57,13 +57,13 @@ def headers(plog: PartitionLog):
 
 
 def wait_for_file(path: Path, timeout: float = 60) -> None:
-    """Wait for a marker the held clean writes (see ``HOLD_ENV``)."""
+    """Wait for a marker the held clean writes (see ``CleanFaults``)."""
     wait_for(path.exists, f"{path.name} to appear", timeout)
 
 
 def wait_for_later_group(hold: Path, timeout: float = 60) -> Path:
     """The ``held-<offset>`` marker of a group after the first (offset 0): the first
-    group's rewrite is done and a later one is held (see ``HOLD_ENV``)."""
+    group's rewrite is done and a later one is held (see ``CleanFaults``)."""
 
     def later() -> list[Path]:
         return [p for p in hold.iterdir() if p.name.startswith("held-") and p.name != "held-0"]

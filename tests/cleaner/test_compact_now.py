@@ -29,7 +29,7 @@ from shared_kit import condition_wait_frame, corrupt_first_batch, snapshot, wait
 
 from kompakt.cleaner import Cleaner
 from kompakt.cleaner.manager import CleaningAbortedError
-from kompakt.cleaner.segment_io import HOLD_ENV
+from kompakt.cleaner.segment_io import CleanFaults
 from kompakt.errors import InvalidConfigError, UnknownTopicError
 from kompakt.log.manager import LogManager
 
@@ -168,7 +168,7 @@ def hold(tmp_path: Path, monkeypatch):
     """The engines' test hook: group rewrites wait at a known point until released."""
     d = tmp_path / "hold"
     d.mkdir()
-    monkeypatch.setenv(HOLD_ENV, str(d))
+    monkeypatch.setattr(CleanFaults, "hold_dir", str(d))
     return d
 
 

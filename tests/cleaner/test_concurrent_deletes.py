@@ -12,7 +12,7 @@ Deleting a topic: Kafka's ``LogManager.asyncDelete`` calls ``cleaner.abortCleani
 (``LogCleanerManager.abortAndPauseCleaning``), which waits until a running clean of the
 partition has stopped, before any file is touched.
 
-The engines' test hook (``KOMPAKT_TEST_HOLD_CLEAN``) holds a group rewrite so the
+The engines' injected fault (``CleanFaults.hold_dir``) holds a group rewrite so the
 removal lands mid-clean.
 """
 
@@ -33,7 +33,7 @@ from cleaner_kit import (
 from shared_kit import condition_wait_frame, wait_for
 
 from kompakt.cleaner import Cleaner
-from kompakt.cleaner.segment_io import HOLD_ENV
+from kompakt.cleaner.segment_io import CleanFaults
 from kompakt.log.manager import LogManager
 
 TOPIC = {"cleanup.policy": "compact,delete", "segment.bytes": "300", "retention.ms": "100000"}
@@ -43,7 +43,7 @@ TOPIC = {"cleanup.policy": "compact,delete", "segment.bytes": "300", "retention.
 def hold(tmp_path: Path, monkeypatch):
     d = tmp_path / "hold"
     d.mkdir()
-    monkeypatch.setenv(HOLD_ENV, str(d))
+    monkeypatch.setattr(CleanFaults, "hold_dir", str(d))
     yield d
     (d / "release").touch()  # never leave a clean waiting
 
@@ -112,9 +112,9 @@ def test_delete_records_during_local_clean_abandons_it(tmp_path: Path, clock, ho
     DeleteRecords put it."""
     m, c = make(tmp_path, clock)
     plog = m.get_log("a", 0)
-    monkeypatch.delenv(HOLD_ENV)
+    monkeypatch.setattr(CleanFaults, "hold_dir", None)
     c.compact_now("a", 0)  # a checkpoint that must not move
-    monkeypatch.setenv(HOLD_ENV, str(hold))
+    monkeypatch.setattr(CleanFaults, "hold_dir", str(hold))
     fill(m, clock)
     cp_before = m.cleaner_checkpoint().read()[("a", 0)]
     run = Run(c.compact_now, "a", 0)

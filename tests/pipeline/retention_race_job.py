@@ -1,8 +1,8 @@
 """Time retention deletes segments while a Spark clean is held mid-rewrite; print JSON.
 
-Run by test_engine_log_changes.py in a fresh process: the engines' test hook
-(``KOMPAKT_TEST_HOLD_CLEAN``) must be in the environment before the SparkContext (and
-its Python workers) start. Usage: ``python retention_race_job.py DATA_DIR HOLD_DIR``.
+Run by test_engine_log_changes.py in a fresh process (its own SparkContext); the engine
+is handed the hold (:class:`~kompakt.cleaner.segment_io.CleanFaults`), which its Spark
+tasks carry. Usage: ``python retention_race_job.py DATA_DIR HOLD_DIR``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def fold(plog) -> dict[str, str]:
 def main() -> None:
     data, hold = Path(sys.argv[1]), Path(sys.argv[2])
     from kompakt.cleaner import Cleaner
+    from kompakt.cleaner.segment_io import CleanFaults
     from kompakt.log.manager import LogManager
     from kompakt.pipeline.engine import SparkEngine
     from kompakt.pipeline.standalone import FAST_START_JAVA_OPTS
@@ -47,7 +48,7 @@ def main() -> None:
         plog.append(build_simple_batch([(b"k%d" % (i % 40), b"v%d" % i)], timestamp=ts + i))
     plog.roll()
     m.checkpoint()
-    c = Cleaner(m, engine=SparkEngine(config), config=config)
+    c = Cleaner(m, engine=SparkEngine(config, CleanFaults(hold)), config=config)
     out: dict = {}
 
     def run() -> None:

@@ -15,12 +15,9 @@ must be set before the SparkContext and its Python workers start.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
-
-from kompakt.cleaner.segment_io import HOLD_ENV
 
 JOB = Path(__file__).with_name("retention_race_job.py")
 
@@ -30,7 +27,6 @@ def test_retention_during_a_spark_clean_abandons_it_and_the_next_clean_works(tmp
     hold.mkdir()
     proc = subprocess.run(
         [sys.executable, str(JOB), str(tmp_path / "data"), str(hold)],
-        env={**os.environ, HOLD_ENV: str(hold)},
         capture_output=True,
         text=True,
         timeout=600,
