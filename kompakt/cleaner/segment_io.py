@@ -24,6 +24,7 @@ from kompakt.errors import CorruptRecordError
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import CLEANED_SUFFIX, LogSegment, segment_files
 from kompakt.log.txn_index import AbortedTxn
+from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
 from kompakt.record.scan import scan_batch_headers, scan_records
 
 
@@ -97,7 +98,11 @@ def tracker_states(
     """The clean's one :class:`TxnTracker` as it reaches the start of each group (Kafka's
     ``Cleaner.doClean`` carries one ``CleanedTransactionMetadata`` through every
     group): what a group rewritten on its own (a Spark task) starts from. Read from
-    batch headers and markers only; the last group's segments are not read."""
+    batch headers and markers only, of the segments that hold transactional batches
+    (or are not known not to: read once, then the segment knows); the last group's
+    segments are not read. A segment without any changes nothing the pass decides:
+    the aborted transactions it would pass are taken from the queue, by offset, by the
+    next transactional batch or marker read."""
     txn = TxnTracker(aborted)
     out = []
     for i, group in enumerate(groups):
@@ -105,13 +110,14 @@ def tracker_states(
         if i + 1 == len(groups):
             break
         for seg in group:
-            if not seg.size:
+            if not seg.size or seg.holds_txn_batches is False:
                 continue
             buf = segment_buffer(seg.log_path, seg.size)
             h = scan_batch_headers(buf)
             txn.read_batches(
                 buf, h.producer_id, h.last_offset, h.attributes, h.position, h.size, h.record_count
             )
+            seg.holds_txn_batches = bool((h.attributes & (TRANSACTIONAL_BIT | CONTROL_BIT)).any())
     return out
 
 

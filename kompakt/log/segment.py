@@ -166,6 +166,10 @@ class LogSegment:
         self._last_offset: int | None = None  # last offset of the last batch, once known
         self._whole_batches_end = 0  # where the walk at load found the last whole batch end
         self._tail_known = self._times_known = not self.size
+        self.holds_txn_batches: bool | None = False if not self.size else None
+        """Whether a transactional batch or marker is in this segment: known from the
+        appends of a segment made empty, else None until a reader that walked its
+        headers says (the Spark engine's transaction pass skips a segment without)."""
         if not lazy and self.size:
             self._load_tail_state()
 
@@ -485,6 +489,8 @@ class LogSegment:
                         self._bytes_since_index = 0
                     self._bytes_since_index += h.size
                     self._last_offset = h.last_offset
+                    if h.is_transactional or h.is_control:
+                        self.holds_txn_batches = True
             except OSError:
                 (
                     self._rolling_timestamp,
