@@ -31,6 +31,12 @@ from protocol_sink import ProtocolSink
 from kompakt.broker.app import start_test_broker
 
 CLIENT_THREAD = threading.main_thread().native_id
+# path prefixes dropped from frame locations: the venv's, the repo's, the stdlib's
+CUTS = (
+    "site-packages/",
+    f"{Path(__file__).resolve().parents[1]}/",
+    f"lib/python{sys.version_info.major}.{sys.version_info.minor}/",
+)
 # frames every broker sample passes through (thread start, event loop, executor): left
 # out of the cumulative ranking, where they would only fill the top
 WRAPPERS = (
@@ -121,7 +127,7 @@ def _short(frame: str) -> str:
     """``func (path/to/file.py:line)`` -> ``func (file.py)`` below the repo/venv."""
     name, _, where = frame.partition(" (")
     where = where.rstrip(")").rpartition(":")[0] or where
-    for cut in ("site-packages/", "/work/main/", "lib/python3.11/"):
+    for cut in CUTS:
         if cut in where:
             where = where.split(cut, 1)[1]
     return f"{name} ({where})"
