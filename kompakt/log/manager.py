@@ -730,7 +730,8 @@ class LogManager:
     def delete_topic(self, name: str) -> None:
         """Kafka ``LogManager.asyncDelete``: a running clean of each partition is aborted
         and waited for first (``cleaner.abortCleaning``), and no clean starts on it until
-        the partition is gone; only then are its files closed and removed.
+        the partition is gone; only then are its files closed and its folder renamed
+        ``TOPIC-N.<uuid>-delete`` under the lock, and removed after it.
 
         A topic with a partition on an offline log dir is refused with
         KAFKA_STORAGE_ERROR and left whole: its files there cannot be removed, and
@@ -741,6 +742,7 @@ class LogManager:
         self._check_deletable(name)
         tps = [(name, part) for part in range(self._require(name).partitions)]
         paused = self._pause_cleaning(tps, "was deleted during the clean")
+        renamed: list[Path] = []
         try:
             with self.lock:
                 meta = self._require(name)
@@ -753,12 +755,16 @@ class LogManager:
                         plog.close()
                         target = plog.dir.parent / delete_dir_name(name, part)
                         os.replace(plog.dir, target)
-                        shutil.rmtree(target, ignore_errors=True)
+                        renamed.append(target)
                 del self._topics[name]
                 self._save_topics()
         finally:
             for states, tp in paused:
                 states.resume(tp)
+        # the rename was the deletion (a restart removes what is left, _scan_dir); the
+        # files go outside the lock, so no reader of the log list waits for them
+        for target in renamed:
+            shutil.rmtree(target, ignore_errors=True)
         log.info("deleted topic %s", name)
 
     def _check_deletable(self, name: str) -> None:
