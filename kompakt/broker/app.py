@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from kompakt.broker import authz
+from kompakt.broker import authz, tiering
 from kompakt.broker.acls import build_authorizer
 from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
 from kompakt.broker.background import BackgroundTasks, PeriodicThread
@@ -187,6 +187,7 @@ class Broker:
                     self.history_recorder.sample_all,
                 )
             )
+            tiering.install(self)  # the remote log manager's task, when the tier is on
             self.background.start()
             cfg.listeners_on_change.append(self._reconfigure)
             if self.logs.has_topic(OFFSETS_TOPIC):

@@ -61,3 +61,15 @@ def partition_of_key(key: str) -> tuple[str, int] | None:
     if len(parts) >= 4 and parts[0] == TOPICS and parts[2].isdigit():
         return parts[1], int(parts[2])
     return None
+
+
+def file_base_offset(key: str) -> int:
+    """The base offset of the local segment a segment object was uploaded from, as its
+    key names it: what the ``.index``'s relative offsets count from, even when the
+    manifest's ``base_offset`` is later (a cleaned segment reaching below the remote
+    end, tiered from that end on)."""
+    name = key.rsplit("/", 1)[-1]
+    digits = name.split("-", 1)[0]
+    if len(digits) != 20 or not digits.isdigit():
+        raise ValueError(f"{key!r} is not a segment object key")
+    return int(digits)

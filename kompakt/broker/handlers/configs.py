@@ -30,6 +30,7 @@ from kompakt.broker.dynamic_config import DYNAMIC_CONFIGS_FILE, group_layers, sa
 from kompakt.broker.handlers.common import error_of
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
+from kompakt.broker.tiering import check_topic_config
 from kompakt.errors import InvalidConfigError
 from kompakt.log.config import (
     CONFIG_DEFS,
@@ -309,7 +310,7 @@ def _not_topic(ctx: RequestContext, r: Any) -> dict[str, Any] | None:
 
 def _apply(ctx: RequestContext, name: str, overrides: dict[str, str], validate_only: bool) -> None:
     """Replace the topic's overrides with ``overrides`` (validated as a whole)."""
-    TopicConfig(overrides, ctx.logs.broker_config)
+    check_topic_config(ctx.config, TopicConfig(overrides, ctx.logs.broker_config))
     if validate_only:
         return
     current = ctx.logs.topic_meta(name).overrides

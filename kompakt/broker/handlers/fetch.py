@@ -25,6 +25,7 @@ from kompakt.broker.handlers.common import (
 from kompakt.broker.protocol import ms
 from kompakt.broker.registry import ApiRegistry, DelayedResponse
 from kompakt.broker.state import RequestContext
+from kompakt.broker.tiering import tiering_of
 from kompakt.errors import UnknownTopicError
 from kompakt.record.decode import iter_batches
 from kompakt.record.header import NO_TIMESTAMP
@@ -42,9 +43,9 @@ READ_COMMITTED = 1
 EARLIEST = -2
 LATEST = -1
 MAX_TIMESTAMP = -3
-EARLIEST_LOCAL = -4
-EARLIEST_PENDING_UPLOAD = -5
-LATEST_TIERED = -6
+EARLIEST_LOCAL = -4  # KIP-405
+LATEST_TIERED = -5  # KIP-1005
+EARLIEST_PENDING_UPLOAD = -6  # KIP-1023
 
 
 def _committed_only(plog: Any, fetch_offset: int, data: bytes, lso: int) -> tuple[bytes, list]:
@@ -89,6 +90,7 @@ def _read_all(
     """One pass over the requested partitions; returns (topics, bytes read)."""
     total = 0
     out = []
+    tier = tiering_of(ctx.state)
     for name, key, tdata in wanted:
         parts = []
         for p in tdata.partitions:
@@ -105,14 +107,17 @@ def _read_all(
                     lso = plog.last_stable_offset
                     resp["high_watermark"] = hw
                     resp["last_stable_offset"] = lso
-                    resp["log_start_offset"] = plog.log_start_offset
+                    start = plog.log_start_offset
+                resp["log_start_offset"] = tier.log_start_offset(plog) if tier else start
+                # below the local log start: the remote tier (Kafka's remote fetch)
+                source = tier.source_for(plog, p.fetch_offset) if tier else plog
                 limit = min(p.partition_max_bytes, max(0, max_bytes - total))
                 data = b""
                 if limit > 0 or total == 0:
-                    data = plog.read(p.fetch_offset, max(limit, 1), min_one_batch=total == 0)
+                    data = source.read(p.fetch_offset, max(limit, 1), min_one_batch=total == 0)
                 if committed:
                     data, resp["aborted_transactions"] = _committed_only(
-                        plog, p.fetch_offset, data, lso
+                        source, p.fetch_offset, data, lso
                     )
                 resp["records"] = data
                 resp["error_code"] = ErrorCode.none
@@ -179,12 +184,16 @@ def _list_offset(
     }
     try:
         plog = ctx.logs.get_log(name, p.partition_index)
+        tier = tiering_of(ctx.state)
         ts = p.timestamp
-        if ts in (EARLIEST, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD):
+        if ts in (EARLIEST, EARLIEST_PENDING_UPLOAD):
+            resp["offset"] = tier.log_start_offset(plog) if tier else plog.log_start_offset
+        elif ts == EARLIEST_LOCAL:  # Kafka's localLogStartOffset
             resp["offset"] = plog.log_start_offset
-        elif ts in (LATEST, LATEST_TIERED):
-            latest = plog.last_stable_offset if committed else plog.high_watermark
-            resp["offset"] = latest if ts == LATEST else UNKNOWN_OFFSET
+        elif ts == LATEST_TIERED:  # Kafka's highestOffsetInRemoteStorage, -1 for none
+            resp["offset"] = tier.highest_tiered_offset(plog) if tier else UNKNOWN_OFFSET
+        elif ts == LATEST:
+            resp["offset"] = plog.last_stable_offset if committed else plog.high_watermark
         elif ts == MAX_TIMESTAMP:
             if version < 7:
                 resp["error_code"] = ErrorCode.unsupported_version

@@ -22,6 +22,7 @@ from kompakt.broker.handlers.configs import SOURCE_CODES
 from kompakt.broker.protocol import ZERO_UUID, topic_uuid
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
+from kompakt.broker.tiering import check_topic_config
 from kompakt.errors import KompaktError
 from kompakt.log.config import TopicConfig
 from kompakt.log.manager import MAX_PARTITIONS_PER_OP, check_batch_size
@@ -133,6 +134,7 @@ def _create_one(
         return res
     configs = {c.name: c.value for c in t.configs}
     try:
+        check_topic_config(ctx.config, TopicConfig(configs, ctx.logs.broker_config))
         meta = ctx.logs.create_topic(t.name, n, configs, validate_only=validate_only)
     except Exception as exc:
         res["error_code"], res["error_message"] = error_of(exc)

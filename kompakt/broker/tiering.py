@@ -1,0 +1,416 @@
+"""The broker's remote log manager (Kafka's ``RemoteLogManager``): tiering rolled
+segments to the remote tier, local retention of tiered partitions, and the offsets and
+reads below the local log start.
+
+Every ``remote.log.manager.task.interval.ms`` the task visits each partition of a topic
+with ``remote.storage.enable=true`` (compacted topics too, unlike Kafka) and
+
+1. **copies** each rolled segment that ends below the last stable offset and is not yet
+   tiered (Kafka's ``RLMCopyTask``): its files are hard-linked into a staging folder
+   under the partition lock (so a clean swapping the segment cannot mix an old ``.log``
+   with a new ``.index``), uploaded by ``RemoteStorageManager.copy_segment`` and named
+   by a new manifest committed compare-and-swap (a conflict reloads and retries);
+2. **applies local retention** (``local.retention.bytes`` / ``.ms``, -2 = ``retention.*``):
+   the oldest local segments that a *durable* manifest already names are deleted while
+   the local log exceeds the limit. Only the local log start moves (Kafka's
+   ``localLogStartOffset``, which is the ``PartitionLog``'s own start here); the
+   partition's log start stays the remote log's (:meth:`Tiering.log_start_offset`),
+   read from the manifest, so it survives a restart with the manifest.
+
+A crash between upload and commit leaves orphans for the sweep; a crash after the commit
+and before the local deletion leaves a segment both local and remote (deleted on the
+next run). Local deletion never precedes the manifest naming the segment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from kompakt.broker.background import PeriodicThread
+from kompakt.errors import OffsetOutOfRangeError
+from kompakt.log.config import TopicConfig
+from kompakt.log.manager import LogManager, TopicMeta
+from kompakt.log.partition_log import PartitionLog
+from kompakt.log.producer_snapshot import SNAPSHOT_SUFFIX, ProducerSnapshotFile
+from kompakt.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIMEINDEX_SUFFIX,
+    TXNINDEX_SUFFIX,
+    LogSegment,
+    segment_file,
+)
+from kompakt.log.txn_index import AbortedTxn
+from kompakt.remote import RemoteTier
+from kompakt.remote.config import RemoteSettings, check_topic, effective_local_retention
+from kompakt.remote.manifest import PartitionManifest, RemoteSegment, TopicRecord
+from kompakt.remote.metadata import ManifestConflictError, Versioned
+from kompakt.remote.reads import RemoteSegmentReader
+from kompakt.remote.storage import LocalSegmentFiles
+from kompakt.remote.store import RemoteStorageError
+
+if TYPE_CHECKING:
+    from kompakt.broker.background import BackgroundTasks
+    from kompakt.broker.config import BrokerConfig
+    from kompakt.broker.state import BrokerState
+
+log = logging.getLogger("kompakt.broker.tiering")
+
+EXTRA_KEY = "tiering"  # BrokerState.extra entry of the running Tiering
+STAGING = "tiering-staging"  # folder in a log dir for the hard links being uploaded
+COMMIT_ATTEMPTS = 5
+Key = tuple[str, int]
+
+
+def check_topic_config(config: BrokerConfig, topic_config: TopicConfig) -> None:
+    """Kafka's ``validateRemoteStorageOnlyIfSystemEnabled`` for a topic being created or
+    altered on this broker."""
+    check_topic(topic_config.as_dict(), bool(config.get("remote.log.storage.system.enable")))
+
+
+def tiering_of(state: BrokerState) -> Tiering | None:
+    """The broker's tiering, None when the remote tier is off."""
+    return state.extra.get(EXTRA_KEY)
+
+
+class BrokerParts(Protocol):
+    """What :func:`install` needs of the broker being started."""
+
+    config: BrokerConfig
+    logs: LogManager | None
+    state: BrokerState | None
+    background: BackgroundTasks | None
+
+
+def install(broker: BrokerParts) -> None:
+    """At start (the logs, the state and the background threads made, not started): open
+    the remote tier and add the task thread when ``remote.log.storage.system.enable``."""
+    cfg, logs = broker.config, broker.logs
+    assert logs is not None and broker.state is not None and broker.background is not None
+    settings = RemoteSettings.of(cfg.values, logs.dir)
+    if not settings.enabled:
+        tiered = [t for t in logs.topics() if logs.topic_config(t).remote_storage_enable]
+        if tiered:
+            log.error(
+                "remote.log.storage.system.enable is false but topics %s have "
+                "remote.storage.enable=true: their tiered offsets are not served",
+                ", ".join(tiered),
+            )
+        return
+    for d in logs.dirs:  # links a crash left in the middle of an upload
+        shutil.rmtree(d.path / STAGING, ignore_errors=True)
+    tiering = Tiering(logs, RemoteTier.open(settings))
+    broker.state.extra[EXTRA_KEY] = tiering
+    broker.background.threads.append(
+        PeriodicThread("kompakt-remote-log-manager", settings.task_interval_ms, tiering.run_once)
+    )
+    log.info(
+        "remote tier at %s, task every %d ms", tiering.tier.store.url, settings.task_interval_ms
+    )
+
+
+class Tiering:
+    """The copy and local-retention task over one log manager and one remote tier, and
+    the manifests it committed (read by fetches and ListOffsets without a remote call)."""
+
+    def __init__(self, logs: LogManager, tier: RemoteTier):
+        self.logs = logs
+        self.tier = tier
+        self.reader = RemoteSegmentReader(tier.segments)
+        self._lock = threading.Lock()  # guards the two caches below
+        self._manifests: dict[Key, Versioned[PartitionManifest] | None] = {}
+        self._topics: dict[str, Versioned[TopicRecord] | None] = {}
+
+    # -- manifests ------------------------------------------------------------------------
+    def _versioned(self, topic: str, partition: int) -> Versioned[PartitionManifest] | None:
+        key = (topic, partition)
+        with self._lock:
+            if key in self._manifests:
+                return self._manifests[key]
+        loaded = self.tier.metadata.load_partition(topic, partition)
+        with self._lock:  # a commit since the load wins
+            return self._manifests.setdefault(key, loaded)
+
+    def _remember(self, key: Key, v: Versioned[PartitionManifest] | None) -> None:
+        with self._lock:
+            self._manifests[key] = v
+
+    def manifest(self, plog: PartitionLog) -> PartitionManifest | None:
+        """The remote log of a tiered partition of this topic (None: nothing tiered, the
+        topic is not tiered, or the manifest belongs to an older topic of that name)."""
+        if not plog.config.remote_storage_enable:
+            return None
+        v = self._versioned(plog.topic, plog.partition)
+        if v is None or v.value.topic_id != self.logs.topic_meta(plog.topic).topic_id:
+            return None
+        return v.value
+
+    def log_start_offset(self, plog: PartitionLog) -> int:
+        """Kafka's ``logStartOffset``: the remote log's start when it holds segments."""
+        m = self.manifest(plog)
+        local = plog.log_start_offset
+        return min(local, m.log_start_offset) if m is not None and m.segments else local
+
+    @staticmethod
+    def local_log_start_offset(plog: PartitionLog) -> int:
+        """Kafka's ``localLogStartOffset``: the first offset still on local disk."""
+        return plog.log_start_offset
+
+    def highest_tiered_offset(self, plog: PartitionLog) -> int:
+        """Kafka's ``highestOffsetInRemoteStorage``: -1 when nothing is tiered."""
+        m = self.manifest(plog)
+        return m.end_offset - 1 if m is not None and m.segments else -1
+
+    # -- the task -------------------------------------------------------------------------
+    def run_once(self) -> bool:
+        """One pass over every tiered partition; a failing partition is logged and
+        retried next time, the others go on. Never asks to run again at once."""
+        for topic in self.logs.topics():
+            try:
+                meta = self.logs.topic_meta(topic)
+                if not self.logs.topic_config(topic).remote_storage_enable:
+                    continue
+                self._sync_topic(meta)
+            except Exception as exc:  # e.g. the store unreachable: next pass retries
+                log.warning("tiering %s: %s", topic, exc)
+                continue
+            for partition in range(meta.partitions):
+                try:
+                    plog = self.logs.get_log(topic, partition)
+                    self.copy(plog)
+                    self.expire_local(plog)
+                except Exception as exc:
+                    log.warning("tiering %s-%d: %s", topic, partition, exc)
+        return False
+
+    def _sync_topic(self, meta: TopicMeta) -> None:
+        """The topic record a broker with an empty disk recreates the topic from."""
+        with self._lock:
+            known = meta.name in self._topics
+            current = self._topics.get(meta.name)
+        if not known:
+            current = self.tier.metadata.load_topic(meta.name)
+        want = TopicRecord(meta.name, meta.topic_id, meta.partitions, dict(meta.overrides))
+        if current is not None:
+            have = current.value
+            if have.topic_id != meta.topic_id:
+                raise RemoteStorageError(
+                    f"the remote tier holds another topic named {meta.name} "
+                    f"(id {have.topic_id}, this one {meta.topic_id}); not tiering it"
+                )
+            if (have.partitions, dict(have.configs)) == (want.partitions, want.configs):
+                with self._lock:
+                    self._topics[meta.name] = current
+                return
+            want = replace(want, generation=have.generation + 1)
+        try:
+            committed = self.tier.metadata.commit_topic(want, current)
+        except ManifestConflictError:
+            committed = None  # reread next pass
+        with self._lock:
+            if committed is None:
+                self._topics.pop(meta.name, None)
+            else:
+                self._topics[meta.name] = committed
+
+    def copy(self, plog: PartitionLog) -> int:
+        """Upload and commit each rolled segment below the last stable offset that the
+        remote log does not hold yet, oldest first; returns how many."""
+        key = (plog.topic, plog.partition)
+        topic_id = self.logs.topic_meta(plog.topic).topic_id
+        current = self._versioned(*key)
+        if current is not None and current.value.topic_id != topic_id:
+            raise RemoteStorageError(
+                f"the remote manifest of {plog.name} belongs to topic id "
+                f"{current.value.topic_id}, not {topic_id}"
+            )
+        lso = plog.last_stable_offset
+        copied = 0
+        for seg in plog.segments_snapshot()[:-1]:  # the active segment is never copied
+            last = seg.last_offset
+            if last is None:
+                continue
+            if last >= lso:
+                break  # an open transaction's records stay local until decided
+            m = current.value if current is not None else None
+            start = (m.end_offset if m.segments else m.log_start_offset) if m else None
+            if start is None:
+                start = plog.log_start_offset
+            if last < start:
+                continue  # tiered already
+            remote = self._upload(plog, seg, last)
+            if remote is None:
+                break  # the segment left the log meanwhile: the next pass sees the new list
+            if remote.base_offset < start:  # a cleaned segment reaching below the end
+                remote = replace(remote, base_offset=start)
+            current = self._commit(plog, current, remote, topic_id, start)
+            copied += 1
+            log.info(
+                "%s: tiered segment %d..%d (%d bytes) to %s",
+                plog.name,
+                remote.base_offset,
+                remote.last_offset,
+                remote.size,
+                self.tier.store.url,
+            )
+        return copied
+
+    def _upload(self, plog: PartitionLog, seg: LogSegment, last: int) -> RemoteSegment | None:
+        """Hard-link the segment's files (under the partition lock, while it is live) and
+        upload the links; None if the segment is no longer in the log."""
+        staging = plog.dir.parent / STAGING / f"{plog.name}-{seg.base_offset}-{time.time_ns()}"
+        with plog.lock:
+            if all(s is not seg for s in plog.segments):
+                return None
+            files = _stage(seg, staging)
+            max_ts = seg.max_timestamp
+        try:
+            return self.tier.segments.copy_segment(
+                plog.topic,
+                plog.partition,
+                LocalSegmentFiles(seg.base_offset, last, max_ts, files),
+            )
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _commit(
+        self,
+        plog: PartitionLog,
+        current: Versioned[PartitionManifest] | None,
+        remote: RemoteSegment,
+        topic_id: str,
+        start: int,
+    ) -> Versioned[PartitionManifest]:
+        """Name ``remote`` in the partition's manifest; on a conflict read it again and
+        redo the change (another writer tiering the same range leaves ours an orphan)."""
+        key = (plog.topic, plog.partition)
+        now = int(time.time() * 1000)
+        for _ in range(COMMIT_ATTEMPTS):
+            if current is None:
+                new = PartitionManifest(
+                    plog.topic,
+                    plog.partition,
+                    topic_id,
+                    segments=(remote,),
+                    log_start_offset=start,
+                    updated_ms=now,
+                )
+            else:
+                m = current.value
+                if m.segments and m.end_offset > remote.base_offset:
+                    return current  # someone else tiered it: ours is left to the sweep
+                new = m.next((*m.segments, remote), updated_ms=now)
+            try:
+                committed = self.tier.metadata.commit_partition(new, current)
+            except ManifestConflictError:
+                current = self.tier.metadata.load_partition(*key)
+                self._remember(key, current)
+                continue
+            self._remember(key, committed)
+            return committed
+        raise RemoteStorageError(f"{plog.name}: the manifest kept changing under the commit")
+
+    def expire_local(self, plog: PartitionLog, now_ms: int | None = None) -> int:
+        """Kafka's local retention of a tiered log: delete the oldest local segments that
+        the durable manifest names while the local log exceeds ``local.retention.bytes``
+        or they are older than ``local.retention.ms``; returns how many."""
+        m = self.manifest(plog)
+        if m is None or not m.segments:
+            return 0
+        cfg = plog.config
+        limit_bytes = effective_local_retention(cfg.local_retention_bytes, cfg.retention_bytes)
+        limit_ms = effective_local_retention(cfg.local_retention_ms, cfg.retention_ms)
+        now = self.logs.clock() if now_ms is None else now_ms
+        segments = plog.segments_snapshot()
+        size = sum(s.size for s in segments)
+        keep_from = None
+        doomed = 0
+        for seg, nxt in zip(segments, segments[1:], strict=False):
+            if nxt.base_offset > m.end_offset:
+                break  # not (wholly) tiered
+            by_size = limit_bytes >= 0 and size - seg.size >= limit_bytes
+            by_time = limit_ms >= 0 and now - seg.largest_timestamp > limit_ms
+            if not (by_size or by_time):
+                break
+            size -= seg.size
+            keep_from, doomed = nxt.base_offset, doomed + 1
+        if keep_from is None or keep_from <= plog.log_start_offset:
+            return 0
+        plog.delete_records_before(keep_from)  # the local log start moves; see the docstring
+        log.info(
+            "%s: local retention deleted %d tiered segments, local log start now %d "
+            "(log start %d in the remote tier)",
+            plog.name,
+            doomed,
+            plog.log_start_offset,
+            m.log_start_offset,
+        )
+        return doomed
+
+    # -- reads ----------------------------------------------------------------------------
+    def source_for(self, plog: PartitionLog, offset: int) -> PartitionLog | RemoteSource:
+        """What serves a fetch at ``offset``: the local log, or the remote tier below the
+        local log start (Kafka's ``ReplicaManager`` remote fetch); OFFSET_OUT_OF_RANGE
+        below the log start."""
+        if offset >= plog.log_start_offset:
+            return plog
+        m = self.manifest(plog)
+        start = self.log_start_offset(plog)
+        if m is None or offset < start:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range [{start}, {plog.log_end_offset}] for {plog.name}"
+            )
+        return RemoteSource(self, plog, m)
+
+
+class RemoteSource:
+    """A fetch's view of the remote log, with the two methods a fetch calls on a
+    :class:`PartitionLog` (``read`` and ``collect_aborted_transactions``)."""
+
+    def __init__(self, tiering: Tiering, plog: PartitionLog, manifest: PartitionManifest):
+        self.tiering, self.plog, self.manifest = tiering, plog, manifest
+
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True) -> bytes:
+        seg = self.manifest.segment_for(offset)
+        if seg is None:  # between the remote end and the local start: the next batch
+            return self.plog.read(self.plog.log_start_offset, max_bytes, min_one_batch)
+        return self.tiering.reader.read(seg, offset, max_bytes, min_one_batch)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        segments = [s for s in self.manifest.segments if s.last_offset >= start_offset]
+        found, complete = self.tiering.reader.aborted(segments, start_offset, upper_bound)
+        local = self.plog.log_start_offset
+        if not complete and upper_bound > local:
+            found += self.plog.collect_aborted_transactions(max(start_offset, local), upper_bound)
+        return found
+
+
+def _stage(seg: LogSegment, staging: Path) -> dict[str, Path]:
+    """Hard links (copies across file systems) of the segment's files and the producer
+    snapshot at its end, as one consistent set: call under the partition lock."""
+    staging.mkdir(parents=True)
+    out: dict[str, Path] = {}
+    wanted: list[tuple[str, Path]] = [
+        (kind, segment_file(seg.dir, seg.base_offset, kind))
+        for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
+    ]
+    wanted.append((SNAPSHOT_SUFFIX, ProducerSnapshotFile(seg.dir, seg.next_offset).path))
+    for kind, path in wanted:
+        target = staging / path.name
+        try:
+            os.link(path, target)
+        except FileNotFoundError:
+            if kind == LOG_SUFFIX:
+                raise
+            continue
+        except OSError:  # another file system: copy instead
+            shutil.copyfile(path, target)
+        out[kind] = target
+    return out
