@@ -42,7 +42,7 @@ def test_count_records_reads_batch_headers_only():
 def test_produce_then_consume_the_records_it_counted(sink, idempotent: bool):
     """Kafka's ProduceResponse base offset: the first offset of the appended batch;
     Fetch returns the records from the requested offset up to the high watermark."""
-    sink.add_topic("t", 1, record_size=300)
+    sink.add_topic("t", 1, record_size=1000)
     admin = AdminClient({"bootstrap.servers": sink.bootstrap})
     admin.create_topics([NewTopic("t", 1, 1)])["t"].result(30)  # already there: no error
     conf = {"bootstrap.servers": sink.bootstrap, "linger.ms": 5}
@@ -54,7 +54,7 @@ def test_produce_then_consume_the_records_it_counted(sink, idempotent: bool):
     offsets: list[int] = []
     for _ in range(2):  # two flushes: the second's offsets follow the first's
         for _i in range(1500):
-            p.produce("t", b"x" * 300, on_delivery=lambda err, m: offsets.append(m.offset()))
+            p.produce("t", b"x" * 1000, on_delivery=lambda err, m: offsets.append(m.offset()))
         assert p.flush(30) == 0
     assert sorted(offsets) == list(range(3000))
     assert sink.topics["t"].ends == [3000]
@@ -75,7 +75,7 @@ def test_produce_then_consume_the_records_it_counted(sink, idempotent: bool):
         finally:
             c.close()
         assert [m.offset() for m in got] == list(range(3000))
-        assert {len(m.value()) for m in got} == {300}
+        assert {len(m.value()) for m in got} == {1000}
 
 
 def test_unknown_topic_is_refused(sink):
