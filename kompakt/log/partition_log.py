@@ -1,10 +1,11 @@
-"""One partition's log: an ordered list of segments, the last one active.
+"""One partition's log (Kafka's ``UnifiedLog``) on its segments (:mod:`kompakt.log.
+local_log`, Kafka's ``LocalLog``: the segment list, roll, flush, read).
 
-``PartitionLog`` coordinates, as Kafka's ``UnifiedLog`` does: it opens the directory
-through :class:`~kompakt.log.loader.LogLoader`, checks and stamps produced records with
-:mod:`kompakt.log.validator` (``LogValidator``), assigns offsets and rolls, reads whole
-batches like a Kafka fetch, flushes on ``flush.messages`` / ``flush.ms``, deletes the
-segments :mod:`kompakt.log.retention` picks and swaps in cleaned segments.
+``PartitionLog`` coordinates: it checks and stamps produced records with
+:mod:`kompakt.log.validator` (``LogValidator``), assigns offsets, owns the producer state
+and open transactions (:mod:`kompakt.log.producer_state`) and the aborted ones
+(``.txnindex``), deletes the segments :mod:`kompakt.log.retention` picks and swaps in
+cleaned segments.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kompakt.errors import (
-    CorruptRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     SegmentsChangedError,
@@ -28,7 +28,7 @@ from kompakt.log import retention, validator
 from kompakt.log.checkpoint import fsync_dir
 from kompakt.log.clock import Clock
 from kompakt.log.config import TopicConfig
-from kompakt.log.loader import LogLoader
+from kompakt.log.local_log import LocalLog
 from kompakt.log.open_segments import OpenSegments
 from kompakt.log.producer_snapshot import (
     ProducerSnapshotFile,
@@ -45,7 +45,7 @@ from kompakt.log.segment import (
 )
 from kompakt.log.transactions import marker_type, replay_segments
 from kompakt.log.txn_index import AbortedTxn, TxnIndexCorruptError
-from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.decode import RecordBatch
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,9 @@ class AppendInfo:
     batch_count: int
 
 
-class PartitionLog:
-    """One partition (Kafka's ``UnifiedLog`` + ``LocalLog``); every method that reads or
-    changes the segment list holds ``lock``."""
+class PartitionLog(LocalLog):
+    """One partition (Kafka's ``UnifiedLog``); every method that reads or changes the
+    segment list holds ``lock``."""
 
     def __init__(
         self,
@@ -130,33 +130,7 @@ class PartitionLog:
         # the log start moves (KIP-360) and builds it at load, before any clean
         self.before_batch_removal: Callable[[PartitionLog], None] | None = None
 
-    def io_failed(self, exc: OSError, what: str) -> None:
-        """Report an I/O error on this log's files to whoever watches its dir."""
-        if self.on_io_error is not None:
-            self.on_io_error(self, exc, what)
-
-    def check_online(self) -> None:
-        if self.offline is not None:
-            raise KafkaStorageError(
-                f"{self.name} is offline: log dir {self.dir.parent} failed ({self.offline})"
-            )
-
     # -- loading -------------------------------------------------------------------------
-    def segment_kwargs(self) -> dict:
-        """The index settings every segment of this log is opened with (from the topic
-        config), for whoever writes one beside it: the loader and the cleaner engines."""
-        return {
-            "index_interval_bytes": self.config.index_interval_bytes,
-            "max_index_size": self.config.segment_index_bytes,
-        }
-
-    def _load(self, needs_recovery: bool, recovery_point: int | None, cleaned: int) -> None:
-        loader = LogLoader(
-            self.dir, self.segment_kwargs(), self.clock, self.handles, self.read_only
-        )
-        for seg in loader.load(needs_recovery, recovery_point):
-            self._add(seg)
-
     @property
     def transactions(self) -> ProducerStateManager:
         """The producer state with its open transactions, rebuilt on first use (:meth:`_load_transactions`): a
@@ -291,29 +265,7 @@ class PartitionLog:
             }
         )
 
-    def _add(self, seg: LogSegment) -> None:
-        i = bisect.bisect_left(self._bases, seg.base_offset)
-        self._bases.insert(i, seg.base_offset)
-        self.segments.insert(i, seg)
-
-    def _remove(self, seg: LogSegment) -> None:
-        i = self.segments.index(seg)
-        del self.segments[i]
-        del self._bases[i]
-
     # -- offsets -------------------------------------------------------------------------
-    @property
-    def active_segment(self) -> LogSegment:
-        return self.segments[-1]
-
-    @property
-    def log_end_offset(self) -> int:
-        for seg in reversed(self.segments):
-            if seg.last_offset is not None:
-                return seg.next_offset
-        # an offline stand-in has no segments: what its checkpoint said, if anything
-        return self.segments[-1].base_offset if self.segments else self.log_start_offset
-
     @property
     def high_watermark(self) -> int:
         return self.log_end_offset  # single node: everything appended is replicated
@@ -344,9 +296,6 @@ class PartitionLog:
             if complete:
                 break
         return out
-
-    def size_bytes(self) -> int:
-        return sum(s.size for s in self.segments)
 
     # -- append --------------------------------------------------------------------------
     def validate(
@@ -411,48 +360,8 @@ class PartitionLog:
             if aborted is not None:
                 seg.update_txn_index(aborted)
 
-    def roll_ms(self) -> int:
-        """Compacted topics roll at min(segment.ms, max.compaction.lag.ms), like Kafka."""
-        roll = self.config.segment_ms - self._jitter()
-        if self.config.compact:
-            roll = min(roll, self.config.max_compaction_lag_ms)
-        return roll
-
-    def _jitter(self) -> int:
-        """Kafka's ``LogConfig.randomSegmentJitter``: ``% min(segment.jitter.ms,
-        segment.ms)``, so the roll time stays above 0 however large the jitter."""
-        jitter = min(self.config.get("segment.jitter.ms") or 0, self.config.segment_ms)
-        return (hash((self.topic, self.partition)) % jitter) if jitter > 0 else 0
-
-    def _maybe_roll(self, size: int, max_offset: int, first_offset: int, now: int) -> LogSegment:
-        seg = self.active_segment
-        if seg.should_roll(size, max_offset, now, self.config.segment_bytes, self.roll_ms()):
-            return self.roll(first_offset, now)
-        return seg
-
-    def roll(self, base_offset: int | None = None, now: int | None = None) -> LogSegment:
-        with self.lock:
-            old = self.active_segment
-            base = self.log_end_offset if base_offset is None else base_offset
-            if old.size == 0 and old.base_offset == base:
-                return old
-            try:
-                old.flush()
-                old.on_become_inactive()
-                self.take_producer_snapshot(base)  # LocalLog.roll -> takeSnapshot
-                seg = LogSegment(
-                    self.dir,
-                    base,
-                    created_ms=self.clock() if now is None else now,
-                    handles=self.handles,
-                    **self.segment_kwargs(),
-                )
-            except OSError as exc:
-                self.io_failed(exc, f"rolling {self.name}")
-                raise
-            self._add(seg)
-            log.debug("%s: rolled new segment at offset %d", self.name, base)
-            return seg
+    def _before_roll(self, base: int) -> None:
+        self.take_producer_snapshot(base)  # UnifiedLog.roll -> takeSnapshot
 
     def take_producer_snapshot(self, offset: int | None = None) -> None:
         """Write the producer state as the ``<offset>.snapshot`` (default: the log end),
@@ -462,130 +371,6 @@ class PartitionLog:
             return
         at = self.log_end_offset if offset is None else offset
         ProducerSnapshotFile(self.dir, at).write(self._producers.snapshot_entries(self.clock()))
-
-    def flush(self, now_ms: int | None = None) -> None:
-        """fsync every segment with data past the recovery point, which then moves to
-        the log end offset (Kafka's ``UnifiedLog.flush``)."""
-        with self.lock:
-            try:
-                # segments before the one holding the recovery point end below it; a
-                # segment nobody wrote to is not even opened (LogSegment.flush)
-                first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
-                for seg in self.segments[first:]:
-                    seg.flush()
-            except OSError as exc:
-                self.io_failed(exc, f"flushing {self.name}")
-                raise
-            self.recovery_point = self.log_end_offset
-            self.last_flush_ms = self.clock() if now_ms is None else now_ms
-
-    def _flush_if_due(self, now: int) -> None:
-        """Kafka's two flush triggers, both checked after an append: ``flush.messages``
-        unflushed offsets (``UnifiedLog.append``: ``unflushedMessages >= flushInterval``)
-        and ``flush.ms`` since the last flush (``LogManager.flushDirtyLogs``, which Kafka
-        runs on a timer). Both default to Long.MAX_VALUE: no flush but the periodic one."""
-        cfg = self.config
-        unflushed = self.log_end_offset - self.recovery_point
-        if unflushed >= cfg.flush_messages or now - self.last_flush_ms >= cfg.flush_ms:
-            self.flush(now)
-
-    # -- read ----------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True) -> bytes:
-        """Whole batches from the one containing ``offset``, up to ``max_bytes``.
-
-        Like a Kafka fetch, the data may start before ``offset`` (the client skips)
-        and comes from one segment. Past compaction gaps the next batch present is
-        returned. ``offset == log_end_offset`` reads nothing.
-        """
-        with self.lock:
-            leo = self.log_end_offset
-            if offset < self.log_start_offset or offset > leo:
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} is out of range [{self.log_start_offset}, {leo}] "
-                    f"for {self.name}"
-                )
-            segments = self.segments[max(0, bisect.bisect_right(self._bases, offset) - 1) :]
-            sizes = [s.size for s in segments]
-        if offset == leo:
-            return b""
-        try:
-            for seg, end in zip(segments, sizes, strict=True):
-                found = seg.translate_offset(offset)
-                if found is None:
-                    continue
-                pos, h = found
-                if h.size > max_bytes:
-                    data = seg.read_at(pos, h.size) if min_one_batch else b""
-                else:
-                    data = seg.read_at(pos, min(max_bytes, end - pos))
-                return self._verified(seg, pos, data)
-        except OSError as exc:
-            # Kafka's LocalLog.read runs under maybeHandleIOException: a read error takes
-            # the log dir offline (LogDirFailureChannel) and the fetch answers
-            # KAFKA_STORAGE_ERROR, rather than UNKNOWN_SERVER_ERROR and a traceback
-            self.io_failed(exc, f"reading {self.name}")
-            raise KafkaStorageError(f"I/O error reading {self.name}: {exc}") from exc
-        return b""
-
-    def _verified(self, seg: LogSegment, pos: int, data: bytes) -> bytes:
-        """The whole, CRC-valid batches at the start of ``data``.
-
-        Beyond Kafka (whose broker serves a corrupt batch and leaves the CRC check to
-        the consumer): a fetch stops before a batch that fails its CRC, and one that
-        starts there is CORRUPT_MESSAGE, with the file and position in the broker log.
-        """
-        last = 0
-        try:
-            for b in iter_batches(data):
-                b.ensure_valid()
-                last = b.position + b.header.size
-        except CorruptRecordError as exc:
-            if last == 0:
-                where = pos + (exc.position or 0)
-                log.error(
-                    "%s: corrupt batch in %s at position %d: %s",
-                    self.name,
-                    seg.log_path,
-                    where,
-                    exc,
-                )
-                raise CorruptRecordError(
-                    f"corrupt record batch in {seg.log_path} at position {where}: {exc}",
-                    position=where,
-                    file=str(seg.log_path),
-                ) from exc
-        return data[:last]
-
-    def iter_batches(self, start_offset: int = 0):
-        """Every batch from ``start_offset`` on (convenience for tools and tests)."""
-        with self.lock:  # from the segment holding it: the ones before are not opened
-            segments = self.segments[max(0, bisect.bisect_right(self._bases, start_offset) - 1) :]
-        for seg in segments:
-            if seg.next_offset <= start_offset:
-                continue
-            for b in seg.iter_batches():
-                if b.header.last_offset >= start_offset:
-                    yield b
-
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """ListOffsets by time: first record with timestamp >= target, as (offset, ts)."""
-        with self.lock:
-            segments = list(self.segments)
-        for seg in segments:
-            if seg.max_timestamp >= timestamp:
-                found = seg.find_offset_by_timestamp(timestamp)
-                if found is not None:
-                    off, ts = found
-                    return max(off, self.log_start_offset), ts
-        return None
-
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """ListOffsets MAX_TIMESTAMP (-3): (offset, timestamp) of the first record holding
-        the largest timestamp, found in the first segment that holds it (Kafka 3.8,
-        KAFKA-16310); the segment owns the walk into its batch."""
-        with self.lock:
-            best = max(self.segments, key=lambda s: s.max_timestamp)
-        return best.max_timestamp_and_offset()
 
     # -- retention -----------------------------------------------------------------------
     def delete_records_before(self, offset: int) -> int:
@@ -730,15 +515,7 @@ class PartitionLog:
             for p in deleted:
                 p.unlink(missing_ok=True)
 
-    def segments_snapshot(self) -> list[LogSegment]:
-        with self.lock:
-            return list(self.segments)
-
     # -- lifecycle -----------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
     def close(self) -> None:
         """Flush and close every segment, then write the producer-state snapshot at the
         log end (Kafka's ``UnifiedLog.close``: a clean shutdown's snapshot saves the
