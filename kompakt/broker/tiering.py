@@ -354,6 +354,30 @@ class Tiering:
         )
         return doomed
 
+    def delete_records_before(self, plog: PartitionLog, offset: int) -> int:
+        """DeleteRecords on a tiered partition (Kafka moves ``logStartOffset`` and the
+        remote log manager drops the remote segments below it): the manifest's log
+        start moves first (its dropped segments' objects are deleted once it is
+        durable), then the local log's; returns the new log start."""
+        m = self.manifest(plog)
+        if m is None or not 0 <= offset <= plog.high_watermark:
+            return plog.delete_records_before(offset)  # untiered, or OFFSET_OUT_OF_RANGE
+        v = self._versioned(plog.topic, plog.partition)
+        if v is not None and m.segments and offset > m.log_start_offset:
+            kept = tuple(
+                replace(s, base_offset=max(s.base_offset, offset))
+                for s in m.segments
+                if s.last_offset >= offset
+            )
+            new = m.next(kept, log_start_offset=offset, updated_ms=int(time.time() * 1000))
+            self._remember(
+                (plog.topic, plog.partition), self.tier.metadata.commit_partition(new, v)
+            )
+            log.info("%s: remote log start moved to %d by DeleteRecords", plog.name, offset)
+        if offset > plog.log_start_offset:
+            plog.delete_records_before(offset)
+        return self.log_start_offset(plog)
+
     # -- reads ----------------------------------------------------------------------------
     def source_for(self, plog: PartitionLog, offset: int) -> PartitionLog | RemoteSource:
         """What serves a fetch at ``offset``: the local log, or the remote tier below the

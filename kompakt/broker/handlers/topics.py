@@ -22,7 +22,7 @@ from kompakt.broker.handlers.configs import SOURCE_CODES
 from kompakt.broker.protocol import ZERO_UUID, topic_uuid
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
-from kompakt.broker.tiering import check_topic_config
+from kompakt.broker.tiering import check_topic_config, tiering_of
 from kompakt.errors import KompaktError
 from kompakt.log.config import TopicConfig
 from kompakt.log.manager import MAX_PARTITIONS_PER_OP, check_batch_size
@@ -280,7 +280,12 @@ def _delete_records(ctx: RequestContext, req: Any) -> list:
                     parts.append(res)
                     continue
                 offset = plog.high_watermark if p.offset == HIGH_WATERMARK else p.offset
-                res["low_watermark"] = plog.delete_records_before(offset)
+                tier = tiering_of(ctx.state)  # a tiered log starts in the remote tier
+                res["low_watermark"] = (
+                    tier.delete_records_before(plog, offset)
+                    if tier
+                    else plog.delete_records_before(offset)
+                )
                 res["error_code"] = ErrorCode.none
             except Exception as exc:
                 res["error_code"], _msg = error_of(exc)

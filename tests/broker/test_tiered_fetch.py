@@ -1,0 +1,200 @@
+"""Fetches below the local log start, through the Kafka protocol: the bytes the remote
+tier returns are the bytes the local log returned before its segments were deleted
+(Kafka's remote fetch serves the uploaded segment as is), the log start stays the
+remote log's (Fetch's ``log_start_offset``, ListOffsets EARLIEST) and a fetch below it
+is OFFSET_OUT_OF_RANGE; DeleteRecords moves it in the remote tier too; READ_COMMITTED
+takes its aborted transactions from the tiered ``.txnindex``.
+
+The broker's task runs once at start and then hourly: each test runs it
+(``Tiering.run_once``) when its records are in, so the local reads before tiering are
+taken at a known point."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from raw_kafka import API, call
+from shared_kit import wait_for
+
+from kompakt.broker.app import BrokerThread, start_test_broker
+from kompakt.broker.tiering import Tiering, tiering_of
+
+TIMEOUT = 30
+OUT_OF_RANGE = 1  # Errors.OFFSET_OUT_OF_RANGE
+TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "remote.storage.enable": "true",
+    "segment.bytes": "4096",
+    "local.retention.bytes": "4096",
+}
+
+
+def start(data: Path) -> tuple[BrokerThread, Tiering]:
+    b = start_test_broker(
+        data,
+        remote_log_storage_system_enable="true",
+        remote_log_manager_task_interval_ms=3_600_000,
+        log_cleaner_enable="false",
+        transaction_state_log_num_partitions=1,
+        offsets_topic_num_partitions=1,
+    )
+    tiering = tiering_of(b.broker.state)
+    assert tiering is not None
+    return b, tiering
+
+
+def create(b: BrokerThread, topic: str, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    new = NewTopic(topic, 1, 1, config={**TOPIC_CONFIGS, **configs})
+    admin.create_topics([new])[topic].result(TIMEOUT)
+
+
+def fetch(b: BrokerThread, topic: str, offset: int, committed: bool = False) -> Any:
+    """One Fetch v12 of partition 0 at ``offset`` (64 KiB at most)."""
+    body = {
+        "replica_id": -1,
+        "max_wait": 0,
+        "min_bytes": 0,
+        "max_bytes": 1 << 20,
+        "isolation_level": int(committed),
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 65536,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+    return call(b.port, API.fetch, 12, body).responses[0].partitions[0]
+
+
+def list_offset(b: BrokerThread, topic: str, timestamp: int) -> int:
+    part = {"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}
+    body = {
+        "replica_id": -1,
+        "isolation_level": 0,
+        "topics": [{"name": topic, "partitions": [part]}],
+    }
+    (p,) = call(b.port, API.list_offsets, 9, body).topics[0].partitions
+    assert p.error_code == 0, p
+    return p.offset
+
+
+def produce(b: BrokerThread, topic: str, n: int) -> None:
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.num.messages": 5})
+    for i in range(n):
+        p.produce(topic, key=b"k%d" % (i % 13), value=b"v%d-" % i + b"y" * (i % 30))
+    assert p.flush(TIMEOUT) == 0
+
+
+def test_remote_fetch_returns_the_bytes_the_local_log_returned(tmp_path: Path) -> None:
+    """Byte-identical batches below the local log start, Fetch's log_start_offset and
+    ListOffsets EARLIEST at the remote log start (here 20, set by DeleteRecords before
+    tiering: the first remote segment starts inside its file), OFFSET_OUT_OF_RANGE
+    below it (Kafka's rule for a fetch below logStartOffset)."""
+    b, tiering = start(tmp_path / "data")
+    try:
+        # DeleteRecords needs "delete" in the policy (Kafka's PolicyViolation otherwise)
+        create(b, "t", **{"cleanup.policy": "compact,delete"})
+        produce(b, "t", 300)
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        tp = TopicPartition("t", 0, 20)
+        assert admin.delete_records([tp])[tp].result(TIMEOUT).low_watermark == 20
+        offsets = [20, 21, 57, 100, 150]
+        before = {o: fetch(b, "t", o) for o in offsets}
+        assert all(r.error_code == 0 and r.records for r in before.values())
+        tiering.run_once()
+        local_start = b.logs.get_log("t", 0).log_start_offset
+        assert local_start > max(offsets)
+        for o in offsets:
+            after = fetch(b, "t", o)
+            assert after.error_code == 0
+            assert after.records == before[o].records, o
+            assert (after.log_start_offset, after.high_watermark) == (20, 300)
+        assert fetch(b, "t", 19).error_code == OUT_OF_RANGE
+        assert list_offset(b, "t", -2) == 20  # EARLIEST
+        assert list_offset(b, "t", -4) == local_start  # EARLIEST_LOCAL
+        # DeleteRecords below the local start moves the remote log start
+        tp = TopicPartition("t", 0, 60)
+        assert admin.delete_records([tp])[tp].result(TIMEOUT).low_watermark == 60
+        assert fetch(b, "t", 59).error_code == OUT_OF_RANGE
+        assert fetch(b, "t", 100).records == before[100].records
+        assert list_offset(b, "t", -2) == 60
+        assert b.logs.get_log("t", 0).log_start_offset == local_start
+    finally:
+        b.stop()
+
+
+def read_values(b: BrokerThread, topic: str, isolation: str, end: int) -> list[bytes]:
+    c = Consumer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": f"g-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
+    c.assign([TopicPartition(topic, 0, 0)])
+    got: list[bytes] = []
+
+    def done() -> bool:
+        for m in c.consume(100, timeout=0.2):
+            if m.error() is None:
+                got.append(m.value())
+        return c.position([TopicPartition(topic, 0)])[0].offset >= end
+
+    try:
+        wait_for(done, f"{isolation} reads up to {end}", TIMEOUT)
+    finally:
+        c.close()
+    return got
+
+
+def test_read_committed_from_the_remote_tier_drops_aborted_records(tmp_path: Path) -> None:
+    """Kafka's RemoteLogManager.collectAbortedTransactions: the aborted transactions of a
+    fetch served by the remote tier come from the tiered .txnindex, so a READ_COMMITTED
+    consumer from offset 0 skips the aborted records after the local copies are gone."""
+    b, tiering = start(tmp_path / "data")
+    try:
+        create(b, "tx")
+        p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "tx-1"})
+        p.init_transactions(TIMEOUT)
+        committed: list[bytes] = []
+        for t in range(12):
+            p.begin_transaction()
+            values = [b"t%d-%d-" % (t, i) + b"z" * 60 for i in range(8)]
+            for v in values:
+                p.produce("tx", key=b"k", value=v, partition=0)
+            assert p.flush(TIMEOUT) == 0
+            if t % 3 == 1:
+                p.abort_transaction(TIMEOUT)
+            else:
+                p.commit_transaction(TIMEOUT)
+                committed += values
+        plog = b.logs.get_log("tx", 0)
+        end = 12 * 9  # 8 records and a marker a transaction
+        wait_for(lambda: plog.last_stable_offset == end, "the last marker")
+        tiering.run_once()
+        assert plog.log_start_offset > 27  # the first aborted transaction is remote only
+        got = read_values(b, "tx", "read_committed", end)
+        assert got == committed
+        everything = read_values(b, "tx", "read_uncommitted", end)
+        assert len(everything) == 12 * 8
+    finally:
+        b.stop()
