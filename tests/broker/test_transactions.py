@@ -12,6 +12,7 @@ markers finishes the commit when it starts again.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import socket
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -306,19 +308,40 @@ def states(data_dir: Path, tid: str) -> list[TransactionState]:
         logs.close()
 
 
+def two_partition_transaction(bootstrap: str, topic: str, tid: str, prefix: bytes) -> Producer:
+    """``tid``'s open transaction of one record (prefix + partition) in each partition
+    of a new two-partition ``topic``."""
+    create(bootstrap, topic)
+    p = txn_producer(bootstrap, tid)
+    p.begin_transaction()
+    for part in (0, 1):
+        p.produce(topic, value=prefix + b"%d" % part, partition=part)
+    return p
+
+
+@contextlib.contextmanager
+def killed_in_prepare_commit(data_dir: Path, port: int, faults: str, tid: str) -> Iterator[None]:
+    """A broker process with the crash point ``faults``, for the block's client calls;
+    then it must have died of it, leaving ``tid`` in PrepareCommit."""
+    proc = start_process(data_dir, port, faults)
+    try:
+        yield
+        assert proc.wait(TIMEOUT) == -9
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert states(data_dir, tid)[-1] == TransactionState.PREPARE_COMMIT
+
+
 def test_broker_killed_between_prepare_commit_and_markers_completes_on_restart(
     tmp_path: Path,
 ) -> None:
     port = free_port()
     bootstrap = f"127.0.0.1:{port}"
     topic, tid, group = unique("crash"), unique("tx"), unique("g")
-    proc = start_process(tmp_path, port, "kill_before_markers")
-    try:
-        create(bootstrap, topic)
-        p = txn_producer(bootstrap, tid)
-        p.begin_transaction()
-        p.produce(topic, value=b"x0", partition=0)
-        p.produce(topic, value=b"x1", partition=1)
+    with killed_in_prepare_commit(tmp_path, port, "kill_before_markers", tid):
+        p = two_partition_transaction(bootstrap, topic, tid, b"x")
         assert p.flush(TIMEOUT) == 0
         meta = consumer(bootstrap, group)
         p.send_offsets_to_transaction(
@@ -331,12 +354,6 @@ def test_broker_killed_between_prepare_commit_and_markers_completes_on_restart(
             p.commit_transaction(5)
         except KafkaException:
             pass
-        assert proc.wait(TIMEOUT) == -9
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert states(tmp_path, tid)[-1] == TransactionState.PREPARE_COMMIT
     proc = start_process(tmp_path, port, "none")
     try:
         # the load finishes the commit without a client; InitProducerId answers
@@ -361,6 +378,38 @@ def test_broker_killed_between_prepare_commit_and_markers_completes_on_restart(
         for part in (0, 1):
             assert [k for _pid, k in markers(logs, topic, part)] == [CONTROL_COMMIT]
             assert data_values(logs, topic, part) == [b"x%d" % part]
+    finally:
+        logs.close()
+
+
+def test_commit_answered_then_broker_killed_before_markers_is_committed_on_restart(
+    tmp_path: Path,
+) -> None:
+    """Kafka answers EndTxn once PrepareCommit is written (acks=-1; here fsynced), before
+    any marker: a broker killed after that answer, markers unwritten, still commits the
+    transaction when it starts again (``loadTransactionsForTxnTopicPartition`` resends
+    the markers of a PrepareCommit), so the client's successful commit holds."""
+    port = free_port()
+    bootstrap = f"127.0.0.1:{port}"
+    topic, tid = unique("answered"), unique("tx")
+    with killed_in_prepare_commit(tmp_path, port, "kill_after_end_txn_answer", tid):
+        p = two_partition_transaction(bootstrap, topic, tid, b"y")
+        p.commit_transaction(TIMEOUT)  # answered: the Prepare record is durable
+    proc = start_process(tmp_path, port, "none")
+    try:
+        txn_producer(bootstrap, tid)  # CONCURRENT_TRANSACTIONS until the load completes
+        rc = consumer(bootstrap, unique("g"), "read_committed")
+        rc.assign([TopicPartition(topic, part, 0) for part in (0, 1)])
+        got = [m.value() for m in consume_until(rc, lambda out: len(out) >= 2, TIMEOUT)]
+        rc.close()
+        assert sorted(got) == [b"y0", b"y1"]
+    finally:
+        proc.terminate()
+        proc.wait(TIMEOUT)
+    logs = LogManager(tmp_path)
+    try:
+        for part in (0, 1):
+            assert [k for _pid, k in markers(logs, topic, part)] == [CONTROL_COMMIT]
     finally:
         logs.close()
 

@@ -44,6 +44,17 @@ def _kill_before_markers() -> CoordinatorFaults:
     return CoordinatorFaults(before_txn_markers=lambda _producer_id: kill_self())
 
 
+def _kill_after_end_txn_answer() -> CoordinatorFaults:
+    """Once an EndTxn's Prepare record is written and its answer sent: the marker write
+    stalls (a slow disk) long enough for the answer to reach the client, then dies."""
+
+    def hook(_producer_id: int) -> None:
+        time.sleep(SLOW_WRITE_S)
+        kill_self()
+
+    return CoordinatorFaults(before_txn_markers=hook)
+
+
 def _kill_at_second_generation() -> CoordinatorFaults:
     """At the first group record of generation 2 or later, before it is appended."""
 
@@ -58,6 +69,7 @@ def _kill_at_second_generation() -> CoordinatorFaults:
 FAULTS: dict[str, Callable[[], CoordinatorFaults]] = {
     "none": CoordinatorFaults,
     "kill_before_markers": _kill_before_markers,
+    "kill_after_end_txn_answer": _kill_after_end_txn_answer,
     "kill_at_second_generation": _kill_at_second_generation,
 }
 

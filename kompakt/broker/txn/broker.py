@@ -195,8 +195,18 @@ class TransactionBroker:
             out.complete(ErrorCode.not_coordinator)
         return out
 
-    def _append(self, partition: int, items: Records) -> Completion[ErrorCode]:
-        return self._on_io(lambda: self.storage.append(partition, items))
+    def _append(self, partition: int, items: Records, durable: bool) -> Completion[ErrorCode]:
+        """A ``__transaction_state`` append on the log thread. One not ``durable`` (a
+        Complete record) is fsynced by a flush queued only after the coordinator has
+        reacted to it, so the appends it lets through (the next transaction's
+        AddPartitionsToTxn) are queued first and one fsync covers both."""
+        out = self._on_io(lambda: self.storage.append(partition, items, durable))
+        if not durable:
+            out.add_done_callback(lambda _error: self.loop.call_soon(self._flush, partition))
+        return out
+
+    def _flush(self, partition: int) -> None:
+        self._on_io(lambda: self.storage.flush(partition))
 
     def _write_markers(
         self,

@@ -5,8 +5,9 @@ Inputs are requests as plain arguments; outputs are kio ``ErrorCode`` values and
 results, each in a :class:`~kompakt.broker.txn.state.Completion` because most answers
 wait for a log append. The coordinator does no I/O itself. It is given:
 
-- ``append(partition, records)``: append ``[(key, value | None)]`` to that partition of
-  ``__transaction_state`` as one batch (acks=all), completing with an ``ErrorCode``;
+- ``append(partition, records, durable)``: append ``[(key, value | None)]`` to that
+  partition of ``__transaction_state`` as one batch, completing with an ``ErrorCode``
+  once written, and fsynced too if ``durable`` (acks=all);
 - ``write_markers(producer_id, epoch, result, partitions)``: append a COMMIT or ABORT
   control batch to each data partition of the transaction, completing with NONE once
   every marker is written (an error makes the coordinator retry them all, so a partition
@@ -136,24 +137,8 @@ class TransactionCoordinator:
         PrepareAbort: write its markers and append its Complete record. Ids the records
         tombstone leave the cache."""
         loaded: dict[str, TransactionMetadata | None] = {}
-        for transactional_id, value in records:
-            if value is None:
-                loaded[transactional_id] = None
-                continue
-            loaded[transactional_id] = TransactionMetadata(
-                transactional_id,
-                producer_id=value.producer_id,
-                producer_epoch=value.producer_epoch,
-                txn_timeout_ms=value.transaction_timeout_ms,
-                state=value.state,
-                topic_partitions=(
-                    set()
-                    if value.state == TransactionState.EMPTY
-                    else set(value.topic_partitions())
-                ),
-                txn_start_timestamp=value.start_timestamp_ms,
-                txn_last_update_timestamp=value.last_update_timestamp_ms,
-            )
+        for tid, value in records:
+            loaded[tid] = None if value is None else value.metadata(tid)
         for transactional_id, found in loaded.items():
             if found is None:
                 self.transactions.pop(transactional_id, None)
@@ -422,7 +407,7 @@ class TransactionCoordinator:
 
         def append() -> None:
             if still_due():
-                self._append_transit(meta, complete, appended, retry=True)
+                self._append_transit(meta, complete, appended, completing=True)
 
         def appended(error: ErrorCode) -> None:
             if error == ErrorCode.coordinator_not_available:
@@ -443,13 +428,15 @@ class TransactionCoordinator:
         meta: TransactionMetadata,
         transit: TxnTransitMetadata,
         done: Done,
-        retry: bool = False,
+        completing: bool = False,
     ) -> None:
-        """Kafka's ``appendTransactionToLog``: append the transition's record and adopt
-        it once written. On failure the pending state is dropped, so the client may try
-        again, unless ``retry`` (the Complete record of a transaction whose markers are
-        written: its pending state stays while it is retried, Kafka's
-        ``retryOnError`` for COORDINATOR_NOT_AVAILABLE)."""
+        """Kafka's ``appendTransactionToLog``: append the transition's record, adopt it
+        once written. A failure drops the pending state (the client may retry) unless
+        ``completing``, a Complete record: its pending state stays while it is retried
+        (``retryOnError`` for COORDINATOR_NOT_AVAILABLE), and it is adopted once
+        appended, not fsynced: nothing is answered on it, the id's next acknowledged
+        record fsyncs it too, and if the page cache loses it a reload completes the
+        PrepareX again, as after a crash before it."""
         key = rec.key_bytes(meta.transactional_id)
         value = rec.value_bytes(TransactionLogValue.of(transit), self.config.value_version)
         partition = self.partition_for(meta.transactional_id)
@@ -461,13 +448,13 @@ class TransactionCoordinator:
                     error = ErrorCode.not_coordinator
                 else:
                     meta.complete_transition(transit)
-            elif not (retry and error == ErrorCode.coordinator_not_available):
+            elif not (completing and error == ErrorCode.coordinator_not_available):
                 meta.pending_state = None
             done(error)
             if meta.pending_state is None:
                 self._waits.wake(meta.transactional_id)
 
-        self._append_fn(partition, [(key, value)]).add_done_callback(appended)
+        self._append_fn(partition, [(key, value)], not completing).add_done_callback(appended)
 
     # -- DescribeTransactions / ListTransactions / gauges -------------------------------
     def describe(self, transactional_id: str) -> TransactionDescription:
@@ -596,4 +583,4 @@ class TransactionCoordinator:
                     else:
                         meta.pending_state = None
 
-            self._append_fn(partition, tombstones).add_done_callback(written)
+            self._append_fn(partition, tombstones, True).add_done_callback(written)

@@ -1,6 +1,6 @@
 """``__transaction_state``, the transaction coordinator's log (Kafka's
 ``TransactionLog`` topic): compacted, one batch per append, flushed like an acks=all
-produce, read back at start-up. Blocking file I/O, run on the coordinator's log thread
+produce (a Complete record with the next flush), read back at start-up. Blocking file I/O, run on the coordinator's log thread
 by :class:`~kompakt.broker.txn.broker.TransactionBroker`.
 """
 
@@ -56,7 +56,16 @@ class TransactionLog:
                         out.append(found)
         return out
 
-    def append(self, partition: int, items: Records) -> None:
+    def append(self, partition: int, items: Records, durable: bool = True) -> None:
+        """One batch, fsynced unless not ``durable`` (then :meth:`flush` or the next
+        durable append of the partition makes it so: a group commit)."""
         plog = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
         plog.append(build_simple_batch(items, timestamp=plog.clock()))
-        plog.flush()
+        if durable:
+            plog.flush()
+
+    def flush(self, partition: int) -> None:
+        """fsync the partition's appends not yet durable, if any."""
+        plog = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
+        if plog.recovery_point < plog.log_end_offset:
+            plog.flush()

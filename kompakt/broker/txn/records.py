@@ -39,6 +39,7 @@ from kio.static.primitive import i8, i16, i32, i64, uvarint
 
 from kompakt.broker.txn.state import (
     NO_PRODUCER_ID,
+    TransactionMetadata,
     TransactionState,
     TxnTransitMetadata,
 )
@@ -85,6 +86,21 @@ class TransactionLogValue:
 
     def topic_partitions(self) -> frozenset[tuple[str, int]]:
         return frozenset((t, p) for t, ps in self.partitions or () for p in ps)
+
+    def metadata(self, transactional_id: str) -> TransactionMetadata:
+        """The id's state as a load rebuilds it (Kafka's ``readTxnRecordValue``):
+        an Empty one has no partitions."""
+        empty = self.state == TransactionState.EMPTY
+        return TransactionMetadata(
+            transactional_id,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            txn_timeout_ms=self.transaction_timeout_ms,
+            state=self.state,
+            topic_partitions=set() if empty else set(self.topic_partitions()),
+            txn_start_timestamp=self.start_timestamp_ms,
+            txn_last_update_timestamp=self.last_update_timestamp_ms,
+        )
 
     @classmethod
     def of(cls, t: TxnTransitMetadata) -> TransactionLogValue:

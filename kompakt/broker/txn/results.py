@@ -152,7 +152,7 @@ class TransactionDescription:
 
 
 Records = list[tuple[bytes, bytes | None]]
-AppendFn = Callable[[int, Records], Completion[ErrorCode]]
+AppendFn = Callable[[int, Records, bool], Completion[ErrorCode]]
 MarkerFn = Callable[[int, int, TransactionResult, frozenset[TopicPartition]], Completion[ErrorCode]]
 Done = Callable[[ErrorCode], None]
 

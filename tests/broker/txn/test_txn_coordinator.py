@@ -67,6 +67,8 @@ class TxnLog:
     the next appends with that error instead of writing."""
 
     records: list[tuple[int, bytes, bytes | None]] = field(default_factory=list)
+    durable: list[bool] = field(default_factory=list)
+    """Whether each append asked for an fsync, in order."""
     markers: list[tuple[int, int, TransactionResult, frozenset]] = field(default_factory=list)
     hold: bool = False
     hold_markers: bool = False
@@ -75,7 +77,8 @@ class TxnLog:
     held: list[tuple[int, list, Completion[ErrorCode]]] = field(default_factory=list)
     held_markers: list[tuple[tuple, Completion[ErrorCode]]] = field(default_factory=list)
 
-    def append(self, partition: int, records: list) -> Completion[ErrorCode]:
+    def append(self, partition: int, records: list, durable: bool) -> Completion[ErrorCode]:
+        self.durable.append(durable)
         done: Completion[ErrorCode] = Completion()
         if self.fail is not None:
             done.complete(self.fail)
@@ -458,6 +461,21 @@ def test_handle_end_transaction_commit_prepare_markers_complete() -> None:
     assert log.states("tx")[-1] == S.COMPLETE_COMMIT
     assert meta.state == S.COMPLETE_COMMIT and not meta.topic_partitions
     assert log.decoded()[-1][1].partitions == ()  # Complete: an empty list, not null
+
+
+def test_only_the_complete_record_waits_for_a_later_fsync() -> None:
+    """Kafka answers on every ``__transaction_state`` append but the Complete one
+    (InitProducerId, AddPartitionsToTxn and EndTxn wait for theirs; the marker channel
+    appends CompleteX after the client has its answer), so only that record is appended
+    without an fsync of its own: the next acknowledged record of the id, in the same
+    partition, is fsynced after it."""
+    tc, log, _ = coordinator()
+    pid, epoch = started(tc)
+    assert tc.end_txn("tx", pid, epoch, COMMIT).result() == E.none
+    assert tc.add_partitions("tx", pid, epoch, [("t", 1)]).result() == E.none
+    assert log.states("tx") == [S.EMPTY, S.ONGOING, S.PREPARE_COMMIT, S.COMPLETE_COMMIT, S.ONGOING]
+    assert log.durable == [True, True, True, False, True]
+    assert len({p for p, _k, _v in log.records}) == 1
 
 
 def test_end_transaction_retry_after_complete_and_invalid_txn_state() -> None:
