@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 from kompakt.broker.background import PeriodicThread
 from kompakt.errors import OffsetOutOfRangeError
 from kompakt.log.config import TopicConfig
-from kompakt.log.manager import LogManager, TopicMeta
+from kompakt.log.manager import LogManager
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.producer_snapshot import SNAPSHOT_SUFFIX, ProducerSnapshotFile
 from kompakt.log.segment import (
@@ -152,10 +152,18 @@ class Tiering:
             return None
         return v.value
 
-    def log_start_offset(self, plog: PartitionLog) -> int:
-        """Kafka's ``logStartOffset``: the remote log's start when it holds segments."""
-        m = self.manifest(plog)
+    def log_start_offset(self, plog: PartitionLog, strict: bool = True) -> int:
+        """Kafka's ``logStartOffset``: the remote log's start when it holds segments.
+        Not ``strict`` (a field of a local fetch's answer): the local start when the
+        manifest cannot be read now, instead of failing a fetch the tier plays no
+        part in."""
         local = plog.log_start_offset
+        try:
+            m = self.manifest(plog)
+        except RemoteStorageError:
+            if strict:
+                raise
+            return local
         return min(local, m.log_start_offset) if m is not None and m.segments else local
 
     @staticmethod
@@ -177,7 +185,7 @@ class Tiering:
                 meta = self.logs.topic_meta(topic)
                 if not self.logs.topic_config(topic).remote_storage_enable:
                     continue
-                self._sync_topic(meta)
+                self._sync_topic(topic)
             except Exception as exc:  # e.g. the store unreachable: next pass retries
                 log.warning("tiering %s: %s", topic, exc)
                 continue
@@ -190,8 +198,9 @@ class Tiering:
                     log.warning("tiering %s-%d: %s", topic, partition, exc)
         return False
 
-    def _sync_topic(self, meta: TopicMeta) -> None:
+    def _sync_topic(self, topic: str) -> None:
         """The topic record a broker with an empty disk recreates the topic from."""
+        meta = self.logs.topic_meta(topic)
         with self._lock:
             known = meta.name in self._topics
             current = self._topics.get(meta.name)

@@ -153,7 +153,10 @@ class FileObjectStore:
 
     def put(self, key: str, data: Data, *, create: bool = False, match: str | None = None) -> str:
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file where a folder must be, no space, no permission
+            raise RemoteStorageError(f"cannot write {key} in {self.url}: {e}") from e
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
             with open(tmp, "xb") as out:
@@ -202,8 +205,10 @@ class FileObjectStore:
     def _open(self, key: str) -> BinaryIO:
         try:
             return open(self._path(key), "rb")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise ObjectNotFoundError(f"{key} is not in {self.url}") from None
+        except OSError as e:
+            raise RemoteStorageError(f"cannot read {key} in {self.url}: {e}") from e
 
     def list(self, under: str) -> list[ObjectInfo]:
         base = self._path(under)

@@ -14,19 +14,23 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from raw_kafka import API, call
 from shared_kit import consume_until, wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
 from kompakt.broker.tiering import tiering_of
-from kompakt.errors import OffsetOutOfRangeError
 from kompakt.remote.layout import manifest_key
+from tests.remote.broker_kit import (
+    EARLIEST,
+    EARLIEST_LOCAL,
+    LATEST_TIERED,
+    TIMEOUT,
+    create_topic,
+    list_offset,
+    tiered_broker,
+)
 
-TIMEOUT = 30
 N = 600
 BROKER = {
-    "remote.log.storage.system.enable": "true",
     "remote.log.manager.task.interval.ms": "100",
     "log.cleaner.enable": "false",  # the twin and the tiered topic stay record-for-record
 }
@@ -39,14 +43,7 @@ TIERED = {
 
 
 def start(data: Path, **extra: str) -> BrokerThread:
-    return start_test_broker(
-        data, **{k.replace(".", "_"): v for k, v in {**BROKER, **extra}.items()}
-    )
-
-
-def create(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(TIMEOUT)
+    return tiered_broker(data, **{**BROKER, **extra})
 
 
 def produce(bootstrap: str, topics: list[str], n: int = N) -> None:
@@ -79,31 +76,24 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[Any, ...]]:
     return [(m.offset(), m.key(), m.value(), m.headers(), m.timestamp()) for m in msgs]
 
 
-# ListOffsetsRequest's timestamps: EARLIEST, EARLIEST_LOCAL (KIP-405), LATEST_TIERED
-# (KIP-1005); confluent-kafka's OffsetSpec has no way to send the last two
-EARLIEST, EARLIEST_LOCAL, LATEST_TIERED = -2, -4, -5
-
-
-def list_offset(b: BrokerThread, topic: str, timestamp: int) -> int:
-    """ListOffsets v9 (the first with LATEST_TIERED) for partition 0."""
-    part = {"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}
-    body = {
-        "replica_id": -1,
-        "isolation_level": 0,
-        "topics": [{"name": topic, "partitions": [part]}],
-    }
-    resp = call(b.port, API.list_offsets, 9, body)
-    (p,) = resp.topics[0].partitions
-    assert p.error_code == 0, p
-    return p.offset
-
-
 def tiered_down(b: BrokerThread, topic: str) -> int:
-    """Wait until local retention brought the local log within local.retention.bytes
-    (plus at most one segment it may not delete, and the active one); the local start."""
+    """Wait until every rolled segment is tiered and local retention brought the local
+    log within local.retention.bytes (plus at most one segment it may not delete, and
+    the active one), then two more passes of the task so nothing moves any more; the
+    local log start."""
     plog = b.logs.get_log(topic, 0)
+    tiering = tiering_of(b.broker.state)
+    assert tiering is not None
     bound = int(TIERED["local.retention.bytes"]) + 2 * int(TIERED["segment.bytes"])
-    wait_for(lambda: 0 < plog.size_bytes() < bound, f"{topic}: local log within {bound} bytes")
+
+    def settled() -> bool:
+        top = tiering.highest_tiered_offset(plog)
+        return top == plog.active_segment.base_offset - 1 and plog.size_bytes() < bound
+
+    wait_for(settled, f"{topic}: tiered, and the local log within {bound} bytes")
+    task = next(t for t in b.broker.background.threads if "remote" in t.name)
+    runs = task.runs
+    wait_for(lambda: task.runs >= runs + 2, "two more passes of the task")
     return plog.log_start_offset
 
 
@@ -113,8 +103,8 @@ def test_compacted_topic_reads_the_same_from_the_remote_tier(tmp_path: Path) -> 
     the newest segments; after a restart too."""
     b = start(tmp_path / "data")
     try:
-        create(b.bootstrap, "tiered", TIERED)
-        create(b.bootstrap, "twin", {"cleanup.policy": "compact", "segment.bytes": "4096"})
+        create_topic(b, "tiered", TIERED)
+        create_topic(b, "twin", {"cleanup.policy": "compact", "segment.bytes": "4096"})
         produce(b.bootstrap, ["tiered", "twin"])
         local_start = tiered_down(b, "tiered")
         expected = read_all(b.bootstrap, "twin")
@@ -137,20 +127,23 @@ def test_compacted_topic_reads_the_same_from_the_remote_tier(tmp_path: Path) -> 
         b.stop()
 
 
-def test_fetch_below_the_log_start_is_out_of_range(tmp_path: Path) -> None:
-    """Kafka: a fetch below logStartOffset is OFFSET_OUT_OF_RANGE, tiered or not; a
-    consumer with auto.offset.reset=error says so."""
-    b = start(tmp_path / "data")
+def test_nothing_local_is_deleted_while_the_tier_cannot_be_written(tmp_path: Path) -> None:
+    """Crash-safety order: a local segment goes only after a durable manifest names it.
+    With uploads failing (the tier's topics/ folder cannot be made), the task keeps
+    running and failing, and every local segment stays and is served."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    (remote / "topics").write_bytes(b"not a folder")
+    b = start(tmp_path / "data", **{"kompakt.remote.storage.url": remote.as_uri()})
     try:
-        create(b.bootstrap, "t", TIERED)
-        produce(b.bootstrap, ["t"], 200)
-        tiered_down(b, "t")
-        tiering = tiering_of(b.broker.state)
-        assert tiering is not None
+        create_topic(b, "t", TIERED)
+        produce(b.bootstrap, ["t"], 300)
+        task = next(t for t in b.broker.background.threads if "remote" in t.name)
+        runs = task.runs
+        wait_for(lambda: task.runs >= runs + 3, "three more passes of the task")
         plog = b.logs.get_log("t", 0)
-        assert tiering.log_start_offset(plog) == 0
-        with pytest.raises(OffsetOutOfRangeError):
-            tiering.source_for(plog, -1)
+        assert plog.log_start_offset == 0 and len(plog.segments) > 3
+        assert len(read_all(b.bootstrap, "t")) == 300
     finally:
         b.stop()
 
@@ -160,7 +153,7 @@ def test_remote_storage_needs_the_broker_switch(tmp_path: Path) -> None:
     b = start_test_broker(tmp_path / "data")
     try:
         with pytest.raises(KafkaException, match="Tiered Storage functionality is disabled"):
-            create(b.bootstrap, "t", {"remote.storage.enable": "true"})
+            create_topic(b, "t", {"remote.storage.enable": "true"})
     finally:
         b.stop()
 
@@ -169,7 +162,7 @@ def test_manifest_is_in_the_folder_beside_the_data_dir(tmp_path: Path) -> None:
     """kompakt.remote.storage.url empty: the folder <data dir>-remote."""
     b = start(tmp_path / "data")
     try:
-        create(b.bootstrap, "t", TIERED)
+        create_topic(b, "t", TIERED)
         produce(b.bootstrap, ["t"], 200)
         manifest = tmp_path / "data-remote" / manifest_key("t", 0)
         wait_for(manifest.exists, "the manifest")

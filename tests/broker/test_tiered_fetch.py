@@ -13,18 +13,24 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from raw_kafka import API, call
+from confluent_kafka.admin import AdminClient
 from shared_kit import wait_for
 
-from kompakt.broker.app import BrokerThread, start_test_broker
+from kompakt.broker.app import BrokerThread
 from kompakt.broker.tiering import Tiering, tiering_of
+from tests.remote.broker_kit import (
+    EARLIEST,
+    EARLIEST_LOCAL,
+    OFFSET_OUT_OF_RANGE,
+    TIMEOUT,
+    create_topic,
+    fetch,
+    list_offset,
+    tiered_broker,
+)
 
-TIMEOUT = 30
-OUT_OF_RANGE = 1  # Errors.OFFSET_OUT_OF_RANGE
 TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
     "remote.storage.enable": "true",
@@ -34,13 +40,14 @@ TOPIC_CONFIGS = {
 
 
 def start(data: Path) -> tuple[BrokerThread, Tiering]:
-    b = start_test_broker(
+    b = tiered_broker(
         data,
-        remote_log_storage_system_enable="true",
-        remote_log_manager_task_interval_ms=3_600_000,
-        log_cleaner_enable="false",
-        transaction_state_log_num_partitions=1,
-        offsets_topic_num_partitions=1,
+        **{
+            "remote.log.manager.task.interval.ms": 3_600_000,
+            "log.cleaner.enable": "false",
+            "transaction.state.log.num.partitions": 1,
+            "offsets.topic.num.partitions": 1,
+        },
     )
     tiering = tiering_of(b.broker.state)
     assert tiering is not None
@@ -48,52 +55,7 @@ def start(data: Path) -> tuple[BrokerThread, Tiering]:
 
 
 def create(b: BrokerThread, topic: str, **configs: str) -> None:
-    admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    new = NewTopic(topic, 1, 1, config={**TOPIC_CONFIGS, **configs})
-    admin.create_topics([new])[topic].result(TIMEOUT)
-
-
-def fetch(b: BrokerThread, topic: str, offset: int, committed: bool = False) -> Any:
-    """One Fetch v12 of partition 0 at ``offset`` (64 KiB at most)."""
-    body = {
-        "replica_id": -1,
-        "max_wait": 0,
-        "min_bytes": 0,
-        "max_bytes": 1 << 20,
-        "isolation_level": int(committed),
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": offset,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": 65536,
-                    }
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
-    return call(b.port, API.fetch, 12, body).responses[0].partitions[0]
-
-
-def list_offset(b: BrokerThread, topic: str, timestamp: int) -> int:
-    part = {"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}
-    body = {
-        "replica_id": -1,
-        "isolation_level": 0,
-        "topics": [{"name": topic, "partitions": [part]}],
-    }
-    (p,) = call(b.port, API.list_offsets, 9, body).topics[0].partitions
-    assert p.error_code == 0, p
-    return p.offset
+    create_topic(b, topic, {**TOPIC_CONFIGS, **configs})
 
 
 def produce(b: BrokerThread, topic: str, n: int) -> None:
@@ -106,7 +68,7 @@ def produce(b: BrokerThread, topic: str, n: int) -> None:
 def test_remote_fetch_returns_the_bytes_the_local_log_returned(tmp_path: Path) -> None:
     """Byte-identical batches below the local log start, Fetch's log_start_offset and
     ListOffsets EARLIEST at the remote log start (here 20, set by DeleteRecords before
-    tiering: the first remote segment starts inside its file), OFFSET_OUT_OF_RANGE
+    tiering: the first remote segment starts inside its file), OFFSET_OFFSET_OUT_OF_RANGE
     below it (Kafka's rule for a fetch below logStartOffset)."""
     b, tiering = start(tmp_path / "data")
     try:
@@ -127,15 +89,15 @@ def test_remote_fetch_returns_the_bytes_the_local_log_returned(tmp_path: Path) -
             assert after.error_code == 0
             assert after.records == before[o].records, o
             assert (after.log_start_offset, after.high_watermark) == (20, 300)
-        assert fetch(b, "t", 19).error_code == OUT_OF_RANGE
-        assert list_offset(b, "t", -2) == 20  # EARLIEST
-        assert list_offset(b, "t", -4) == local_start  # EARLIEST_LOCAL
+        assert fetch(b, "t", 19).error_code == OFFSET_OUT_OF_RANGE
+        assert list_offset(b, "t", EARLIEST) == 20
+        assert list_offset(b, "t", EARLIEST_LOCAL) == local_start
         # DeleteRecords below the local start moves the remote log start
         tp = TopicPartition("t", 0, 60)
         assert admin.delete_records([tp])[tp].result(TIMEOUT).low_watermark == 60
-        assert fetch(b, "t", 59).error_code == OUT_OF_RANGE
+        assert fetch(b, "t", 59).error_code == OFFSET_OUT_OF_RANGE
         assert fetch(b, "t", 100).records == before[100].records
-        assert list_offset(b, "t", -2) == 60
+        assert list_offset(b, "t", EARLIEST) == 60
         assert b.logs.get_log("t", 0).log_start_offset == local_start
     finally:
         b.stop()

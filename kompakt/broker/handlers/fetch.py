@@ -108,7 +108,7 @@ def _read_all(
                     resp["high_watermark"] = hw
                     resp["last_stable_offset"] = lso
                     start = plog.log_start_offset
-                resp["log_start_offset"] = tier.log_start_offset(plog) if tier else start
+                resp["log_start_offset"] = tier.log_start_offset(plog, False) if tier else start
                 # below the local log start: the remote tier (Kafka's remote fetch)
                 source = tier.source_for(plog, p.fetch_offset) if tier else plog
                 limit = min(p.partition_max_bytes, max(0, max_bytes - total))
