@@ -220,13 +220,19 @@ def session(config: Mapping[str, str] | None = None) -> SparkSession:
             py4j.setLevel(logging.WARNING)
         if _py4j_interrupted not in logging.getLogger().filters:
             logging.getLogger().addFilter(_py4j_interrupted)
+        from kompakt.pipeline import zygote
+
         _starting = threading.get_ident()
         try:
+            zygote.start(conf)  # the workers' daemon gets ready while the JVM starts
             _launch_quiet_gateway(conf)
             builder = SparkSession.builder
             for key, value in conf.items():
                 builder = builder.config(key, value)
             _session = register(builder.getOrCreate())
+        except BaseException:
+            zygote.stop()
+            raise
         finally:
             _starting = None
         return _session
@@ -249,3 +255,6 @@ def stop() -> None:
         if _session is not None:
             _session.stop()
             _session = None
+        from kompakt.pipeline import zygote
+
+        zygote.stop()

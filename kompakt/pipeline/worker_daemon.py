@@ -25,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import select
+import signal
 import sys
 import tempfile
 from collections.abc import Callable
@@ -70,29 +72,60 @@ def _quiet_when_the_jvm_hung_up(worker: Callable[..., int]) -> Callable[..., int
     return run
 
 
-def main() -> None:
-    """The JVM starts one daemon per worker module (``python -m <daemon> <worker module>``):
-    only the task workers' daemon (``pyspark.worker``) runs kompakt's code; the data
-    source planning ones (``pyspark.sql.worker.*``) do not need the preload."""
+def warm() -> None:
+    """The preload, as a daemon does it before it serves: nothing on stdout (the JVM
+    reads the daemon's port there), and a failure only costs the workers time."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            preload()
+    except Exception as exc:  # a worker still loads what it needs itself, only slower
+        print(f"kompakt worker preload skipped: {exc!r}", file=sys.stderr)
+
+
+def serve() -> None:
+    """PySpark's daemon loop on this process's standard streams."""
     from pyspark import daemon
 
-    if sys.argv[1:2] in ([], ["pyspark.worker"]):
-        from kompakt.cleaner.segment_io import HOLD_ENV
-
-        # the throwaway clean must not trip a test's hold on real cleans; the forked
-        # workers get the variable back
-        hold = os.environ.pop(HOLD_ENV, None)
-        try:
-            with contextlib.redirect_stdout(sys.stderr):
-                preload()
-        except Exception as exc:  # a worker still loads what it needs itself, only slower
-            print(f"kompakt worker preload skipped: {exc!r}", file=sys.stderr)
-        finally:
-            if hold is not None:
-                os.environ[HOLD_ENV] = hold
     # the manager calls the module's ``worker`` by name in each forked worker
     daemon.worker = _quiet_when_the_jvm_hung_up(daemon.worker)
     daemon.manager()
+
+
+def stand_in(pid: int) -> None:
+    """This process handed the daemon's part to the ready daemon ``pid``
+    (:mod:`kompakt.pipeline.zygote`): stay until it ends, as the JVM watches this
+    process, and pass it the JVM's ``SIGTERM`` (how the JVM stops its daemon)."""
+
+    def forward(signum: int, _frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    select.select([fd], [], [])  # readable once the process has ended
+
+
+def main() -> None:
+    """The JVM starts one daemon per worker module (``python -m <daemon> <worker module>``):
+    only the task workers' daemon (``pyspark.worker``) runs kompakt's code; the data
+    source planning ones (``pyspark.sql.worker.*``) do not need the preload. A ready
+    daemon started beside the JVM (:mod:`kompakt.pipeline.zygote`) takes the task
+    workers' part over when there is one."""
+    from kompakt.pipeline.zygote import ENV, hand_over
+
+    if sys.argv[1:2] in ([], ["pyspark.worker"]):
+        ready = os.environ.get(ENV)
+        pid = hand_over(ready) if ready else None
+        if pid is not None:
+            stand_in(pid)
+            return
+        warm()
+    serve()
 
 
 if __name__ == "__main__":
