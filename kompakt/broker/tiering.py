@@ -50,6 +50,7 @@ from kompakt.log.segment import (
 from kompakt.log.txn_index import AbortedTxn
 from kompakt.remote import RemoteTier
 from kompakt.remote.config import RemoteSettings, check_topic, effective_local_retention
+from kompakt.remote.layout import MANIFEST_OBJECT, manifest_key, topic_folder, topic_key
 from kompakt.remote.manifest import PartitionManifest, RemoteSegment, TopicRecord
 from kompakt.remote.metadata import ManifestConflictError, Versioned
 from kompakt.remote.reads import RemoteSegmentReader
@@ -127,6 +128,11 @@ class Tiering:
         self._lock = threading.Lock()  # guards the two caches below
         self._manifests: dict[Key, Versioned[PartitionManifest] | None] = {}
         self._topics: dict[str, Versioned[TopicRecord] | None] = {}
+        self._writers: dict[Key, threading.Lock] = {}  # one manifest writer a partition
+
+    def _writer(self, key: Key) -> threading.Lock:
+        with self._lock:
+            return self._writers.setdefault(key, threading.Lock())
 
     # -- manifests ------------------------------------------------------------------------
     def _versioned(self, topic: str, partition: int) -> Versioned[PartitionManifest] | None:
@@ -192,8 +198,9 @@ class Tiering:
             for partition in range(meta.partitions):
                 try:
                     plog = self.logs.get_log(topic, partition)
-                    self.copy(plog)
-                    self.expire_local(plog)
+                    with self._writer((topic, partition)):
+                        self.copy(plog)
+                        self.expire_local(plog)
                 except Exception as exc:
                     log.warning("tiering %s-%d: %s", topic, partition, exc)
         return False
@@ -236,10 +243,17 @@ class Tiering:
         topic_id = self.logs.topic_meta(plog.topic).topic_id
         current = self._versioned(*key)
         if current is not None and current.value.topic_id != topic_id:
-            raise RemoteStorageError(
-                f"the remote manifest of {plog.name} belongs to topic id "
-                f"{current.value.topic_id}, not {topic_id}"
+            # the topic record is this topic's (_sync_topic): a manifest left by a
+            # deleted topic of the same name, whose deletion was cut short
+            log.warning(
+                "%s: removing the remote log of an earlier topic of this name (id %s)",
+                plog.name,
+                current.value.topic_id,
             )
+            self.tier.store.delete(manifest_key(*key))
+            self.tier.metadata.delete_segments(list(current.value.segments))
+            self._remember(key, None)
+            current = None
         lso = plog.last_stable_offset
         copied = 0
         for seg in plog.segments_snapshot()[:-1]:  # the active segment is never copied
@@ -368,6 +382,10 @@ class Tiering:
         remote log manager drops the remote segments below it): the manifest's log
         start moves first (its dropped segments' objects are deleted once it is
         durable), then the local log's; returns the new log start."""
+        with self._writer((plog.topic, plog.partition)):
+            return self._delete_records_before(plog, offset)
+
+    def _delete_records_before(self, plog: PartitionLog, offset: int) -> int:
         m = self.manifest(plog)
         if m is None or not 0 <= offset <= plog.high_watermark:
             return plog.delete_records_before(offset)  # untiered, or OFFSET_OUT_OF_RANGE
@@ -386,6 +404,28 @@ class Tiering:
         if offset > plog.log_start_offset:
             plog.delete_records_before(offset)
         return self.log_start_offset(plog)
+
+    def topic_deleted(self, topic: str, topic_id: str) -> None:
+        """Kafka deletes a deleted topic's remote data. The topic record goes first (a
+        broker rebuilding from the bucket no longer sees the topic), then the manifests,
+        then the segment objects: a crash in between leaves only objects no manifest
+        names, for the orphan sweep. Another topic's data of that name is left alone."""
+        with self._lock:
+            self._topics.pop(topic, None)
+            for key in [k for k in self._manifests if k[0] == topic]:
+                del self._manifests[key]
+        try:
+            record = self.tier.metadata.load_topic(topic)
+            if record is None or record.value.topic_id != topic_id:
+                return
+            store = self.tier.store
+            store.delete(topic_key(topic))
+            keys = [o.key for o in store.list(topic_folder(topic))]
+            for key in sorted(keys, key=lambda k: not k.endswith(MANIFEST_OBJECT)):
+                store.delete(key)
+            log.info("%s: deleted its %d objects from the remote tier", topic, len(keys) + 1)
+        except RemoteStorageError as exc:
+            log.warning("%s: remote data left for the orphan sweep: %s", topic, exc)
 
     # -- reads ----------------------------------------------------------------------------
     def source_for(self, plog: PartitionLog, offset: int) -> PartitionLog | RemoteSource:

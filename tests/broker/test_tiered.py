@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from shared_kit import consume_until, wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
@@ -166,5 +167,27 @@ def test_manifest_is_in_the_folder_beside_the_data_dir(tmp_path: Path) -> None:
         produce(b.bootstrap, ["t"], 200)
         manifest = tmp_path / "data-remote" / manifest_key("t", 0)
         wait_for(manifest.exists, "the manifest")
+    finally:
+        b.stop()
+
+
+def test_deleting_a_tiered_topic_deletes_its_remote_data(tmp_path: Path) -> None:
+    """Kafka deletes a deleted topic's remote segments; a new topic of the same name is
+    tiered afresh (its own manifest, its own records)."""
+    b = start(tmp_path / "data")
+    remote = tmp_path / "data-remote" / "topics" / "t"
+    try:
+        create_topic(b, "t", TIERED)
+        produce(b.bootstrap, ["t"], 300)
+        tiered_down(b, "t")
+        assert any(remote.rglob("*.log"))
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.delete_topics(["t"])["t"].result(TIMEOUT)
+        assert not [p for p in remote.rglob("*") if p.is_file() and not p.name.startswith(".")]
+        wait_for(lambda: not b.logs.has_topic("t"), "the topic gone")
+        create_topic(b, "t", TIERED)
+        produce(b.bootstrap, ["t"], 300)
+        tiered_down(b, "t")
+        assert len(read_all(b.bootstrap, "t")) == 300
     finally:
         b.stop()

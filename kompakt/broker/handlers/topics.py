@@ -194,7 +194,11 @@ def _delete_topics(ctx: RequestContext, req: Any) -> list:
             res["error_code"] = unknown_topic_code(by_id)
         else:
             try:
+                topic_id = ctx.logs.topic_meta(found).topic_id
                 ctx.logs.delete_topic(found)
+                tier = tiering_of(ctx.state)
+                if tier is not None:  # Kafka deletes the remote data too
+                    tier.topic_deleted(found, topic_id)
                 res["error_code"] = ErrorCode.none
             except Exception as exc:
                 res["error_code"], res["error_message"] = error_of(exc)
