@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 import threading
 
-from kompakt.log import manager as manager_module
+from kompakt.log import topic_store
 from kompakt.log.manager import LogManager, delete_dir_name
 from kompakt.record.encode import build_simple_batch
 
@@ -35,7 +35,7 @@ def test_readers_of_the_log_list_do_not_wait_for_the_files_to_go(manager, monkey
         answered.append(not reader.is_alive())
         real_rmtree(path, *args, **kwargs)
 
-    monkeypatch.setattr(manager_module.shutil, "rmtree", rmtree)
+    monkeypatch.setattr(topic_store.shutil, "rmtree", rmtree)
     manager.delete_topic("big")
     assert answered and all(done is True for done in answered[1::2]), answered
     assert answered[0] == (["other-0"], "other-0")  # the deleted topic is already gone
