@@ -16,7 +16,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from shared_kit import wait_for
+from shared_kit import consume_until, wait_for
 
 from kompakt.broker.app import BrokerThread
 from kompakt.broker.tiering import Tiering, tiering_of
@@ -158,5 +158,48 @@ def test_read_committed_from_the_remote_tier_drops_aborted_records(tmp_path: Pat
         assert got == committed
         everything = read_values(b, "tx", "read_uncommitted", end)
         assert len(everything) == 12 * 8
+    finally:
+        b.stop()
+
+
+def test_a_clean_of_tiered_segments_then_tiering_keeps_the_log_readable(
+    tmp_path: Path,
+) -> None:
+    """A local clean rewrites segments the remote tier already holds (the remote copies
+    stay as they were) and empties others; tiering goes on past the emptied ones (a
+    compaction gap in the remote log), and a consumer from offset 0 reads ascending
+    offsets ending with every key's latest value (Kafka's compaction guarantee)."""
+    b, tiering = start(tmp_path / "data")
+    try:
+        create(b, "c", **{"min.cleanable.dirty.ratio": "0.01"})
+        latest: dict[bytes, bytes] = {}
+        p = Producer({"bootstrap.servers": b.bootstrap, "batch.num.messages": 5})
+        for i in range(600):
+            key, value = b"k%d" % (i % 13), b"v%d-" % i + b"c" * (i % 40)
+            p.produce("c", key=key, value=value)
+            latest[key] = value
+            if i == 299:
+                assert p.flush(TIMEOUT) == 0
+                tiering.run_once()
+        assert p.flush(TIMEOUT) == 0
+        plog = b.logs.get_log("c", 0)
+        tiered_before = tiering.highest_tiered_offset(plog)
+        b.broker.background.cleaner().compact_now("c", 0)
+        tiering.run_once()
+        assert tiering.highest_tiered_offset(plog) > tiered_before
+        assert plog.log_start_offset > 0
+        c = Consumer(
+            {
+                "bootstrap.servers": b.bootstrap,
+                "group.id": f"g-{time.monotonic_ns()}",
+                "enable.partition.eof": True,
+            }
+        )
+        c.assign([TopicPartition("c", 0, 0)])
+        msgs = consume_until(c, timeout=TIMEOUT)
+        c.close()
+        offsets = [m.offset() for m in msgs]
+        assert offsets == sorted(set(offsets)) and offsets[0] == 0
+        assert {m.key(): m.value() for m in msgs} == latest
     finally:
         b.stop()
