@@ -157,20 +157,31 @@ def _pss_bytes(pid: int) -> int:
     return _status_kb(pid) * 1024
 
 
-def _procs() -> list[tuple[int, int, str]]:
-    """(pid, ppid, cmdline) of every process we can read."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+def _descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, cmdline) of ``root``'s descendants, through ``/proc/PID/task/TID/children``:
+    a scan of every process of the (busy, shared) machine each 0.1 s took the driver
+    ~3 s of CPU during a 10M-record Spark clean, CPU the clean itself then lacked."""
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
         try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
             continue
-        out.append((int(d), ppid, cmd))
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            for kid in kids:
+                try:
+                    with open(f"/proc/{kid}/cmdline", "rb") as f:
+                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:
+                    continue
+                out.append((kid, cmd))
+                todo.append(kid)
     return out
 
 
@@ -197,24 +208,14 @@ class MemSampler(threading.Thread):
             pk["jvm_heap_used"] = max(pk["jvm_heap_used"], int(used))
         except Exception:
             pass
-        procs = _procs()
-        jvm = [p for p, pp, cmd in procs if pp == me and "java" in cmd.split(" ", 1)[0]]
+        procs = _descendants(me)
+        jvm = [p for p, cmd in procs if "java" in cmd.split(" ", 1)[0]]
         pk["jvm_rss"] = max(pk["jvm_rss"], sum(_status_kb(p) * 1024 for p in jvm))
-        # pyspark.daemon and the workers it forks: descendants of our JVM only (other
-        # Spark sessions on the machine are not ours); forked workers share pages, so
-        # sum PSS rather than RSS
-        parent = {p: pp for p, pp, _cmd in procs}
-
-        def ours(pid: int) -> bool:
-            for _ in range(8):
-                pid = parent.get(pid, 0)
-                if pid in jvm:
-                    return True
-                if pid <= 1:
-                    return False
-            return False
-
-        workers = [p for p, _pp, cmd in procs if " -m pyspark." in cmd and ours(p)]
+        # the Python workers' daemon (the JVM's, its stand-in and the ready daemon
+        # started beside the JVM: kompakt.pipeline.zygote) and the workers it forks;
+        # forked workers share pages, so sum PSS rather than RSS
+        daemons = (" -m pyspark.", " -m kompakt.pipeline.")
+        workers = [p for p, cmd in procs if any(d in cmd for d in daemons)]
         self.max_workers = max(self.max_workers, len(workers))
         pss = sum(_pss_bytes(p) for p in workers)
         pk["py_workers_rss"] = max(pk["py_workers_rss"], pss)
@@ -297,6 +298,41 @@ def cold_clean_seconds(data_dir: Path, engine: str = "spark") -> float:
     return time.perf_counter() - t0
 
 
+def cold_probe(data_dir: Path) -> None:
+    """In a new process (``--cold-probe DIR``): start the session, then clean ``DIR``'s
+    topic as ``kompakt compact`` does; prints the two times as JSON. What runs between
+    the session's start and the first clean's end is the engine's fixed cost beyond
+    the JVM: the Python workers, the first job, the data source."""
+    import json
+
+    from kompakt import pipeline
+    from kompakt.engines import build_cleaner
+
+    conf = {"kompakt.spark.master": MASTER, "spark.ui.showConsoleProgress": "false"}
+    t0 = time.perf_counter()
+    pipeline.session(conf)
+    t1 = time.perf_counter()
+    with LogManager(data_dir) as logs:
+        build_cleaner(logs, conf, engine="spark").compact_now(TOPIC)
+    print(json.dumps({"session": t1 - t0, "clean": time.perf_counter() - t1}), flush=True)
+
+
+def cold_first_clean(data_dir: Path) -> tuple[float, float, float]:
+    """(wall of a new process, its session start, its first clean after the session)."""
+    import json
+
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, __file__, "--cold-probe", str(data_dir)],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
+    wall = time.perf_counter() - t0
+    times = json.loads(out.strip().splitlines()[-1])
+    return wall, times["session"], times["clean"]
+
+
 def crossover(sizes: list[int], local_s: list[float], spark_s: list[float]) -> str:
     """Where ``spark - local`` changes sign from + to -, linearly between two sizes."""
     diff = [s - loc for s, loc in zip(spark_s, local_s, strict=True)]
@@ -323,6 +359,7 @@ def main() -> None:
     ap.add_argument("--shuffle-partitions", type=int, default=4)
     ap.add_argument("--max-passes", type=int, default=40, help="cap on small-buffer passes")
     ap.add_argument("--skip-distinct", action="store_true")
+    ap.add_argument("--cold-probe", type=Path, help=argparse.SUPPRESS)  # see cold_probe
     ap.add_argument(
         "--crossover",
         default="10000,100000,1000000,3000000",
@@ -348,6 +385,9 @@ def main() -> None:
         "--shapes", default="few,distinct", help="--engines: key shapes (few, distinct)"
     )
     args = ap.parse_args()
+    if args.cold_probe:
+        cold_probe(args.cold_probe)
+        return
 
     root = Path(tempfile.mkdtemp(prefix="kompakt-bench-spark-"))
     try:
@@ -392,6 +432,14 @@ def run(root: Path, args: argparse.Namespace) -> None:
     print(
         f"fixed costs ({tiny:,} B topic): cold first clean (new process) {cold:.1f} s, "
         f"warm clean {warm:.2f} s, Spark session start {jvm_start:.1f} s"
+    )
+    tiny_topic(root / "tiny-probe")
+    wall, probe_session, probe_clean = cold_first_clean(root / "tiny-probe")
+    print(
+        f"cold first clean - session start: {probe_clean:.2f} s (one new process: session "
+        f"start {probe_session:.1f} s, then the first clean; process wall {wall:.1f} s, "
+        f"{wall - probe_session:.1f} s beyond its session start with the interpreter, "
+        f"imports and exit); load {os.getloadavg()[0]:.1f}"
     )
 
     # -- crossover ------------------------------------------------------------------------

@@ -30,6 +30,23 @@ def test_session_is_one_per_process_configured_and_has_the_source(spark):
     assert pipeline.register(spark) is spark  # registering twice is harmless
 
 
+def test_a_local_session_starts_its_python_workers_while_its_sql_side_starts(spark):
+    """The first clean after a start should not pay the context's first Python job (the
+    JVM's cold job path, the workers' daemon): a local session runs a one-task job of
+    its own meanwhile, in a job group of its own."""
+    from shared_kit import wait_for
+
+    tracker = spark.sparkContext.statusTracker()
+    jobs = wait_for(
+        lambda: tracker.getJobIdsForGroup(pipeline.WARM_UP_GROUP), "the warm-up job", 120
+    )
+    wait_for(
+        lambda: all(tracker.getJobInfo(j).status == "SUCCEEDED" for j in jobs),
+        "the warm-up job to succeed",
+        120,
+    )
+
+
 def test_readme_example(spark, tmp_path, monkeypatch):
     """The Spark example of docs/spark.md, run from the page's text itself."""
     import re
