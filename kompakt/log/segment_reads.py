@@ -1,0 +1,151 @@
+"""Reading and recovering a segment's ``.log`` (Kafka's ``LogSegment.read``,
+``translateOffset``, ``findOffsetByTimestamp``, ``recover``), as the part of
+:class:`~kompakt.log.segment.LogSegment` that reads its batches back."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from kompakt.errors import CorruptRecordError
+from kompakt.log.index import IndexCorruptError
+from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.header import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    Header,
+    batch_size,
+    read_header,
+)
+
+log = logging.getLogger(__name__)
+
+
+class SegmentReads:
+    """Reading and recovery of :class:`~kompakt.log.segment.LogSegment`, which is one
+    (its state: ``size``, the indexes and the ``.log`` descriptor, guarded by ``lock``)."""
+
+    def read_at(self, position: int, size: int) -> bytes:
+        with self.lock:
+            return os.pread(self._log_fd(), size, position)
+
+    def read_header_at(self, position: int) -> Header | None:
+        if position + HEADER_SIZE > self.size:
+            return None
+        return read_header(self.read_at(position, HEADER_SIZE))
+
+    def read_all(self) -> bytes:
+        return self.read_at(0, self.size)
+
+    def iter_batches(self, position: int = 0, end: int | None = None, chunk: int = 1 << 20):
+        """Whole batches from ``position`` up to ``end`` (default: the size now), read in
+        chunks; the file is held only while a chunk is read, so a slow consumer of the
+        batches never keeps the open-segment cap from closing it."""
+        end = self.size if end is None else end
+        pos = position
+        while pos < end:
+            want = min(max(chunk, 0), end - pos)
+            data = self.read_at(pos, want)
+            got_any = False
+            for b in iter_batches(data):
+                got_any = True
+                yield RecordBatch(b.header, b.buffer, pos + b.position)
+                last_end = b.position + b.header.size
+            if not got_any:
+                if end - pos < LOG_OVERHEAD:
+                    return
+                size = batch_size(self.read_at(pos, LOG_OVERHEAD))
+                if pos + size > end:
+                    return
+                chunk = size  # a batch bigger than the chunk
+                continue
+            pos += last_end
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, Header] | None:
+        """Position and header of the first batch whose last offset >= offset."""
+        _o, pos = self.offset_index.lookup(offset)
+        pos = max(pos, start_position)
+        for b in self.iter_batches(pos):
+            if b.header.last_offset >= offset:
+                return b.position, b.header
+        return None
+
+    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= target (ListOffsets)."""
+        with self.lock:
+            _ts, off = self.time_index.lookup(timestamp)
+            _o, pos = self.offset_index.lookup(off)
+        for b in self.iter_batches(pos):
+            if b.header.max_timestamp >= timestamp:
+                for r in b.records():
+                    if r.timestamp >= timestamp:
+                        return r.offset, r.timestamp
+        return None
+
+    def recover(self) -> int:
+        """Rebuild indexes from the log, truncating at the first invalid batch.
+
+        Returns the number of bytes truncated (Kafka's ``LogSegment.recover``).
+        """
+        with self.lock:
+            self._unchecked = False  # being rebuilt: no check when first mapped
+            self._tail_known = self._times_known = True
+            self.offset_index.reset()
+            self.time_index.reset()
+            self.offset_index.resize(self.offset_index.max_index_size)
+            self.time_index.resize(self.time_index.max_index_size)
+            return self._recover()
+
+    def _recover(self) -> int:
+        self._max_timestamp, self._shallow_offset_of_max_timestamp = -1, self.base_offset
+        self._rolling_timestamp = None
+        self._last_offset = None
+        valid = 0
+        since_index = 0
+        try:
+            for b in self.iter_batches(0):
+                b.ensure_valid()
+                h = b.header
+                if h.base_offset < self.base_offset or (
+                    self._last_offset is not None and h.base_offset <= self._last_offset
+                ):
+                    raise CorruptRecordError(
+                        f"batch offset {h.base_offset} out of order in {self.log_path.name}",
+                        position=b.position,
+                    )
+                if self._rolling_timestamp is None and h.max_timestamp >= 0:
+                    self._rolling_timestamp = h.max_timestamp
+                if h.max_timestamp > self._max_timestamp:
+                    self._max_timestamp, self._shallow_offset_of_max_timestamp = (
+                        h.max_timestamp,
+                        h.last_offset,
+                    )
+                if since_index > self.index_interval_bytes:
+                    self.offset_index.append(h.last_offset, b.position)
+                    self.time_index.maybe_append(
+                        self._max_timestamp, self._shallow_offset_of_max_timestamp
+                    )
+                    since_index = 0
+                since_index += h.size
+                valid = b.position + h.size
+                self._last_offset = h.last_offset
+        except (CorruptRecordError, IndexCorruptError) as exc:
+            log.warning("%s: stopping recovery at byte %d: %s", self.log_path, valid, exc)
+        self._bytes_since_index = since_index
+        self._whole_batches_end = valid
+        truncated = self.size - valid
+        if truncated:
+            log.warning(
+                "%s: truncating %d invalid bytes at position %d", self.log_path, truncated, valid
+            )
+            self.truncate_to_position(valid)
+        if self._max_timestamp >= 0:
+            self.time_index.maybe_append(
+                self._max_timestamp, self._shallow_offset_of_max_timestamp, skip_full_check=True
+            )
+        return truncated
+
+    def sanity_check(self) -> None:
+        with self.lock:
+            self.offset_index.sanity_check(self.size)
+            self.time_index.sanity_check(self.size)
