@@ -16,6 +16,7 @@ carries on.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import inspect
 import logging
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kompakt.broker.connection import CLOSED, NEED_DATA, Answer, KafkaConnection, Request
+from kompakt.broker.flush import DurableResponse, GroupCommit
 from kompakt.broker.metrics import BrokerMetrics, has_error
 from kompakt.broker.protocol import ProtocolError
 from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler, Result
@@ -42,6 +44,12 @@ READ_SIZE = 1 << 16
 DECODE_ON_LOOP_BYTES = 1 << 20
 TLS_HANDSHAKE_TIMEOUT = 10.0
 ANONYMOUS = "User:ANONYMOUS"
+PRODUCE = 0  # API key: a Produce may be handled while earlier ones wait for their fsync
+# acks=all answers one connection may have waiting for their fsync before the server
+# stops reading its next requests (librdkafka's max.in.flight for idempotence is 5)
+MAX_AWAITING_FLUSH = 16
+# an acks=all answer naming up to this many partitions is encoded on the loop (no hop)
+ENCODE_ON_LOOP_PARTITIONS = 64
 
 
 @dataclass
@@ -72,9 +80,16 @@ def _handle(
     """A plain handler's answer and its encoding, on one worker thread (a delayed answer
     is not encoded yet: it is completed on the loop)."""
     result = handler(ctx, body)
-    if result is None or isinstance(result, DelayedResponse):
+    if result is None or isinstance(result, DelayedResponse | DurableResponse):
         return result, None
     return result, _encode(encode, result)
+
+
+def _forget(awaiting: collections.deque, task: asyncio.Task) -> None:
+    try:
+        awaiting.remove(task)
+    except ValueError:
+        pass
 
 
 class _Connection:
@@ -89,6 +104,8 @@ class _Connection:
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.principal = ANONYMOUS
         self.sasl: SaslAuthenticator | None = None
+        # answers waiting for an fsync, oldest first, each written after the one before
+        self.awaiting: collections.deque[asyncio.Task[bool]] = collections.deque()
 
 
 class KafkaServer:
@@ -115,6 +132,7 @@ class KafkaServer:
         self._servers: list[asyncio.base_events.Server] = []
         self._conns: dict[asyncio.Task, _Connection] = {}
         self._closing = False
+        self.flushes = GroupCommit()
 
     async def start(self) -> None:
         try:
@@ -146,7 +164,7 @@ class KafkaServer:
         if self.state.notifier is not None:
             self.state.notifier.wake_all()
         for conn in list(self._conns.values()):
-            if not conn.busy:
+            if not conn.busy and not conn.awaiting:
                 conn.writer.close()
         tasks = list(self._conns)
         if tasks:
@@ -177,7 +195,10 @@ class KafkaServer:
                 return
             if spec.sasl is not None:
                 conn.sasl = spec.sasl()
-            await self._serve(conn)
+            try:
+                await self._serve(conn)
+            finally:
+                await self._settle(conn)
         except ConnectionError:
             pass
         except asyncio.CancelledError:
@@ -270,11 +291,15 @@ class KafkaServer:
                 return
             conn.busy = True
             try:
+                produce = isinstance(event, Request) and event.api.api_key == PRODUCE
+                # only a Produce overtakes answers waiting for their fsync, and only so many
+                if conn.awaiting and not await self._wait_awaiting(conn, everything=not produce):
+                    return
                 if isinstance(event, Answer):
                     if event.note:
                         log.info("%s: %s", conn.peer, event.note)
                     self._observe(event.api, t0, True)
-                    out: bytes | None = event.data
+                    out: Any = event.data
                 else:
                     assert isinstance(event, Request)
                     step = None
@@ -292,6 +317,9 @@ class KafkaServer:
                             return
                         continue
                     out = await self._respond(conn, protocol, event, t0)
+                if inspect.iscoroutine(out) or (out is not None and conn.awaiting):
+                    self._answer_later(conn, out)  # after the answers before it
+                    continue
                 if out is None:
                     return
                 if out:
@@ -300,10 +328,58 @@ class KafkaServer:
             finally:
                 conn.busy = False
 
+    # -- answers waiting for an fsync (acks=all) -------------------------------------------
+    def _answer_later(self, conn: _Connection, out: Any) -> None:
+        """Write ``out`` (bytes, or a coroutine giving them: an acks=all answer waiting
+        for its fsync) once the connection's earlier answers are written: Kafka answers
+        a connection's requests in order. Meanwhile the connection's next Produce is
+        read and appended, so its fsync can cover both (group commit)."""
+        prev = conn.awaiting[-1] if conn.awaiting else None
+        task = asyncio.create_task(self._write_after(conn, prev, out))
+        conn.awaiting.append(task)
+        task.add_done_callback(functools.partial(_forget, conn.awaiting))
+
+    async def _write_after(self, conn: _Connection, prev: asyncio.Task | None, out: Any) -> bool:
+        """False once the connection is to close (its answer failed, or the peer left)."""
+        try:
+            if inspect.iscoroutine(out):
+                out = await out
+            if prev is not None and not await prev:
+                return False
+            if out is None:
+                conn.writer.close()
+                return False
+            if out:
+                conn.writer.write(out)
+                await conn.writer.drain()
+            if self._closing and not conn.busy and len(conn.awaiting) <= 1:
+                conn.writer.close()  # the server stops: this was the connection's last answer
+            return True
+        except (ConnectionError, OSError):
+            conn.writer.close()
+            return False
+
+    async def _wait_awaiting(self, conn: _Connection, everything: bool) -> bool:
+        """Wait until no answer awaits its fsync (``everything``) or fewer than
+        MAX_AWAITING_FLUSH do; False if the connection is to close."""
+        while conn.awaiting and (everything or len(conn.awaiting) >= MAX_AWAITING_FLUSH):
+            task = conn.awaiting[-1] if everything else conn.awaiting[0]
+            if not await task:
+                return False
+            _forget(conn.awaiting, task)
+        return True
+
+    async def _settle(self, conn: _Connection) -> None:
+        """At the connection's end: its answers waiting for an fsync are written (or
+        given up with the connection), none left behind as stray tasks."""
+        if conn.awaiting:
+            await asyncio.gather(*conn.awaiting, return_exceptions=True)
+
     async def _respond(
         self, conn: _Connection, protocol: KafkaConnection, req: Request, t0: float
-    ) -> bytes | None:
-        """The response bytes, b'' for no response, or None to close the connection."""
+    ) -> Any:
+        """The response bytes, b'' for no response, None to close the connection, or a
+        coroutine giving one of those once the request's appends are fsynced (acks=all)."""
         ctx = RequestContext(
             self.state,
             req.api.api_key,
@@ -318,14 +394,44 @@ class KafkaServer:
         try:
             result, out = await self._call(req.api.handler, ctx, req.body, encode)
         except Exception:
-            log.exception(
-                "%s v%d from %s failed; closing the connection",
-                req.name,
-                req.api_version,
-                conn.peer,
-            )
-            self._observe(req.name, t0, True)
-            return None
+            return self._failed(conn, req, t0)
+        if isinstance(result, DurableResponse):
+            return self._durable(conn, req, result, encode, t0)
+        return self._encoded(conn, req, result, out, t0)
+
+    async def _durable(
+        self,
+        conn: _Connection,
+        req: Request,
+        durable: DurableResponse,
+        encode: Callable[[Any], bytes],
+        t0: float,
+    ) -> bytes | None:
+        """An acks=all answer, once the group commit has fsynced its appends."""
+        try:
+            result = await self.flushes.complete(durable)
+        except Exception:
+            return self._failed(conn, req, t0)
+        if len(durable.waits) <= ENCODE_ON_LOOP_PARTITIONS:
+            out = _encode(encode, result)
+        else:
+            out = await asyncio.to_thread(_encode, encode, result)
+        return self._encoded(conn, req, result, out, t0)
+
+    def _failed(self, conn: _Connection, req: Request, t0: float) -> None:
+        log.exception(
+            "%s v%d from %s failed; closing the connection",
+            req.name,
+            req.api_version,
+            conn.peer,
+        )
+        self._observe(req.name, t0, True)
+        return None
+
+    def _encoded(
+        self, conn: _Connection, req: Request, result: Any, out: Any, t0: float
+    ) -> bytes | None:
+        """What to send for ``result`` encoded as ``out`` (see :meth:`_respond`)."""
         if result is None:
             self._observe(req.name, t0, False)
             return b""
@@ -347,7 +453,8 @@ class KafkaServer:
     ) -> tuple[Any, bytes | Exception | None]:
         """(the handler's answer, its encoded frame or the encoding's exception). A handler
         runs where it belongs: a coroutine on the loop, a plain function on a worker thread
-        (it may block on the log); a delayed answer is waited out. The answer is encoded
+        (it may block on the log); a delayed answer is waited out; an answer waiting for
+        an fsync is returned as it is (see :meth:`_durable`). The answer is encoded
         off the loop (with a plain handler, on its thread): a response naming 100,000
         partitions takes seconds to encode, which on the loop stalled every other
         connection (Kafka's network threads do not wait on one another's responses)."""

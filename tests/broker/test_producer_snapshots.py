@@ -64,7 +64,7 @@ def open_broker_state(data: Path) -> tuple[LogManager, ProducerStateManager]:
 
 
 def produce(plog, producers: ProducerStateManager, records: bytes) -> int:
-    return _append(plog, producers, records, flush=False)["base_offset"]
+    return _append(plog, producers, records)[0]["base_offset"]
 
 
 def first_session_original_then_others(data: Path, old: int) -> None:

@@ -1,9 +1,10 @@
 """Produce (API 0); InitProducerId is the transaction coordinator's (handlers/txn.py).
 
 acks=0 sends no response; acks=1 answers once the batch is in the page cache; acks=-1
-(all) additionally fsyncs the partition before answering, so an acknowledged acks=all
-write survives a power loss or SIGKILL of the broker (Kafka relies on replication for
-that; a single node can only rely on the disk).
+(all) is answered only once an fsync of the partition covers the batch, so an
+acknowledged acks=all write survives a power loss or SIGKILL of the broker (Kafka relies
+on replication for that; a single node can only rely on the disk). The fsync is a group
+commit (:mod:`kompakt.broker.flush`): one for every request that appended meanwhile.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v3.request import ProduceRequest
 
+from kompakt.broker.flush import DurableResponse
 from kompakt.broker.handlers.common import (
     UNKNOWN_OFFSET,
     error_of,
@@ -22,7 +24,7 @@ from kompakt.broker.handlers.common import (
 from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
-from kompakt.errors import InvalidTopicError, KafkaStorageError
+from kompakt.errors import InvalidTopicError
 from kompakt.log.names import is_internal
 from kompakt.log.partition_log import PartitionLog
 from kompakt.record.decode import iter_batches
@@ -35,16 +37,10 @@ ACKS_LEADER = 1
 ACKS_ALL = -1
 
 
-def _flush(plog: PartitionLog) -> None:
-    try:
-        plog.flush()
-    except OSError as exc:  # fsync failed: the write is not durable (KAFKA_STORAGE_ERROR)
-        raise KafkaStorageError(f"cannot flush {plog.name}: {exc}") from exc
-
-
 def _append(
-    plog: PartitionLog, producers: ProducerStateManager, records: bytes, flush: bool
-) -> dict[str, Any]:
+    plog: PartitionLog, producers: ProducerStateManager, records: bytes
+) -> tuple[dict[str, Any], int]:
+    """The partition's answer and the offset an acks=all flush must reach for it."""
     headers = [b.header for b in iter_batches(records)]
     idempotent = any(h.producer_id > NO_PRODUCER_ID for h in headers)
     log_append = plog.config.message_timestamp_type == "LogAppendTime"
@@ -54,15 +50,14 @@ def _append(
             for h in headers:
                 dup = state.check(h)
                 if dup is not None:
-                    if flush:  # the original's fsync may have failed: acks=all means durable
-                        _flush(plog)
+                    # the original's fsync may have failed: acks=all waits for a flush
                     return {
                         "error_code": ErrorCode.none,
                         "base_offset": dup.first_offset,
                         # Kafka answers a retried duplicate with the original's time
                         "log_append_time": dup.timestamp if log_append else NO_TIMESTAMP,
                         "log_start_offset": plog.log_start_offset,
-                    }
+                    }, plog.log_end_offset
         info = plog.append(records)
         if state is not None:
             first = info.first_offset
@@ -71,14 +66,13 @@ def _append(
                     h = h._replace(max_timestamp=info.log_append_time)
                 state.update(h, first)
                 first += h.last_offset_delta + 1
-        if flush:
-            _flush(plog)
+        end = plog.log_end_offset
     return {
         "error_code": ErrorCode.none,
         "base_offset": info.first_offset,
         "log_append_time": info.log_append_time,
         "log_start_offset": info.log_start_offset,
-    }
+    }, end
 
 
 def produce_error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
@@ -103,7 +97,17 @@ def _record_errors(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]], acks: int):
+def _failed_flush(part: dict[str, Any], exc: Exception) -> None:
+    """An acks=all partition whose fsync failed: its write is not durable."""
+    part.update(produce_error_partition(part["index"], ErrorCode.none))
+    part["error_code"], part["error_message"] = error_of(exc)
+
+
+def _produce_all(
+    ctx: RequestContext, topics: list[tuple[str | None, Any, Any]], acks: int, durable: Any
+) -> list:
+    """Append each partition's records; with acks=all, each appended partition's log
+    and end offset join ``durable.waits`` (the server answers once they are flushed)."""
     producers: ProducerStateManager = ctx.state.producers
     out = []
     for name, key, tdata in topics:
@@ -124,7 +128,10 @@ def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]],
                         # group's offsets at the next load. The coordinator appends to the
                         # log directly and never comes through here.
                         raise InvalidTopicError(f"Cannot append to internal topic {name}")
-                    resp.update(_append(plog, producers, bytes(p.records), acks == ACKS_ALL))
+                    answer, end = _append(plog, producers, bytes(p.records))
+                    resp.update(answer)
+                    if acks == ACKS_ALL:
+                        durable.waits.append((plog, end, resp))
                 except Exception as exc:
                     code, msg = error_of(exc)
                     resp["error_code"] = code
@@ -135,7 +142,7 @@ def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]],
     return out
 
 
-def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
+def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | DurableResponse | None:
     acks = req.acks
     topics = []
     for t in req.topic_data:
@@ -158,10 +165,13 @@ def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             for _n, key, t in topics
         ]
         return {"responses": responses, "throttle_time": 0}
-    responses = _produce_all(ctx, topics, acks)
+    durable = DurableResponse({"throttle_time": 0}, _failed_flush)
+    durable.response["responses"] = _produce_all(ctx, topics, acks, durable)
     if acks == ACKS_NONE:
         return None
-    return {"responses": responses, "throttle_time": 0}
+    if durable.waits:  # acks=all: answered once the appends are fsynced (group commit)
+        return durable
+    return durable.response
 
 
 def register(registry: ApiRegistry) -> None:
