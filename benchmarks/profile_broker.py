@@ -3,7 +3,7 @@ this process (broker threads and the client's loop) while one case runs, and the
 functions by self and cumulative time are printed for the broker's threads. ``--sink``
 profiles the same case against the protocol sink (the client's ceiling) instead.
 
-Cases: ``produce`` (100 B values, acks=1, as bench_broker's) and ``consume`` (1 KiB
+Cases: ``produce`` (100 B values, acks=1, as bench_broker's; ``--acks all``, ``--size``) and ``consume`` (1 KiB
 values from the beginning; the topic is filled before sampling starts). py-spy is not a
 project dependency: ``.venv/bin/pip install py-spy``.
 
@@ -139,6 +139,8 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=0, help="default 500k (100 B), 100k (1 KiB)")
     ap.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--acks", default="1", choices=("1", "all"), help="produce acks")
+    ap.add_argument("--size", type=int, default=0, help="value bytes (100 produce, 1024 consume)")
     ap.add_argument("--gil", action="store_true", help="only samples holding the GIL")
     ap.add_argument(
         "--sink", action="store_true", help="the same case against the protocol sink instead"
@@ -149,7 +151,7 @@ def main() -> None:
     if args.sink:
         b = ProtocolSink().start()
         b.add_topic("warm", 1, 100)
-        b.add_topic("profiled", 1, 100 if args.case == "produce" else 1024)
+        b.add_topic("profiled", 1, args.size or (100 if args.case == "produce" else 1024))
     else:
         b = start_test_broker(
             tmp, **{"kompakt.cleaner.engine": "local", "log.cleaner.enable": "false"}
@@ -157,14 +159,16 @@ def main() -> None:
     raw = Path(args.raw or f"{tmp}/stacks.txt")
     try:
         if args.case == "produce":
-            n, size = args.records or 500_000, 100
+            size = args.size or 100
+            n = args.records or 50_000_000 // size
             create_topic(b.bootstrap, "warm")
             produce_all(producer(b.bootstrap, "1"), "warm", b"w" * size, 1000)
             spy = sample(raw, args.rate, args.gil)
             cpu0 = thread_cpu()
-            dt = bench_produce(b.bootstrap, "profiled", size, n, "1")
+            dt = bench_produce(b.bootstrap, "profiled", size, n, args.acks)
         else:
-            n, size = args.records or 100_000, 1024
+            size = args.size or 1024
+            n = args.records or 100_000_000 // size
             create_topic(b.bootstrap, "profiled")
             produce_all(producer(b.bootstrap, "1"), "profiled", b"x" * size, n)
             spy = sample(raw, args.rate, args.gil)
