@@ -80,7 +80,10 @@ class TopicStore:
         partitions: int = 1,
         configs: Mapping[str, str] | None = None,
         validate_only: bool = False,
+        topic_id: str | None = None,
     ) -> TopicMeta:
+        """``topic_id``: keep this id (a topic recreated from the remote tier's record),
+        else a new one."""
         validate_topic_name(name)
         if partitions < 1:
             raise InvalidPartitionsError(
@@ -95,7 +98,7 @@ class TopicStore:
             # would share metric names; every creation path (CreateTopics, Metadata
             # auto-create, the offline CLI, the coordinator) comes through here
             validate_no_collision(name, self._topics)
-            meta = TopicMeta(name, partitions, new_topic_id(), dict(config.overrides))
+            meta = TopicMeta(name, partitions, topic_id or new_topic_id(), dict(config.overrides))
             if validate_only:
                 return meta
             try:
