@@ -110,37 +110,42 @@ class LogManager(LogDirs, TopicStore):
         ``meta.properties``, ``kompakt-topics.json``, checkpoints and the clean-shutdown
         marker are read, never written; recovery and index rebuilds happen in memory
         (:class:`PartitionLog` ``read_only``) and :meth:`close` writes nothing."""
-        self.read_only = read_only
+        self.read_only = read_only  # immutable
         paths = [data_dir] if isinstance(data_dir, (str, os.PathLike)) else list(data_dir)
         if not paths:
             raise ValueError("at least one log dir")
-        self.dirs = [LogDir(Path(p)) for p in paths]
+        self.dirs = [LogDir(Path(p)) for p in paths]  # immutable list; each dir guards itself
         resolved = [d.path.resolve() for d in self.dirs]
         if len(set(resolved)) != len(resolved):
             raise InvalidConfigError(
                 f"Invalid value {paths} for configuration log.dirs: a directory is listed twice"
             )
-        self.dir = self.dirs[0].path  # the broker's own files live in the first dir
+        self.dir = self.dirs[0].path  # immutable: the broker's own files live in the first dir
         self.open_segments = OpenSegments(max_open_segments)
-        """The cap on segments with open files, shared by every partition of every dir."""
+        """The cap on segments with open files, shared by every partition of every dir;
+        immutable and thread-safe (its own lock)."""
+        # guarded by lock: replaced whole by reconfigure_defaults, read as one value
         self.broker_config = BrokerDefaults.of(broker_config)
-        self.clock = clock or system_clock
-        self.failures = LogDirFailureChannel()
+        self.clock = clock or system_clock  # immutable
+        self.failures = LogDirFailureChannel()  # immutable; thread-safe (its own lock)
         self.batch_removal_listeners: list[Callable[[PartitionLog], object]] = []
         """Told before batches leave a log (retention, DeleteRecords, a clean's swap),
-        while they can still be read (the broker builds its producer state from them)."""
-        self.lock = threading.RLock()
-        self.deleter = FileDeleter(self.clock)
-        self._logs: dict[tuple[str, int], PartitionLog] = {}
-        self._dir_of: dict[tuple[str, int], LogDir] = {}
+        while they can still be read (the broker builds its producer state from them);
+        set once: filled by the broker before it serves."""
+        self.lock = threading.RLock()  # guards the maps below and the topics file
+        self.deleter = FileDeleter(self.clock)  # immutable; thread-safe (its own lock)
+        self._logs: dict[tuple[str, int], PartitionLog] = {}  # guarded by lock
+        self._dir_of: dict[tuple[str, int], LogDir] = {}  # guarded by lock
+        # guarded by lock
         self._assigned: dict[tuple[str, int], str | None] = {}
         """Each partition's ``directory.id`` as ``kompakt-topics.json`` records it (KIP-858's
         replica directory assignment): where it is, or, for one whose dir was offline at
         start, where it was last seen."""
-        self._topics: dict[str, TopicMeta] = {}
-        self.defaults = TopicConfig({}, self.broker_config)
+        self._topics: dict[str, TopicMeta] = {}  # guarded by lock
+        self.defaults = TopicConfig({}, self.broker_config)  # guarded by lock, replaced whole
         try:
             self._open_dirs()
+            # set once at open
             self.was_clean_shutdown = all(d.was_clean_shutdown for d in self._online_dirs())
             self._load()
             for d in [] if read_only else self._online_dirs():
@@ -152,7 +157,7 @@ class LogManager(LogDirs, TopicStore):
             for d in self.dirs:
                 self._release_lock(d)
             raise
-        self._closed = False
+        self._closed = False  # owned by the thread that closes the manager (close runs once)
 
     # -- dir lock ------------------------------------------------------------------------
     # -- opening the dirs -----------------------------------------------------------------

@@ -90,44 +90,57 @@ class PartitionLog(LocalLog):
         ``read_only`` (a dry run) loads and recovers in memory and never writes: no
         folder, index, ``.txnindex`` or snapshot is made, rebuilt or removed on disk,
         and :meth:`close` only closes (:class:`~kompakt.log.loader.LogLoader`)."""
-        self.dir = Path(directory)
-        self.read_only = read_only
+        # Thread ownership: appends (the event loop or its executor), the cleaner thread,
+        # retention and the admin thread all use a log; ``lock`` guards every field
+        # that changes after construction unless its comment says otherwise.
+        self.dir = Path(directory)  # immutable
+        self.read_only = read_only  # immutable
         if offline is None and not read_only:
             self.dir.mkdir(parents=True, exist_ok=True)
-        self.topic = topic
-        self.partition = partition
+        self.topic = topic  # immutable
+        self.partition = partition  # immutable
+        # owned by the LogManager: replaced whole under its lock on a config change and
+        # read without one (one attribute read sees the old or the new TopicConfig)
         self.config = config
-        self.clock = clock
-        self.lock = threading.RLock()
+        self.clock = clock  # immutable
+        self.lock = threading.RLock()  # guards the segment list, offsets and producer state
+        # set once by the broker before it serves (appended to at start, never after)
         self.append_listeners: list[Callable[[PartitionLog], None]] = []
-        self._producers = ProducerStateManager()
-        self._transactions_loaded = False
-        self._cleaned_at_open = cleaned_offset
-        self._schedule_delete = schedule_delete
+        self._producers = ProducerStateManager()  # guarded by lock
+        self._transactions_loaded = False  # guarded by lock
+        self._cleaned_at_open = cleaned_offset  # immutable
+        self._schedule_delete = schedule_delete  # immutable
         self.handles = handles
-        """The open-segment cap this log's segments count against (None: no cap)."""
-        self.segments: list[LogSegment] = []
-        self._bases: list[int] = []
+        """The open-segment cap this log's segments count against (None: no cap);
+        immutable, and thread-safe (it takes its own lock)."""
+        self.segments: list[LogSegment] = []  # guarded by lock
+        self._bases: list[int] = []  # guarded by lock: the segments' base offsets
         if offline is None:
             self._load(needs_recovery, recovery_point, cleaned_offset)
+            # guarded by lock (the log start and the recovery point, here and below)
             self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
             if self.log_start_offset > self.log_end_offset:
-                self.log_start_offset = self.segments[0].base_offset
-            self.recovery_point = self.log_end_offset
+                self.log_start_offset = self.segments[0].base_offset  # guarded by lock
+            self.recovery_point = self.log_end_offset  # guarded by lock
         else:
-            self._transactions_loaded = True  # nothing to read
+            self._transactions_loaded = True  # guarded by lock; nothing to read
+            # guarded by lock
             self.log_start_offset = self.recovery_point = log_start_offset
-        self.last_flush_ms = clock()
+        self.last_flush_ms = clock()  # guarded by lock
+        # owned by the cleaner manager: written only under its lock
+        # (LogCleanerManager.mark_uncleanable), read as one value by status pages
         self.uncleanable_reason: str | None = None
-        # set when this log's dir went offline (the reason); every append then fails
+        # owned by the log dir failure channel: set once when this log's dir went
+        # offline (the reason), never cleared; every append then fails
         self.offline: str | None = offline
-        # told of an I/O error in append, roll or flush (the log manager's
-        # LogDirFailureChannel); called with (log, error, what was being done)
+        # set once by the LogManager when it adopts the log: told of an I/O error in
+        # append, roll or flush (Kafka's LogDirFailureChannel), with (log, error, what)
         self.on_io_error: Callable[[PartitionLog, OSError, str], None] | None = None
-        # called (under the log's lock) before batches leave the log (segments leaving
-        # its head, a clean's swap), while they can still be read: the idempotent
-        # producers' state is built from them first, as Kafka keeps producer state when
-        # the log start moves (KIP-360) and builds it at load, before any clean
+        # set once by the LogManager when it adopts the log; called (under the log's
+        # lock) before batches leave the log (segments leaving its head, a clean's swap),
+        # while they can still be read: the idempotent producers' state is built from
+        # them first, as Kafka keeps producer state when the log start moves (KIP-360)
+        # and builds it at load, before any clean
         self.before_batch_removal: Callable[[PartitionLog], None] | None = None
 
     # -- loading -------------------------------------------------------------------------
