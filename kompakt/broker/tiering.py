@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from kompakt.broker.background import PeriodicThread
+from kompakt.broker.remote_rebuild import rebuild_from_tier
 from kompakt.errors import OffsetOutOfRangeError
 from kompakt.log.config import TopicConfig
 from kompakt.log.manager import LogManager
@@ -108,6 +109,7 @@ def install(broker: BrokerParts) -> None:
     for d in logs.dirs:  # links a crash left in the middle of an upload
         shutil.rmtree(d.path / STAGING, ignore_errors=True)
     tiering = Tiering(logs, RemoteTier.open(settings))
+    rebuild_from_tier(logs, tiering.tier)  # an empty data dir: the tiered topics back
     broker.state.extra[EXTRA_KEY] = tiering
     broker.background.threads.append(
         PeriodicThread("kompakt-remote-log-manager", settings.task_interval_ms, tiering.run_once)

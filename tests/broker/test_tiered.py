@@ -191,3 +191,37 @@ def test_deleting_a_tiered_topic_deletes_its_remote_data(tmp_path: Path) -> None
         assert len(read_all(b.bootstrap, "t")) == 300
     finally:
         b.stop()
+
+
+def test_a_broker_on_an_empty_disk_rebuilds_tiered_topics_from_the_tier(tmp_path: Path) -> None:
+    """The issue's rebuild: a broker whose data dir is empty recreates each tiered topic
+    from the bucket (same topic id, partitions and configs), serves every tiered record
+    as before, and appends new records after the remote end. Records that were only
+    local (not yet tiered) are gone with the disk, as in Kafka."""
+    remote = (tmp_path / "bucket").as_uri()
+    b = start(tmp_path / "lost", **{"kompakt.remote.storage.url": remote})
+    try:
+        create_topic(b, "t", TIERED)
+        produce(b.bootstrap, ["t"])
+        tiered_down(b, "t")
+        tiering = tiering_of(b.broker.state)
+        assert tiering is not None
+        end = tiering.highest_tiered_offset(b.logs.get_log("t", 0)) + 1
+        before = [r for r in read_all(b.bootstrap, "t") if r[0] < end]
+        topic_id = b.logs.topic_meta("t").topic_id
+    finally:
+        b.stop()
+    b = start(tmp_path / "fresh", **{"kompakt.remote.storage.url": remote})
+    try:
+        meta = b.logs.topic_meta("t")
+        assert (meta.topic_id, meta.partitions) == (topic_id, 1)
+        assert b.logs.topic_config("t").overrides == TIERED
+        assert list_offset(b, "t", EARLIEST) == 0
+        assert list_offset(b, "t", EARLIEST_LOCAL) == end
+        assert read_all(b.bootstrap, "t") == before
+        produce(b.bootstrap, ["t"], 10)
+        after = read_all(b.bootstrap, "t")
+        assert after[: len(before)] == before
+        assert [r[0] for r in after[len(before) :]] == list(range(end, end + 10))
+    finally:
+        b.stop()
