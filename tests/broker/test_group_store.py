@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from kompakt.broker.config import BrokerConfig
 from kompakt.broker.coordinator.coordinator import GroupCoordinator
 from kompakt.broker.coordinator.faults import CoordinatorFaults
+from kompakt.broker.coordinator.records import OffsetAndMetadata, offset_key
 from kompakt.broker.coordinator.scheduler import LoopScheduler
 from kompakt.broker.coordinator.state import GroupState
 from kompakt.broker.coordinator.storage import OffsetsStorage
@@ -163,6 +164,58 @@ def test_leave_that_empties_the_group_is_stored_before_it_is_answered(tmp_path: 
         stored = await asyncio.to_thread(OffsetsStorage(logs, 1, 1 << 20).load)
         meta, _offsets = stored["g"]
         assert meta is not None and (meta.generation, meta.members) == (2, ())
+        gc.shutdown()
+
+    with LogManager(tmp_path) as logs:
+        asyncio.run(main(logs))
+
+
+def test_concurrent_offset_commits_share_one_fsync_each_answered_once_durable(
+    tmp_path: Path,
+) -> None:
+    """Kafka appends an OffsetCommit with acks=-1 and answers after that write; here
+    acks=-1 is an fsync, so each commit is answered only once an fsync covers its
+    record. Commits that queue while one is written go in the next write together
+    (each its own batch, one fsync for all: a group commit), and the offsets of the
+    same partition committed in one order stay in that order in the cache and the
+    log."""
+
+    async def main(logs: LogManager) -> None:
+        gc = await loaded(logs, CoordinatorFaults())
+        await asyncio.to_thread(logs.create_topic, "t", 1)
+        plog = logs.get_log("__consumer_offsets", 0)
+        fsyncs = []
+        flush = plog.flush
+
+        def counted(now_ms: int | None = None) -> None:
+            fsyncs.append(plog.log_end_offset)
+            flush(now_ms)
+
+        plog.flush = counted  # type: ignore[method-assign]
+
+        def durable_keys() -> set[bytes]:
+            return {
+                bytes(r.key)
+                for b in plog.iter_batches(0)
+                if b.header.last_offset < plog.recovery_point
+                for r in b.records()
+            }
+
+        async def commit(group: str, offset: int) -> set[bytes]:
+            refused = await gc.offsets.commit(group, {("t", 0): OffsetAndMetadata(offset)})
+            assert refused == set()
+            return durable_keys()
+
+        groups = [f"g{i}" for i in range(10)]
+        seen = await asyncio.gather(
+            *(commit(g, 1) for g in groups), *(commit("g0", n) for n in range(2, 7))
+        )
+        for group, durable in zip(groups, seen, strict=False):
+            assert offset_key(group, "t", 0) in durable
+        assert len(fsyncs) < len(seen)
+        assert gc.offsets.groups["g0"].offsets[("t", 0)].offset == 6
+        stored = await asyncio.to_thread(OffsetsStorage(logs, 1, 1 << 20).load)
+        assert stored["g0"][1][("t", 0)].offset == 6
         gc.shutdown()
 
     with LogManager(tmp_path) as logs:

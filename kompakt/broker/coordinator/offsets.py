@@ -68,6 +68,9 @@ class OffsetManager:
         their transaction's marker (Kafka's ``pendingTransactionalOffsetCommits``)."""
         self._expiry_timer: TimerHandle | None = None
         self._expiry_task: asyncio.Task | None = None
+        self._queued: list[tuple[str, Offsets, asyncio.Future]] = []
+        """Commits waiting for the next group write; owned by the event loop."""
+        self._writer: asyncio.Task | None = None
 
     def now(self) -> int:
         return self.scheduler.now()
@@ -131,32 +134,77 @@ class OffsetManager:
     async def commit(self, group_id: str, offsets: Offsets) -> set[tuple[str, int]]:
         """Write ``offsets``; returns those refused because their topic was deleted
         after the request was checked (a DeleteTopics racing the commit), which would
-        otherwise outlive the topic's tombstones."""
+        otherwise outlive the topic's tombstones. Answered once fsynced (Kafka appends a
+        commit with acks=-1); commits that arrive while others are written go in the
+        next write together, one fsync per partition for all (a group commit)."""
         if not offsets:
             return set()
+        answer: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._queued.append((group_id, offsets, answer))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write_queued())
+        return await answer
+
+    async def _write_queued(self) -> None:
         storage = self.storage
         assert storage is not None
-        async with self.write_lock:  # expiry and topic deletion decide under this lock too
-            refused = {tp for tp in offsets if not storage.has_topic(tp[0])}
-            accepted = {tp: om for tp, om in offsets.items() if tp not in refused}
-            if accepted:
+        while self._queued:
+            async with self.write_lock:  # expiry and topic deletion decide under it too
+                queued, self._queued = self._queued, []
+                accepted = [
+                    {tp: om for tp, om in offsets.items() if storage.has_topic(tp[0])}
+                    for _group, offsets, _answer in queued
+                ]
+                writes = [(g, acc) for (g, _o, _a), acc in zip(queued, accepted, strict=True)]
+                try:
+                    errors = await asyncio.to_thread(self._write_sync, writes)
+                except Exception as exc:
+                    errors = [exc] * len(queued)
+                for (group_id, offsets, answer), acc, error in zip(
+                    queued, accepted, errors, strict=True
+                ):
+                    if error is None and acc:
+                        g = self.groups.get(group_id)
+                        if g is None:
+                            g = self.groups[group_id] = Group(group_id)
+                        g.offsets.update(acc)
+                    if answer.done():  # its request went away; the write stands
+                        continue
+                    if error is None:
+                        answer.set_result(set(offsets) - set(acc))
+                    else:
+                        answer.set_exception(error)
+
+    def _write_sync(self, writes: list[tuple[str, Offsets]]) -> list[Exception | None]:
+        """Each commit appended as its own batch (a commit is atomic), then each
+        partition written fsynced once; a commit fails with its append or that fsync."""
+        storage = self.storage
+        assert storage is not None
+        errors: list[Exception | None] = [None] * len(writes)
+        written: dict[int, list[int]] = {}
+        for i, (group_id, accepted) in enumerate(writes):
+            if not accepted:
+                continue
+            try:
+                new_topics = {t for t, _p in accepted if t not in storage.topic_ids}
+                if new_topics:
+                    storage.save_topic_ids(new_topics)
                 items: Records = [
                     (rec.offset_key(group_id, t, p), rec.offset_value(om))
                     for (t, p), om in accepted.items()
                 ]
-                new_topics = {t for t, _p in accepted if t not in storage.topic_ids}
-                await asyncio.to_thread(self._commit_sync, group_id, items, new_topics)
-                g = self.groups.get(group_id)
-                if g is None:
-                    g = self.groups[group_id] = Group(group_id)
-                g.offsets.update(accepted)
-            return refused
-
-    def _commit_sync(self, group_id: str, items: Records, new_topics: set[str]) -> None:
-        assert self.storage is not None
-        if new_topics:
-            self.storage.save_topic_ids(new_topics)
-        self.storage.append_group(group_id, items)
+                partition = storage.partition_for(group_id)
+                storage.append(partition, items, durable=False)
+                written.setdefault(partition, []).append(i)
+            except Exception as exc:
+                errors[i] = exc
+        for partition, done in written.items():
+            try:
+                storage.flush(partition)
+            except Exception as exc:
+                for i in done:
+                    errors[i] = exc
+        return errors
 
     def unstable(self, group_id: str) -> set[tuple[str, int]]:
         """Partitions of the group with transactional offsets not yet committed or

@@ -136,11 +136,13 @@ class OffsetsStorage:
         """Append ``items`` to the partition that holds ``group_id``."""
         self.append(self.partition_for(group_id), items)
 
-    def append(self, partition: int, items: Records) -> None:
-        """One batch per call (a commit is atomic), flushed like an acks=all produce."""
-        plog = self.logs.get_log(OFFSETS_TOPIC, partition)
-        plog.append(build_simple_batch(items, timestamp=plog.clock()))
-        plog.flush()
+    def append(self, partition: int, items: Records, durable: bool = True) -> None:
+        """One batch per call (a commit is atomic), flushed like an acks=all produce
+        unless not ``durable`` (then :meth:`flush` follows, for several appends)."""
+        append_batch(self.logs.get_log(OFFSETS_TOPIC, partition), items, durable)
+
+    def flush(self, partition: int) -> None:
+        flush_appended(self.logs.get_log(OFFSETS_TOPIC, partition))
 
     @staticmethod
     def group_record(
@@ -252,6 +254,20 @@ class OffsetsStorage:
             os.replace(tmp, path)
         except OSError as exc:  # the offsets themselves are safe; only the check weakens
             log.warning("cannot write %s: %s", path, exc)
+
+
+def append_batch(plog: Any, items: Records, durable: bool) -> None:
+    """A coordinator's write to its internal topic: ``items`` as one batch, fsynced if
+    ``durable`` (acks=all), else left for :func:`flush_appended` to cover with others'."""
+    plog.append(build_simple_batch(items, timestamp=plog.clock()))
+    if durable:
+        plog.flush()
+
+
+def flush_appended(plog: Any) -> None:
+    """fsync what was appended to ``plog`` and is not yet durable, if anything."""
+    if plog.recovery_point < plog.log_end_offset:
+        plog.flush()
 
 
 def ensure_internal_topic(logs: Any, name: str, partitions: int, segment_bytes: int) -> int:

@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kompakt.broker.coordinator.storage import ensure_internal_topic
+from kompakt.broker.coordinator.storage import (
+    append_batch,
+    ensure_internal_topic,
+    flush_appended,
+)
 from kompakt.broker.txn import records as txn_rec
 from kompakt.broker.txn.records import TransactionLogValue
 from kompakt.broker.txn.results import Records
-from kompakt.record.encode import build_simple_batch
 
 log = logging.getLogger("kompakt.broker.txn")
 
@@ -59,13 +62,7 @@ class TransactionLog:
     def append(self, partition: int, items: Records, durable: bool = True) -> None:
         """One batch, fsynced unless not ``durable`` (then :meth:`flush` or the next
         durable append of the partition makes it so: a group commit)."""
-        plog = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
-        plog.append(build_simple_batch(items, timestamp=plog.clock()))
-        if durable:
-            plog.flush()
+        append_batch(self.logs.get_log(TRANSACTION_STATE_TOPIC, partition), items, durable)
 
     def flush(self, partition: int) -> None:
-        """fsync the partition's appends not yet durable, if any."""
-        plog = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
-        if plog.recovery_point < plog.log_end_offset:
-            plog.flush()
+        flush_appended(self.logs.get_log(TRANSACTION_STATE_TOPIC, partition))
