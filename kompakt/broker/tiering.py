@@ -10,12 +10,14 @@ with ``remote.storage.enable=true`` (compacted topics too, unlike Kafka) and
    under the partition lock (so a clean swapping the segment cannot mix an old ``.log``
    with a new ``.index``), uploaded by ``RemoteStorageManager.copy_segment`` and named
    by a new manifest committed compare-and-swap (a conflict reloads and retries);
-2. **applies local retention** (``local.retention.bytes`` / ``.ms``, -2 = ``retention.*``):
-   the oldest local segments that a *durable* manifest already names are deleted while
-   the local log exceeds the limit. Only the local log start moves (Kafka's
-   ``localLogStartOffset``, which is the ``PartitionLog``'s own start here); the
-   partition's log start stays the remote log's (:meth:`Tiering.log_start_offset`),
-   read from the manifest, so it survives a restart with the manifest.
+2. **applies retention** (:mod:`kompakt.broker.tiered_retention`): with ``delete`` in
+   the policy, ``retention.*`` expires the oldest remote segments (the manifest's log
+   start moves); then local retention (``local.retention.*``, -2 = ``retention.*``)
+   deletes the oldest local segments that a *durable* manifest already names. Only the
+   local log start moves then (Kafka's ``localLogStartOffset``, which is the
+   ``PartitionLog``'s own start here); the partition's log start stays the remote
+   log's (:meth:`Tiering.log_start_offset`), read from the manifest, so it survives a
+   restart with the manifest.
 
 A crash between upload and commit leaves orphans for the sweep; a crash after the commit
 and before the local deletion leaves a segment both local and remote (deleted on the
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from kompakt.broker.background import PeriodicThread
 from kompakt.broker.remote_rebuild import rebuild_from_tier
+from kompakt.broker.tiered_retention import local_retention_offset, remote_retention_offset
 from kompakt.errors import OffsetOutOfRangeError
 from kompakt.log.config import TopicConfig
 from kompakt.log.manager import LogManager
@@ -50,7 +53,7 @@ from kompakt.log.segment import (
 )
 from kompakt.log.txn_index import AbortedTxn
 from kompakt.remote import RemoteTier
-from kompakt.remote.config import RemoteSettings, check_topic, effective_local_retention
+from kompakt.remote.config import RemoteSettings, check_topic
 from kompakt.remote.layout import MANIFEST_OBJECT, manifest_key, topic_folder, topic_key
 from kompakt.remote.manifest import PartitionManifest, RemoteSegment, TopicRecord
 from kompakt.remote.metadata import ManifestConflictError, Versioned
@@ -202,7 +205,7 @@ class Tiering:
                     plog = self.logs.get_log(topic, partition)
                     with self._writer((topic, partition)):
                         self.copy(plog)
-                        self.expire_local(plog)
+                        self.apply_retention(plog)
                 except Exception as exc:
                     log.warning("tiering %s-%d: %s", topic, partition, exc)
         return False
@@ -342,70 +345,68 @@ class Tiering:
             return committed
         raise RemoteStorageError(f"{plog.name}: the manifest kept changing under the commit")
 
-    def expire_local(self, plog: PartitionLog, now_ms: int | None = None) -> int:
-        """Kafka's local retention of a tiered log: delete the oldest local segments that
-        the durable manifest names while the local log exceeds ``local.retention.bytes``
-        or they are older than ``local.retention.ms``; returns how many."""
+    def move_remote_start(self, plog: PartitionLog, offset: int) -> None:
+        """Commit the partition's manifest with its log start at ``offset`` and without
+        the segments wholly below it (their objects go once it is durable): DeleteRecords
+        and remote retention. A segment reaching below ``offset`` stays, from it on."""
+        key = (plog.topic, plog.partition)
+        v = self._versioned(*key)
+        if v is None or offset <= v.value.log_start_offset:
+            return
+        m = v.value
+        kept = tuple(
+            replace(s, base_offset=max(s.base_offset, offset))
+            for s in m.segments
+            if s.last_offset >= offset
+        )
+        new = m.next(kept, log_start_offset=offset, updated_ms=int(time.time() * 1000))
+        self._remember(key, self.tier.metadata.commit_partition(new, v))
+        log.info(
+            "%s: remote log start moved to %d (%d segments dropped)",
+            plog.name,
+            offset,
+            len(m.segments) - len(kept),
+        )
+
+    def apply_retention(self, plog: PartitionLog, now_ms: int | None = None) -> None:
+        """Remote retention, then local retention (:mod:`.tiered_retention`): each moves
+        a log start only after the manifest it follows is durable."""
+        now = self.logs.clock() if now_ms is None else now_ms
         m = self.manifest(plog)
         if m is None or not m.segments:
-            return 0
-        cfg = plog.config
-        limit_bytes = effective_local_retention(cfg.local_retention_bytes, cfg.retention_bytes)
-        limit_ms = effective_local_retention(cfg.local_retention_ms, cfg.retention_ms)
-        now = self.logs.clock() if now_ms is None else now_ms
-        segments = plog.segments_snapshot()
-        size = sum(s.size for s in segments)
-        keep_from = None
-        doomed = 0
-        for seg, nxt in zip(segments, segments[1:], strict=False):
-            if nxt.base_offset > m.end_offset:
-                break  # not (wholly) tiered
-            by_size = limit_bytes >= 0 and size - seg.size >= limit_bytes
-            by_time = limit_ms >= 0 and now - seg.largest_timestamp > limit_ms
-            if not (by_size or by_time):
-                break
-            size -= seg.size
-            keep_from, doomed = nxt.base_offset, doomed + 1
-        if keep_from is None or keep_from <= plog.log_start_offset:
-            return 0
-        plog.delete_records_before(keep_from)  # the local log start moves; see the docstring
-        log.info(
-            "%s: local retention deleted %d tiered segments, local log start now %d "
-            "(log start %d in the remote tier)",
-            plog.name,
-            doomed,
-            plog.log_start_offset,
-            m.log_start_offset,
-        )
-        return doomed
+            return
+        start = remote_retention_offset(plog, m, now)
+        if start is not None:
+            self.move_remote_start(plog, start)
+            if start > plog.log_start_offset:
+                plog.delete_records_before(min(start, plog.high_watermark))
+            m = self.manifest(plog)
+            if m is None:
+                return
+        local = local_retention_offset(plog, m, now)
+        if local is not None:
+            plog.delete_records_before(local)  # only the local log start moves
+            log.info(
+                "%s: local retention deleted tiered segments, local log start now %d "
+                "(log start %d in the remote tier)",
+                plog.name,
+                plog.log_start_offset,
+                m.log_start_offset,
+            )
 
     def delete_records_before(self, plog: PartitionLog, offset: int) -> int:
         """DeleteRecords on a tiered partition (Kafka moves ``logStartOffset`` and the
         remote log manager drops the remote segments below it): the manifest's log
-        start moves first (its dropped segments' objects are deleted once it is
-        durable), then the local log's; returns the new log start."""
+        start moves first, then the local log's; returns the new log start."""
         with self._writer((plog.topic, plog.partition)):
-            return self._delete_records_before(plog, offset)
-
-    def _delete_records_before(self, plog: PartitionLog, offset: int) -> int:
-        m = self.manifest(plog)
-        if m is None or not 0 <= offset <= plog.high_watermark:
-            return plog.delete_records_before(offset)  # untiered, or OFFSET_OUT_OF_RANGE
-        v = self._versioned(plog.topic, plog.partition)
-        if v is not None and m.segments and offset > m.log_start_offset:
-            kept = tuple(
-                replace(s, base_offset=max(s.base_offset, offset))
-                for s in m.segments
-                if s.last_offset >= offset
-            )
-            new = m.next(kept, log_start_offset=offset, updated_ms=int(time.time() * 1000))
-            self._remember(
-                (plog.topic, plog.partition), self.tier.metadata.commit_partition(new, v)
-            )
-            log.info("%s: remote log start moved to %d by DeleteRecords", plog.name, offset)
-        if offset > plog.log_start_offset:
-            plog.delete_records_before(offset)
-        return self.log_start_offset(plog)
+            m = self.manifest(plog)
+            if m is None or not 0 <= offset <= plog.high_watermark:
+                return plog.delete_records_before(offset)  # untiered, or OUT_OF_RANGE
+            if m.segments:
+                self.move_remote_start(plog, offset)
+            if offset > plog.log_start_offset:
+                plog.delete_records_before(offset)
+            return self.log_start_offset(plog)
 
     def topic_deleted(self, topic: str, topic_id: str) -> None:
         """Kafka deletes a deleted topic's remote data. The topic record goes first (a

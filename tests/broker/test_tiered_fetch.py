@@ -203,3 +203,27 @@ def test_a_clean_of_tiered_segments_then_tiering_keeps_the_log_readable(
         assert {m.key(): m.value() for m in msgs} == latest
     finally:
         b.stop()
+
+
+def test_retention_bytes_expires_remote_segments_of_a_delete_topic(tmp_path: Path) -> None:
+    """Kafka's RLMExpirationTask: with cleanup.policy=delete, retention.bytes bounds the
+    whole log (remote segments plus the untiered local ones); the oldest remote
+    segments go, the log start moves to the first one kept, and a fetch below it is
+    OFFSET_OUT_OF_RANGE."""
+    b, tiering = start(tmp_path / "data")
+    try:
+        create(b, "d", **{"cleanup.policy": "delete", "retention.bytes": "12288"})
+        produce(b, "d", 600)
+        tiering.run_once()
+        plog = b.logs.get_log("d", 0)
+        m = tiering.manifest(plog)
+        assert m is not None and m.segments
+        first = list_offset(b, "d", EARLIEST)
+        assert first == m.log_start_offset == m.segments[0].base_offset > 0
+        assert first < plog.log_start_offset  # some records only in the remote tier
+        only_local = sum(s.size for s in plog.segments if s.base_offset >= m.end_offset)
+        assert m.size + only_local < 12288 + 4096 * 2
+        assert fetch(b, "d", first - 1).error_code == OFFSET_OUT_OF_RANGE
+        assert fetch(b, "d", first).records
+    finally:
+        b.stop()
