@@ -414,7 +414,9 @@ class PartitionLog(LocalLog):
             deleted = self._delete_old_segments(
                 retention.log_start_offset_breached(self.log_start_offset)
             )
-            if self.config.delete:
+            # a tiered log's retention.* is the remote log manager's, which deletes local
+            # segments only once uploaded (kompakt.broker.tiering, as Kafka's)
+            if self.config.delete and not self.config.remote_storage_enable:
                 deleted += self._delete_old_segments(
                     retention.retention_size_breached(self.segments, self.config.retention_bytes)
                 )

@@ -225,3 +225,23 @@ def test_a_broker_on_an_empty_disk_rebuilds_tiered_topics_from_the_tier(tmp_path
         assert [r[0] for r in after[len(before) :]] == list(range(end, end + 10))
     finally:
         b.stop()
+
+
+def test_retention_never_deletes_a_tiered_topics_segments_before_upload(tmp_path: Path) -> None:
+    """Kafka deletes a tiered log's local segments only once uploaded (UnifiedLog's
+    retention on a remote-enabled log): with uploads failing, the log's own
+    retention.bytes pass deletes nothing; the remote log manager applies retention."""
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    (remote / "topics").write_bytes(b"not a folder")
+    b = start(tmp_path / "data", **{"kompakt.remote.storage.url": remote.as_uri()})
+    try:
+        configs = {**TIERED, "cleanup.policy": "delete", "retention.bytes": "8192"}
+        create_topic(b, "t", configs)
+        produce(b.bootstrap, ["t"], 300)
+        plog = b.logs.get_log("t", 0)
+        assert plog.size_bytes() > 8192 + 4096  # retention.bytes would delete some
+        assert plog.apply_retention() == 0
+        assert plog.log_start_offset == 0
+    finally:
+        b.stop()
