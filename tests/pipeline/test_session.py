@@ -20,6 +20,25 @@ def test_spark_conf_defaults_to_local_star_and_passes_only_spark_keys():
     )
 
 
+def test_a_local_masters_jvm_gets_c1_and_serial_gc_unless_the_user_chose():
+    """On a local master the driver JVM is the executor, beside the Python workers on the
+    same cores: C1 only and serial GC by default; the user's own JIT or GC options win,
+    and a cluster's driver is left alone."""
+    local = spark_conf({"kompakt.spark.master": "local[2]"})["spark.driver.extraJavaOptions"]
+    assert "-XX:TieredStopAtLevel=1" in local.split()
+    assert "-XX:+UseSerialGC" in local.split()
+    mine = spark_conf(
+        {
+            "kompakt.spark.master": "local[2]",
+            "spark.driver.extraJavaOptions": "-XX:+UseG1GC -XX:-TieredCompilation",
+        }
+    )["spark.driver.extraJavaOptions"].split()
+    assert "-XX:+UseG1GC" in mine and "-XX:-TieredCompilation" in mine
+    assert "-XX:+UseSerialGC" not in mine and "-XX:TieredStopAtLevel=1" not in mine
+    cluster = spark_conf({"kompakt.spark.master": "spark://h:7077"})
+    assert "-XX:" not in cluster.get("spark.driver.extraJavaOptions", "")
+
+
 def test_session_is_one_per_process_configured_and_has_the_source(spark):
     again = pipeline.session({"kompakt.spark.master": "local[1]"})
     assert again is spark
