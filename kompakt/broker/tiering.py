@@ -431,6 +431,19 @@ class Tiering:
             log.warning("%s: remote data left for the orphan sweep: %s", topic, exc)
 
     # -- reads ----------------------------------------------------------------------------
+    def offset_for_timestamp(self, plog: PartitionLog, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets by time over the whole log: the remote segments (in offset order,
+        those whose newest record is recent enough), then the local log (Kafka's
+        ``fetchOffsetByTimestamp`` asking ``RemoteLogManager.findOffsetByTimestamp``
+        first)."""
+        m = self.manifest(plog)
+        for seg in m.segments if m is not None else ():
+            if seg.max_timestamp_ms >= timestamp:
+                found = self.reader.offset_for_timestamp(seg, timestamp)
+                if found is not None:
+                    return max(found[0], m.log_start_offset), found[1]
+        return plog.offset_for_timestamp(timestamp)
+
     def source_for(self, plog: PartitionLog, offset: int) -> PartitionLog | RemoteSource:
         """What serves a fetch at ``offset``: the local log, or the remote tier below the
         local log start (Kafka's ``ReplicaManager`` remote fetch); OFFSET_OUT_OF_RANGE

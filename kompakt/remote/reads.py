@@ -17,19 +17,20 @@ import bisect
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from kompakt.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TXNINDEX_SUFFIX
+from kompakt.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX
 from kompakt.log.txn_index import AbortedTxn, TransactionIndex, parse_entries
-from kompakt.record.decode import iter_batches
+from kompakt.record.decode import RecordBatch, iter_batches
 from kompakt.remote.layout import file_base_offset
 from kompakt.remote.manifest import RemoteSegment
 from kompakt.remote.storage import RemoteStorageManager
 
 T = TypeVar("T")
 _INDEX_ENTRY = struct.Struct(">ii")  # the local .index format: relative offset, position
+_TIME_ENTRY = struct.Struct(">qi")  # the local .timeindex format: timestamp, relative offset
 PARSED_CACHE_ENTRIES = 1024
 
 
@@ -70,56 +71,70 @@ class RemoteSegmentReader:
         if INDEX_SUFFIX not in segment.files:
             return 0
         base = file_base_offset(segment.files[LOG_SUFFIX].key)
-
-        def parse(data: bytes) -> tuple[list[int], list[int]]:
-            offsets, positions = [], []
-            for rel, pos in _INDEX_ENTRY.iter_unpack(data[: len(data) - len(data) % 8]):
-                if offsets and rel <= offsets[-1]:
-                    break  # a zero-filled tail slot, never a real entry
-                offsets.append(rel)
-                positions.append(pos)
-            return offsets, positions
-
-        offsets, positions = self._cached(segment, INDEX_SUFFIX, parse)
+        offsets, positions = self._cached(segment, INDEX_SUFFIX, _offset_entries)
         i = bisect.bisect_right(offsets, offset - base) - 1
         return positions[i] if i >= 0 else 0
+
+    def _batches(self, segment: RemoteSegment, pos: int) -> Iterator[tuple[int, RecordBatch]]:
+        """(position in the ``.log``, batch) of each whole batch from ``pos`` on, read a
+        chunk window at a time (a window doubled for a batch larger than it)."""
+        window = segment.chunk_bytes
+        while pos < segment.size:
+            data = self.segments.fetch_log_range(segment, pos, pos + window)
+            end = 0
+            for b in iter_batches(data):
+                yield pos + b.position, b
+                end = b.position + b.header.size
+            if end == 0:
+                if pos + window >= segment.size:
+                    return  # a torn tail: no whole batch left
+                window *= 2
+            pos += end
 
     def read(
         self, segment: RemoteSegment, offset: int, max_bytes: int, min_one_batch: bool
     ) -> bytes:
         """Whole batches from the first one whose last offset is at least ``offset``, up
         to ``max_bytes`` (the first one even if larger, with ``min_one_batch``)."""
-        pos = self._start_position(segment, offset)
-        window = segment.chunk_bytes
-        found: tuple[int, int] | None = None
-        while pos < segment.size and found is None:
-            data = self.segments.fetch_log_range(segment, pos, pos + window)
-            end = 0
-            for b in iter_batches(data):
-                if b.header.last_offset >= offset:
-                    found = (pos + b.position, b.header.size)
-                    break
-                end = b.position + b.header.size
-            if found is None:
-                if end == 0:
-                    window *= 2  # one batch larger than the window: read more of it
-                    if pos + window // 2 >= segment.size:
-                        break
-                pos += end
+        start = self._start_position(segment, offset)
+        found = next(
+            (
+                (p, b.header.size)
+                for p, b in self._batches(segment, start)
+                if b.header.last_offset >= offset
+            ),
+            None,
+        )
         if found is None:
             return b""
         start, first_size = found
-        if first_size > max_bytes:
-            if not min_one_batch:
-                return b""
-            want = first_size
-        else:
-            want = max_bytes
-        data = self.segments.fetch_log_range(segment, start, start + want)
+        if first_size > max_bytes and not min_one_batch:
+            return b""
+        data = self.segments.fetch_log_range(segment, start, start + max(max_bytes, first_size))
         last = 0
         for b in iter_batches(data):
             last = b.position + b.header.size
         return data[:last]
+
+    def offset_for_timestamp(
+        self, segment: RemoteSegment, timestamp: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the segment's first record whose timestamp is at least
+        ``timestamp`` (Kafka's ``RemoteLogManager.lookupTimestamp``), from the time
+        index's entry at or below it on."""
+        start = 0
+        if TIMEINDEX_SUFFIX in segment.files:
+            times, rels = self._cached(segment, TIMEINDEX_SUFFIX, _time_entries)
+            i = bisect.bisect_right(times, timestamp) - 1
+            if i >= 0:
+                base = file_base_offset(segment.files[LOG_SUFFIX].key)
+                start = self._start_position(segment, base + rels[i])
+        for _pos, b in self._batches(segment, start):
+            if b.header.max_timestamp >= timestamp:
+                for r in b.records():
+                    if r.timestamp >= timestamp:
+                        return r.offset, r.timestamp
+        return None
 
     def aborted(
         self, segments: Iterable[RemoteSegment], start_offset: int, upper_bound: int
@@ -143,3 +158,27 @@ class RemoteSegmentReader:
             if complete:
                 return out, True
         return out, False
+
+
+def _offset_entries(data: bytes) -> tuple[list[int], list[int]]:
+    """A ``.index``'s (relative offsets, positions); a zero-filled tail slot ends it."""
+    offsets: list[int] = []
+    positions: list[int] = []
+    for rel, pos in _INDEX_ENTRY.iter_unpack(data[: len(data) - len(data) % _INDEX_ENTRY.size]):
+        if offsets and rel <= offsets[-1]:
+            break
+        offsets.append(rel)
+        positions.append(pos)
+    return offsets, positions
+
+
+def _time_entries(data: bytes) -> tuple[list[int], list[int]]:
+    """A ``.timeindex``'s (timestamps, relative offsets), ascending."""
+    times: list[int] = []
+    rels: list[int] = []
+    for ts, rel in _TIME_ENTRY.iter_unpack(data[: len(data) - len(data) % _TIME_ENTRY.size]):
+        if times and ts <= times[-1]:
+            break
+        times.append(ts)
+        rels.append(rel)
+    return times, rels

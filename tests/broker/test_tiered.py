@@ -118,6 +118,10 @@ def test_compacted_topic_reads_the_same_from_the_remote_tier(tmp_path: Path) -> 
         assert list_offset(b, "tiered", LATEST_TIERED) >= local_start - 1
         assert list_offset(b, "twin", EARLIEST_LOCAL) == 0
         assert list_offset(b, "twin", LATEST_TIERED) == -1  # not tiered
+        # ListOffsets by time finds tiered records too (RemoteLogManager.findOffsetByTimestamp)
+        for i in (0, 1, 57, 150, local_start - 1, local_start, N - 1):
+            ts = expected[i][4][1]
+            assert list_offset(b, "tiered", ts) == list_offset(b, "twin", ts) == i
     finally:
         b.stop()
     b = start(tmp_path / "data")

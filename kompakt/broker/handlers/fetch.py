@@ -204,7 +204,7 @@ def _list_offset(
         elif ts < 0:
             resp["error_code"] = ErrorCode.invalid_request
         else:
-            found = plog.offset_for_timestamp(ts)
+            found = tier.offset_for_timestamp(plog, ts) if tier else plog.offset_for_timestamp(ts)
             if found is not None:
                 resp["offset"], resp["timestamp"] = found
     except UnknownTopicError:
