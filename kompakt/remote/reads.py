@@ -160,25 +160,23 @@ class RemoteSegmentReader:
         return out, False
 
 
-def _offset_entries(data: bytes) -> tuple[list[int], list[int]]:
-    """A ``.index``'s (relative offsets, positions); a zero-filled tail slot ends it."""
-    offsets: list[int] = []
-    positions: list[int] = []
-    for rel, pos in _INDEX_ENTRY.iter_unpack(data[: len(data) - len(data) % _INDEX_ENTRY.size]):
-        if offsets and rel <= offsets[-1]:
+def _ascending(entry: struct.Struct, data: bytes) -> tuple[list[int], list[int]]:
+    """An index file's entries as two lists, while the first field ascends: a ``.index``
+    (relative offset, position) or a ``.timeindex`` (timestamp, relative offset); a
+    zero-filled tail slot ends it."""
+    keys: list[int] = []
+    values: list[int] = []
+    for key, value in entry.iter_unpack(data[: len(data) - len(data) % entry.size]):
+        if keys and key <= keys[-1]:
             break
-        offsets.append(rel)
-        positions.append(pos)
-    return offsets, positions
+        keys.append(key)
+        values.append(value)
+    return keys, values
+
+
+def _offset_entries(data: bytes) -> tuple[list[int], list[int]]:
+    return _ascending(_INDEX_ENTRY, data)
 
 
 def _time_entries(data: bytes) -> tuple[list[int], list[int]]:
-    """A ``.timeindex``'s (timestamps, relative offsets), ascending."""
-    times: list[int] = []
-    rels: list[int] = []
-    for ts, rel in _TIME_ENTRY.iter_unpack(data[: len(data) - len(data) % _TIME_ENTRY.size]):
-        if times and ts <= times[-1]:
-            break
-        times.append(ts)
-        rels.append(rel)
-    return times, rels
+    return _ascending(_TIME_ENTRY, data)
