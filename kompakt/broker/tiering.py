@@ -74,10 +74,16 @@ COMMIT_ATTEMPTS = 5
 Key = tuple[str, int]
 
 
-def check_topic_config(config: BrokerConfig, topic_config: TopicConfig) -> None:
-    """Kafka's ``validateRemoteStorageOnlyIfSystemEnabled`` for a topic being created or
-    altered on this broker."""
-    check_topic(topic_config.as_dict(), bool(config.get("remote.log.storage.system.enable")))
+def check_topic_config(
+    config: BrokerConfig, topic_config: TopicConfig, current: TopicConfig | None = None
+) -> None:
+    """Kafka's remote-storage rules for a topic being created, or altered from
+    ``current`` (:func:`kompakt.remote.config.check_topic`), on this broker."""
+    check_topic(
+        topic_config.as_dict(),
+        bool(config.get("remote.log.storage.system.enable")),
+        current is not None and current.remote_storage_enable,
+    )
 
 
 def tiering_of(state: BrokerState) -> Tiering | None:

@@ -111,14 +111,24 @@ def parse(key: ConfigKey, raw: str) -> Any:
     return value
 
 
-def check_topic(values: Mapping[str, Any], system_enabled: bool) -> None:
+def check_topic(values: Mapping[str, Any], system_enabled: bool, was_enabled: bool = False) -> None:
     """Kafka's ``validateRemoteStorageOnlyIfSystemEnabled``: a topic cannot enable remote
-    storage on a broker whose remote tier is off (``values``: parsed topic configs; the
-    local-retention rules are :class:`~kompakt.log.config.TopicConfig`'s)."""
-    if values.get(REMOTE_STORAGE_ENABLE) and not system_enabled:
+    storage on a broker whose remote tier is off; and its
+    ``validateTurningOffRemoteStorageWithDelete``: a tiered topic cannot turn it off
+    (kompakt has no ``remote.log.delete.on.disable``: deleting the topic deletes its
+    remote data). ``values``: parsed topic configs; ``was_enabled``: the topic's setting
+    before an alter. The local-retention rules are
+    :class:`~kompakt.log.config.TopicConfig`'s."""
+    enabled = bool(values.get(REMOTE_STORAGE_ENABLE))
+    if enabled and not system_enabled:
         raise InvalidConfigError(
             "Tiered Storage functionality is disabled in the broker. "
             "Topic cannot be configured with remote log storage."
+        )
+    if was_enabled and not enabled:
+        raise InvalidConfigError(
+            "It is invalid to disable remote storage without deleting remote data: "
+            "kompakt deletes a topic's remote data when the topic is deleted."
         )
 
 

@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from shared_kit import consume_until, wait_for
 
 from kompakt.broker.app import BrokerThread, start_test_broker
@@ -159,6 +165,27 @@ def test_remote_storage_needs_the_broker_switch(tmp_path: Path) -> None:
     try:
         with pytest.raises(KafkaException, match="Tiered Storage functionality is disabled"):
             create_topic(b, "t", {"remote.storage.enable": "true"})
+    finally:
+        b.stop()
+
+
+def test_remote_storage_cannot_be_turned_off_on_a_tiered_topic(tmp_path: Path) -> None:
+    """Kafka's validateTurningOffRemoteStorageWithDelete, through
+    IncrementalAlterConfigs; other changes to the topic still pass."""
+    b = start(tmp_path / "data")
+    try:
+        create_topic(b, "t", TIERED)
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+
+        def alter(name: str, value: str) -> None:
+            entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+            res = ConfigResource(ResourceType.TOPIC, "t", incremental_configs=[entry])
+            admin.incremental_alter_configs([res])[res].result(TIMEOUT)
+
+        with pytest.raises(KafkaException, match="invalid to disable remote storage"):
+            alter("remote.storage.enable", "false")
+        alter("local.retention.bytes", "4096")
+        assert b.logs.topic_config("t").remote_storage_enable
     finally:
         b.stop()
 

@@ -169,3 +169,12 @@ def test_settings_default_to_a_folder_beside_the_data_dir(tmp_path: Path) -> Non
         "http://127.0.0.1:9000",
         1024,
     )
+
+
+def test_a_tiered_topic_cannot_turn_remote_storage_off() -> None:
+    """Kafka's validateTurningOffRemoteStorageWithDelete (kompakt has no
+    remote.log.delete.on.disable: deleting the topic deletes its remote data)."""
+    with pytest.raises(InvalidConfigError, match="invalid to disable remote storage"):
+        check_topic({"remote.storage.enable": False}, True, was_enabled=True)
+    check_topic({"remote.storage.enable": True}, True, was_enabled=True)
+    check_topic({"remote.storage.enable": False}, True, was_enabled=False)

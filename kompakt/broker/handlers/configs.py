@@ -310,7 +310,8 @@ def _not_topic(ctx: RequestContext, r: Any) -> dict[str, Any] | None:
 
 def _apply(ctx: RequestContext, name: str, overrides: dict[str, str], validate_only: bool) -> None:
     """Replace the topic's overrides with ``overrides`` (validated as a whole)."""
-    check_topic_config(ctx.config, TopicConfig(overrides, ctx.logs.broker_config))
+    new = TopicConfig(overrides, ctx.logs.broker_config)
+    check_topic_config(ctx.config, new, ctx.logs.topic_config(name))
     if validate_only:
         return
     current = ctx.logs.topic_meta(name).overrides
