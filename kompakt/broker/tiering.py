@@ -140,6 +140,7 @@ class Tiering:
         self._manifests: dict[Key, Versioned[PartitionManifest] | None] = {}
         self._topics: dict[str, Versioned[TopicRecord] | None] = {}
         self._writers: dict[Key, threading.Lock] = {}  # one manifest writer a partition
+        self.last_sweep_s = 0.0  # owned by the task thread: time.time() of the last sweep
 
     def _writer(self, key: Key) -> threading.Lock:
         with self._lock:
@@ -196,7 +197,9 @@ class Tiering:
     # -- the task -------------------------------------------------------------------------
     def run_once(self) -> bool:
         """One pass over every tiered partition; a failing partition is logged and
-        retried next time, the others go on. Never asks to run again at once."""
+        retried next time, the others go on. Never asks to run again at once. Every half
+        orphan grace period the pass also sweeps the objects no manifest names."""
+        self._maybe_sweep()
         for topic in self.logs.topics():
             try:
                 meta = self.logs.topic_meta(topic)
@@ -215,6 +218,17 @@ class Tiering:
                 except Exception as exc:
                     log.warning("tiering %s-%d: %s", topic, partition, exc)
         return False
+
+    def _maybe_sweep(self) -> None:
+        """The orphan sweep (uploads a crash or a lost commit race left unnamed)."""
+        now = time.time()
+        if (now - self.last_sweep_s) * 1000 < self.tier.metadata.orphan_grace_ms / 2:
+            return
+        self.last_sweep_s = now
+        try:
+            self.tier.metadata.sweep_orphans()
+        except RemoteStorageError as exc:
+            log.warning("orphan sweep of %s: %s", self.tier.store.url, exc)
 
     def _sync_topic(self, topic: str) -> None:
         """The topic record a broker with an empty disk recreates the topic from."""

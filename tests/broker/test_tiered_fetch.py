@@ -11,6 +11,7 @@ taken at a known point."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -225,5 +226,28 @@ def test_retention_bytes_expires_remote_segments_of_a_delete_topic(tmp_path: Pat
         assert m.size + only_local < 12288 + 4096 * 2
         assert fetch(b, "d", first - 1).error_code == OFFSET_OUT_OF_RANGE
         assert fetch(b, "d", first).records
+    finally:
+        b.stop()
+
+
+def test_the_task_sweeps_objects_no_manifest_names(tmp_path: Path) -> None:
+    """An upload a crash left unnamed (older than the grace period) goes with the
+    task's sweep; the objects the manifest names stay and are served."""
+    b, tiering = start(tmp_path / "data")
+    try:
+        create(b, "o")
+        produce(b, "o", 300)
+        tiering.run_once()  # the first pass at start swept an empty tier
+        folder = tmp_path / "data-remote" / "topics" / "o" / "0" / "segments"
+        orphan = folder / f"{0:020d}-{'0' * 32}.log"
+        orphan.write_bytes(b"left by a crash before its commit")
+        hours_ago = time.time() - 2 * 3600
+        os.utime(orphan, (hours_ago, hours_ago))
+        named = sorted(p.name for p in folder.iterdir())
+        tiering.last_sweep_s = 0.0  # as if the last sweep was long ago
+        tiering.run_once()
+        assert not orphan.exists()
+        assert sorted(p.name for p in folder.iterdir()) == [n for n in named if n != orphan.name]
+        assert fetch(b, "o", 0).records
     finally:
         b.stop()
