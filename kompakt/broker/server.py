@@ -16,7 +16,6 @@ carries on.
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import inspect
 import logging
@@ -26,8 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kompakt.broker.connection import CLOSED, NEED_DATA, Answer, KafkaConnection, Request
-from kompakt.broker.flush import DurableResponse, GroupCommit
+from kompakt.broker.connection import (
+    CLOSED,
+    NEED_DATA,
+    Answer,
+    Event,
+    KafkaConnection,
+    Request,
+)
+from kompakt.broker.flush import deferred_flushes
 from kompakt.broker.metrics import BrokerMetrics, has_error
 from kompakt.broker.protocol import ProtocolError
 from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler, Result
@@ -43,13 +49,12 @@ READ_SIZE = 1 << 16
 # which only this connection's task uses the protocol object from, one call at a time
 DECODE_ON_LOOP_BYTES = 1 << 20
 TLS_HANDSHAKE_TIMEOUT = 10.0
+PRODUCE = 0  # API key
+# pipelined Produce requests of one connection handled in one worker-thread hop, with
+# one fsync per partition for their acks=all appends (librdkafka pipelines up to 5 for
+# an idempotent producer, more for others)
+MAX_PRODUCE_BATCH = 16
 ANONYMOUS = "User:ANONYMOUS"
-PRODUCE = 0  # API key: a Produce may be handled while earlier ones wait for their fsync
-# acks=all answers one connection may have waiting for their fsync before the server
-# stops reading its next requests (librdkafka's max.in.flight for idempotence is 5)
-MAX_AWAITING_FLUSH = 16
-# an acks=all answer naming up to this many partitions is encoded on the loop (no hop)
-ENCODE_ON_LOOP_PARTITIONS = 64
 
 
 @dataclass
@@ -74,22 +79,35 @@ def _encode(encode: Callable[[Any], bytes], result: Any) -> bytes | Exception:
         return exc
 
 
+def _handle_produces(
+    calls: list[tuple[Handler, RequestContext, Any, Callable[[Any], bytes]]],
+) -> list[tuple[Any, bytes | Exception | None]]:
+    """Several Produce requests in order on one worker thread, their acks=all fsyncs
+    shared and done before any answer is encoded; stops at a handler that raises (its
+    exception in place of the answer)."""
+    results: list[Any] = []
+    with deferred_flushes():
+        for handler, ctx, body, _encode_it in calls:
+            try:
+                results.append(handler(ctx, body))
+            except Exception as exc:
+                results.append(exc)
+                break
+    return [
+        (r, None if r is None or isinstance(r, Exception) else _encode(encode, r))
+        for r, (_h, _c, _b, encode) in zip(results, calls, strict=False)
+    ]
+
+
 def _handle(
     handler: Handler, ctx: RequestContext, body: Any, encode: Callable[[Any], bytes]
 ) -> tuple[Any, bytes | Exception | None]:
     """A plain handler's answer and its encoding, on one worker thread (a delayed answer
     is not encoded yet: it is completed on the loop)."""
     result = handler(ctx, body)
-    if result is None or isinstance(result, DelayedResponse | DurableResponse):
+    if result is None or isinstance(result, DelayedResponse):
         return result, None
     return result, _encode(encode, result)
-
-
-def _forget(awaiting: collections.deque, task: asyncio.Task) -> None:
-    try:
-        awaiting.remove(task)
-    except ValueError:
-        pass
 
 
 class _Connection:
@@ -104,8 +122,6 @@ class _Connection:
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.principal = ANONYMOUS
         self.sasl: SaslAuthenticator | None = None
-        # answers waiting for an fsync, oldest first, each written after the one before
-        self.awaiting: collections.deque[asyncio.Task[bool]] = collections.deque()
 
 
 class KafkaServer:
@@ -132,7 +148,6 @@ class KafkaServer:
         self._servers: list[asyncio.base_events.Server] = []
         self._conns: dict[asyncio.Task, _Connection] = {}
         self._closing = False
-        self.flushes = GroupCommit()
 
     async def start(self) -> None:
         try:
@@ -164,7 +179,7 @@ class KafkaServer:
         if self.state.notifier is not None:
             self.state.notifier.wake_all()
         for conn in list(self._conns.values()):
-            if not conn.busy and not conn.awaiting:
+            if not conn.busy:
                 conn.writer.close()
         tasks = list(self._conns)
         if tasks:
@@ -195,10 +210,7 @@ class KafkaServer:
                 return
             if spec.sasl is not None:
                 conn.sasl = spec.sasl()
-            try:
-                await self._serve(conn)
-            finally:
-                await self._settle(conn)
+            await self._serve(conn)
         except ConnectionError:
             pass
         except asyncio.CancelledError:
@@ -270,10 +282,13 @@ class KafkaServer:
         if conn.sasl is not None:  # Kafka's sasl.server.max.receive.size, until authenticated
             max_bytes = min(max_bytes, conn.spec.sasl_max_receive)
         protocol = KafkaConnection(self.registry, max_bytes)
+        held: Event | None = None  # decoded while gathering Produce requests, not yet served
         while not self._closing:
             t0 = time.monotonic()
             try:
-                if protocol.buffered < DECODE_ON_LOOP_BYTES:
+                if held is not None:
+                    event, held = held, None
+                elif protocol.buffered < DECODE_ON_LOOP_BYTES:
                     event = protocol.next_event()
                 else:  # a large request decodes for a second: not on the loop of everyone
                     event = await asyncio.to_thread(protocol.next_event)
@@ -289,17 +304,22 @@ class KafkaServer:
                 continue
             if event is CLOSED:
                 return
+            if self._batchable(conn, event):
+                batch, held = self._gather(protocol, event)
+                conn.busy = True
+                try:
+                    if not await self._serve_produces(conn, protocol, batch, t0):
+                        return
+                finally:
+                    conn.busy = False
+                continue
             conn.busy = True
             try:
-                produce = isinstance(event, Request) and event.api.api_key == PRODUCE
-                # only a Produce overtakes answers waiting for their fsync, and only so many
-                if conn.awaiting and not await self._wait_awaiting(conn, everything=not produce):
-                    return
                 if isinstance(event, Answer):
                     if event.note:
                         log.info("%s: %s", conn.peer, event.note)
                     self._observe(event.api, t0, True)
-                    out: Any = event.data
+                    out: bytes | None = event.data
                 else:
                     assert isinstance(event, Request)
                     step = None
@@ -317,9 +337,6 @@ class KafkaServer:
                             return
                         continue
                     out = await self._respond(conn, protocol, event, t0)
-                if inspect.iscoroutine(out) or (out is not None and conn.awaiting):
-                    self._answer_later(conn, out)  # after the answers before it
-                    continue
                 if out is None:
                     return
                 if out:
@@ -328,59 +345,63 @@ class KafkaServer:
             finally:
                 conn.busy = False
 
-    # -- answers waiting for an fsync (acks=all) -------------------------------------------
-    def _answer_later(self, conn: _Connection, out: Any) -> None:
-        """Write ``out`` (bytes, or a coroutine giving them: an acks=all answer waiting
-        for its fsync) once the connection's earlier answers are written: Kafka answers
-        a connection's requests in order. Meanwhile the connection's next Produce is
-        read and appended, so its fsync can cover both (group commit)."""
-        prev = conn.awaiting[-1] if conn.awaiting else None
-        task = asyncio.create_task(self._write_after(conn, prev, out))
-        conn.awaiting.append(task)
-        task.add_done_callback(functools.partial(_forget, conn.awaiting))
+    def _batchable(self, conn: _Connection, event: Event) -> bool:
+        """A Produce that may be handled together with the next ones buffered."""
+        return (
+            isinstance(event, Request)
+            and event.api.api_key == PRODUCE
+            and not inspect.iscoroutinefunction(event.api.handler)
+            and (conn.sasl is None or conn.sasl.complete)
+        )
 
-    async def _write_after(self, conn: _Connection, prev: asyncio.Task | None, out: Any) -> bool:
-        """False once the connection is to close (its answer failed, or the peer left)."""
-        try:
-            if inspect.iscoroutine(out):
-                out = await out
-            if prev is not None and not await prev:
+    def _gather(self, protocol: KafkaConnection, first: Request) -> tuple[list[Request], Any]:
+        """``first`` and the Produce requests buffered right behind it (a client
+        pipelines them), and the event after them, if one was decoded."""
+        batch = [first]
+        while len(batch) < MAX_PRODUCE_BATCH and 0 < protocol.buffered < DECODE_ON_LOOP_BYTES:
+            try:
+                event = protocol.next_event()
+            except ProtocolError:  # raised again by the next next_event(), after the batch
+                break
+            if event is NEED_DATA:
+                break
+            if not isinstance(event, Request) or event.api.handler is not first.api.handler:
+                return batch, None if event is CLOSED else event
+            batch.append(event)
+        return batch, None
+
+    async def _serve_produces(
+        self, conn: _Connection, protocol: KafkaConnection, batch: list[Request], t0: float
+    ) -> bool:
+        """Several pipelined Produce requests handled in one worker-thread hop, their
+        acks=all fsyncs shared (one per partition, group commit), answered in order;
+        False once the connection is to close."""
+        calls = [
+            (
+                req.api.handler,
+                self._context(conn, req),
+                req.body,
+                functools.partial(protocol.send, req),
+            )
+            for req in batch
+        ]
+        done = await asyncio.to_thread(_handle_produces, calls)
+        for req, (result, out) in zip(batch, done, strict=True):
+            if isinstance(result, Exception):
+                self._failed(conn, req, t0, result)
                 return False
-            if out is None:
-                conn.writer.close()
+            answer = self._encoded(conn, req, result, out, t0)
+            if answer is None:
                 return False
-            if out:
-                conn.writer.write(out)
-                await conn.writer.drain()
-            if self._closing and not conn.busy and len(conn.awaiting) <= 1:
-                conn.writer.close()  # the server stops: this was the connection's last answer
-            return True
-        except (ConnectionError, OSError):
-            conn.writer.close()
+            if answer:
+                conn.writer.write(answer)
+        if len(done) < len(batch):  # a handler failed: the rest are not answered
             return False
-
-    async def _wait_awaiting(self, conn: _Connection, everything: bool) -> bool:
-        """Wait until no answer awaits its fsync (``everything``) or fewer than
-        MAX_AWAITING_FLUSH do; False if the connection is to close."""
-        while conn.awaiting and (everything or len(conn.awaiting) >= MAX_AWAITING_FLUSH):
-            task = conn.awaiting[-1] if everything else conn.awaiting[0]
-            if not await task:
-                return False
-            _forget(conn.awaiting, task)
+        await conn.writer.drain()
         return True
 
-    async def _settle(self, conn: _Connection) -> None:
-        """At the connection's end: its answers waiting for an fsync are written (or
-        given up with the connection), none left behind as stray tasks."""
-        if conn.awaiting:
-            await asyncio.gather(*conn.awaiting, return_exceptions=True)
-
-    async def _respond(
-        self, conn: _Connection, protocol: KafkaConnection, req: Request, t0: float
-    ) -> Any:
-        """The response bytes, b'' for no response, None to close the connection, or a
-        coroutine giving one of those once the request's appends are fsynced (acks=all)."""
-        ctx = RequestContext(
+    def _context(self, conn: _Connection, req: Request) -> RequestContext:
+        return RequestContext(
             self.state,
             req.api.api_key,
             req.api_version,
@@ -390,48 +411,34 @@ class KafkaServer:
             conn.principal,
             conn.spec.name,
         )
+
+    async def _respond(
+        self, conn: _Connection, protocol: KafkaConnection, req: Request, t0: float
+    ) -> bytes | None:
+        """The response bytes, b'' for no response, or None to close the connection."""
+        ctx = self._context(conn, req)
         encode = functools.partial(protocol.send, req)  # pure: any thread may run it
         try:
             result, out = await self._call(req.api.handler, ctx, req.body, encode)
-        except Exception:
-            return self._failed(conn, req, t0)
-        if isinstance(result, DurableResponse):
-            return self._durable(conn, req, result, encode, t0)
+        except Exception as exc:
+            self._failed(conn, req, t0, exc)
+            return None
         return self._encoded(conn, req, result, out, t0)
 
-    async def _durable(
-        self,
-        conn: _Connection,
-        req: Request,
-        durable: DurableResponse,
-        encode: Callable[[Any], bytes],
-        t0: float,
-    ) -> bytes | None:
-        """An acks=all answer, once the group commit has fsynced its appends."""
-        try:
-            result = await self.flushes.complete(durable)
-        except Exception:
-            return self._failed(conn, req, t0)
-        if len(durable.waits) <= ENCODE_ON_LOOP_PARTITIONS:
-            out = _encode(encode, result)
-        else:
-            out = await asyncio.to_thread(_encode, encode, result)
-        return self._encoded(conn, req, result, out, t0)
-
-    def _failed(self, conn: _Connection, req: Request, t0: float) -> None:
-        log.exception(
+    def _failed(self, conn: _Connection, req: Request, t0: float, exc: Exception) -> None:
+        log.error(
             "%s v%d from %s failed; closing the connection",
             req.name,
             req.api_version,
             conn.peer,
+            exc_info=exc,
         )
         self._observe(req.name, t0, True)
-        return None
 
     def _encoded(
         self, conn: _Connection, req: Request, result: Any, out: Any, t0: float
     ) -> bytes | None:
-        """What to send for ``result`` encoded as ``out`` (see :meth:`_respond`)."""
+        """What to send for a handler's ``result`` encoded as ``out`` (see _respond)."""
         if result is None:
             self._observe(req.name, t0, False)
             return b""
@@ -453,8 +460,7 @@ class KafkaServer:
     ) -> tuple[Any, bytes | Exception | None]:
         """(the handler's answer, its encoded frame or the encoding's exception). A handler
         runs where it belongs: a coroutine on the loop, a plain function on a worker thread
-        (it may block on the log); a delayed answer is waited out; an answer waiting for
-        an fsync is returned as it is (see :meth:`_durable`). The answer is encoded
+        (it may block on the log); a delayed answer is waited out. The answer is encoded
         off the loop (with a plain handler, on its thread): a response naming 100,000
         partitions takes seconds to encode, which on the loop stalled every other
         connection (Kafka's network threads do not wait on one another's responses)."""

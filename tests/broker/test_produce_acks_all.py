@@ -1,7 +1,7 @@
 """acks=all on one node means on disk: a Produce with acks=-1 is answered only once an
 fsync of its partition covers the record (Kafka's ``ProduceRequest.acks``: -1 waits for
 the full set of in-sync replicas; kompakt's only replica is the disk), and the fsync is
-a group commit: the requests that appended while one fsync ran share the next one.
+a group commit: the requests that append while one fsync is in flight share one.
 
 The disk is made slow or stalled (the partition's flush waits on the test), the broker
 and the client are real.
@@ -65,8 +65,9 @@ def test_acks_all_answer_comes_after_the_fsync_that_covers_the_record(tmp_path):
 
 
 def test_acks_all_requests_that_append_during_an_fsync_share_the_next_one(tmp_path):
-    """Group commit: five producers' acks=all requests arrive while the first fsync
-    stalls; one more fsync answers all of them, each after it covered its record."""
+    """Group commit: four more producers' acks=all requests append while the first
+    one's fsync stalls; that fsync, which runs once the disk comes back, covers and
+    answers all five (one flush, not five), each answer after its record was covered."""
     b = start_test_broker(tmp_path)
     producers: list[Producer] = []
     try:
@@ -84,7 +85,8 @@ def test_acks_all_requests_that_append_during_an_fsync_share_the_next_one(tmp_pa
             assert p.flush(TIMEOUT) == 0
         assert sorted(off for off, _ in disk.seen) == [0, 1, 2, 3, 4]
         assert all(off < rp for off, rp in disk.seen)
-        # the stalled fsync covered the first record, one more covered the other four
-        assert disk.calls == [1, 5]
+        # one flush, started when the log ended at offset 1, covered all five records
+        assert disk.calls == [1]
+        assert disk.plog.recovery_point == 5
     finally:
         b.stop()

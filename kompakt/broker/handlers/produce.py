@@ -9,12 +9,13 @@ commit (:mod:`kompakt.broker.flush`): one for every request that appended meanwh
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v3.request import ProduceRequest
 
-from kompakt.broker.flush import DurableResponse
+from kompakt.broker.flush import flush_covering
 from kompakt.broker.handlers.common import (
     UNKNOWN_OFFSET,
     error_of,
@@ -97,17 +98,15 @@ def _record_errors(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def _failed_flush(part: dict[str, Any], exc: Exception) -> None:
-    """An acks=all partition whose fsync failed: its write is not durable."""
-    part.update(produce_error_partition(part["index"], ErrorCode.none))
-    part["error_code"], part["error_message"] = error_of(exc)
+def _not_durable(resp: dict[str, Any], exc: Exception) -> None:
+    """An acks=all partition whose (deferred) fsync failed: answered with the error."""
+    resp.update(produce_error_partition(resp["index"], ErrorCode.none))
+    resp["error_code"], resp["error_message"] = error_of(exc)
 
 
-def _produce_all(
-    ctx: RequestContext, topics: list[tuple[str | None, Any, Any]], acks: int, durable: Any
-) -> list:
-    """Append each partition's records; with acks=all, each appended partition's log
-    and end offset join ``durable.waits`` (the server answers once they are flushed)."""
+def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]], acks: int):
+    """Append each partition's records; with acks=all, answer a partition only once an
+    fsync covers its batch (a group commit with the other requests appending)."""
     producers: ProducerStateManager = ctx.state.producers
     out = []
     for name, key, tdata in topics:
@@ -129,9 +128,9 @@ def _produce_all(
                         # log directly and never comes through here.
                         raise InvalidTopicError(f"Cannot append to internal topic {name}")
                     answer, end = _append(plog, producers, bytes(p.records))
+                    if acks == ACKS_ALL:  # a failed fsync: not durable, answered as an error
+                        flush_covering(plog, end, functools.partial(_not_durable, resp))
                     resp.update(answer)
-                    if acks == ACKS_ALL:
-                        durable.waits.append((plog, end, resp))
                 except Exception as exc:
                     code, msg = error_of(exc)
                     resp["error_code"] = code
@@ -142,7 +141,7 @@ def _produce_all(
     return out
 
 
-def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | DurableResponse | None:
+def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
     acks = req.acks
     topics = []
     for t in req.topic_data:
@@ -165,13 +164,10 @@ def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | DurableRes
             for _n, key, t in topics
         ]
         return {"responses": responses, "throttle_time": 0}
-    durable = DurableResponse({"throttle_time": 0}, _failed_flush)
-    durable.response["responses"] = _produce_all(ctx, topics, acks, durable)
+    responses = _produce_all(ctx, topics, acks)
     if acks == ACKS_NONE:
         return None
-    if durable.waits:  # acks=all: answered once the appends are fsynced (group commit)
-        return durable
-    return durable.response
+    return {"responses": responses, "throttle_time": 0}
 
 
 def register(registry: ApiRegistry) -> None:
