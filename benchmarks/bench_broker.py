@@ -104,10 +104,10 @@ def bench_tcp(total: int) -> float:
 
 
 class LatencyProbe:
-    """Paced acks=1 produces; per-message delivery-callback latency in ms."""
+    """Paced produces (acks=1 unless told); per-message delivery-callback latency in ms."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: int, linger_ms: int):
-        self.p = producer(bootstrap, "1", linger_ms)
+    def __init__(self, bootstrap: str, topic: str, rate: int, linger_ms: int, acks: str = "1"):
+        self.p = producer(bootstrap, acks, linger_ms)
         self.topic = topic
         self.rate = rate
         self.value = b"l" * 100
@@ -169,6 +169,11 @@ def main() -> None:
         help="only produce/consume MB/s against kompakt and the sink (quick)",
     )
     ap.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only the produce latency probe, acks=1 and acks=all, no compaction (quick)",
+    )
+    ap.add_argument(
         "--groups-only", action="store_true", help="only the consumer-group section (quick)"
     )
     ap.add_argument(
@@ -218,6 +223,11 @@ def main() -> None:
     try:
         if args.txn_only:
             bench_transactions(b, args)
+            return
+        if args.latency_only:
+            print(f"before: {load_average()}")
+            idle_latency(b, args)
+            print(f"after: {load_average()}")
             return
         if not args.groups_only:
             throughput(b, args)
@@ -307,8 +317,44 @@ def throughput(b, args: argparse.Namespace) -> None:
     print(f"after: {after}")
 
 
+def _latency_table(args: argparse.Namespace, rows: list[tuple[str, list[float]]]) -> None:
+    print(
+        f"latency probe: 100 B values, {args.rate} msg/s, "
+        f"linger.ms={args.latency_linger_ms}, delivery-callback latency"
+    )
+    hdr = f"{'produce latency':28} {'msgs':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+    print(hdr)
+    print("-" * len(hdr))
+    for name, xs in rows:
+        print(
+            f"{name:28} {len(xs):>7} {pct(xs, 0.5):>8.2f} {pct(xs, 0.99):>8.2f} "
+            f"{max(xs, default=float('nan')):>8.2f}"
+        )
+
+
+def _probe_idle(b, args: argparse.Namespace, topic: str, acks: str) -> list[float]:
+    create_topic(b.bootstrap, topic)
+    probe = LatencyProbe(b.bootstrap, topic, args.rate, args.latency_linger_ms, acks)
+    t_end = time.perf_counter() + args.baseline_seconds
+    try:
+        return probe.run(lambda: time.perf_counter() >= t_end)
+    finally:
+        probe.close()
+
+
+def idle_latency(b, args: argparse.Namespace) -> None:
+    """Produce latency, paced, no compaction: acks=1, then acks=all (issue 28: p50 at
+    most 2 ms at 1,000 msg/s with acks=all, whose answer waits for the fsync)."""
+    rows = [
+        ("acks=1, no compaction", _probe_idle(b, args, "latency-acks-1", "1")),
+        ("acks=all, no compaction", _probe_idle(b, args, "latency-acks-all", "all")),
+    ]
+    _latency_table(args, rows)
+
+
 def latency(b, args: argparse.Namespace) -> None:
-    """Produce latency (acks=1, paced) idle and while POST /v1/compact cleans a topic."""
+    """Produce latency (paced) idle, acks=1 and acks=all, and with acks=1 while
+    POST /v1/compact cleans a topic."""
     bs = b.bootstrap
 
     ct = "compacted"
@@ -327,6 +373,7 @@ def latency(b, args: argparse.Namespace) -> None:
     produce_all(producer(bs, "1"), ct, b"c" * vsize, nfill, key_mod=args.compact_keys)
     fill_s = time.perf_counter() - t0
 
+    base_all = _probe_idle(b, args, "latency-acks-all", "all")
     lt = "latency"
     create_topic(bs, lt)
     probe = LatencyProbe(bs, lt, args.rate, args.latency_linger_ms)
@@ -363,18 +410,12 @@ def latency(b, args: argparse.Namespace) -> None:
     )
     keys = ("status", "records_read", "records_written", "bytes_read", "bytes_written")
     print("compact result:", {k: r0[k] for k in keys if k in r0})
-    print(
-        f"latency probe: acks=1, 100 B values, {args.rate} msg/s, "
-        f"linger.ms={args.latency_linger_ms}, delivery-callback latency"
-    )
-    hdr = f"{'produce latency':28} {'msgs':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}"
-    print(hdr)
-    print("-" * len(hdr))
-    for name, xs in (("no compaction", base), ("during compaction", during)):
-        print(
-            f"{name:28} {len(xs):>7} {pct(xs, 0.5):>8.2f} {pct(xs, 0.99):>8.2f} "
-            f"{max(xs, default=float('nan')):>8.2f}"
-        )
+    rows = [
+        ("acks=1, no compaction", base),
+        ("acks=1, during compaction", during),
+        ("acks=all, no compaction", base_all),
+    ]
+    _latency_table(args, rows)
 
 
 TXN_RECORDS = 100  # records per transaction (issue 15)
