@@ -5,7 +5,7 @@ with configs, and the raw ListOffsets and Fetch requests confluent-kafka cannot 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka.admin import AdminClient, NewTopic
 from raw_kafka import API, call
@@ -31,7 +31,11 @@ def create_topic(b: BrokerThread, topic: str, configs: dict[str, str]) -> None:
     admin.create_topics([NewTopic(topic, 1, 1, config=configs)])[topic].result(TIMEOUT)
 
 
-def list_offset(b: BrokerThread, topic: str, timestamp: int) -> int:
+class HasPort(Protocol):
+    port: int
+
+
+def list_offset(b: HasPort, topic: str, timestamp: int) -> int:
     """ListOffsets v9 (the first with LATEST_TIERED) of partition 0."""
     part = {"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}
     body = {
@@ -44,7 +48,7 @@ def list_offset(b: BrokerThread, topic: str, timestamp: int) -> int:
     return p.offset
 
 
-def fetch(b: BrokerThread, topic: str, offset: int, committed: bool = False) -> Any:
+def fetch(b: HasPort, topic: str, offset: int, committed: bool = False) -> Any:
     """One Fetch v12 of partition 0 at ``offset`` (64 KiB at most)."""
     part = {
         "partition": 0,
