@@ -29,8 +29,10 @@ from kio.schema.errors import ErrorCode
 from kompakt.broker.protocol import (
     API_HEADER,
     INT32,
+    Buffer,
     ProtocolError,
     encode_response,
+    encode_response_parts,
     parse_request,
     peek_header,
     schemas,
@@ -134,6 +136,11 @@ class KafkaConnection:
         :func:`~kompakt.broker.protocol.build` takes, or a kio entity)."""
         return encode_response(request.response_class, request.correlation_id, body)
 
+    def send_parts(self, request: Request, body: Any) -> list[Buffer]:
+        """:meth:`send` as parts to write one after the other: a Fetch response's
+        records are not copied into the frame."""
+        return encode_response_parts(request.response_class, request.correlation_id, body)
+
     # -- framing ---------------------------------------------------------------------------
     def _next_frame(self) -> bytes | _Sentinel:
         buf = self._buffer
@@ -159,7 +166,8 @@ class KafkaConnection:
                     f"connection ended inside a {size}-byte request", level=logging.INFO
                 )
             return NEED_DATA
-        frame = bytes(buf[:size])
+        with memoryview(buf) as view:  # one copy of the frame, not two
+            frame = bytes(view[:size])
         del buf[:size]
         self._frame_size = None
         return frame

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
-import io
 import logging
 import struct
 import uuid
@@ -236,15 +235,53 @@ def parse_request(frame: bytes, req_cls: type) -> tuple[Any, Any]:
     return header, body
 
 
-def encode_response(resp_cls: type, correlation_id: int, body: Any) -> bytes:
-    """Length-prefixed response frame: header (v0 or v1 as the class says) + body."""
+KEEP_BYTES = 1 << 16
+"""A write at least this long (a Fetch response's records) stays a part of its own in
+:func:`encode_response_parts`, never copied into the frame's buffer."""
+
+Buffer = bytes | bytearray | memoryview
+
+
+class _Frame:
+    """The kio ``Writable`` a response is encoded into: small writes go into one
+    buffer, large ones are kept by reference (a Fetch's records: read once from the
+    segment, copied again only by the socket)."""
+
+    __slots__ = ("parts", "size", "_buf")
+
+    def __init__(self) -> None:
+        self._buf = bytearray(b"\0\0\0\0")  # the size prefix, set by finish()
+        self.parts: list[Buffer] = [self._buf]
+        self.size = 4
+
+    def write(self, data: Buffer) -> int:
+        n = len(data)
+        if n >= KEEP_BYTES:
+            self._buf = bytearray()
+            self.parts += (data, self._buf)
+        else:
+            self._buf += data
+        self.size += n
+        return n
+
+    def finish(self) -> list[Buffer]:
+        INT32.pack_into(self.parts[0], 0, self.size - 4)
+        return [p for p in self.parts if len(p)]
+
+
+def encode_response_parts(resp_cls: type, correlation_id: int, body: Any) -> list[Buffer]:
+    """The length-prefixed response frame (header, v0 or v1 as the class says, and
+    body) as parts to send one after the other, large fields by reference."""
     entity = build(resp_cls, body)
-    buf = io.BytesIO()
-    buf.write(b"\0\0\0\0")
+    frame = _Frame()
     _writer(resp_cls.__header_schema__)(
-        buf, resp_cls.__header_schema__(correlation_id=correlation_id)
+        frame, resp_cls.__header_schema__(correlation_id=correlation_id)
     )
-    _writer(resp_cls)(buf, entity)
-    out = buf.getbuffer()
-    INT32.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
+    _writer(resp_cls)(frame, entity)
+    return frame.finish()
+
+
+def encode_response(resp_cls: type, correlation_id: int, body: Any) -> bytes:
+    """The length-prefixed response frame as one bytes object."""
+    parts = encode_response_parts(resp_cls, correlation_id, body)
+    return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)

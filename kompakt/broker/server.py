@@ -35,7 +35,7 @@ from kompakt.broker.connection import (
 )
 from kompakt.broker.flush import deferred_flushes
 from kompakt.broker.metrics import BrokerMetrics, has_error
-from kompakt.broker.protocol import ProtocolError
+from kompakt.broker.protocol import Buffer, ProtocolError
 from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler, Result
 from kompakt.broker.security.principal import NoMatchingRule, PrincipalMapper, cert_principal
 from kompakt.broker.security.sasl import SaslAuthenticator
@@ -43,8 +43,13 @@ from kompakt.broker.state import BrokerState, RequestContext
 from kompakt.errors import KompaktError
 
 log = logging.getLogger(__name__)
+Frame = bytes | list[Buffer]  # an encoded response: one bytes object or parts in order
 
-READ_SIZE = 1 << 16
+# bytes taken from the socket's stream at a time, and what the stream buffers before it
+# stops reading the socket (asyncio's default, 64 KiB, paused and resumed reading, two
+# epoll calls, several times per 1 MiB produce batch)
+READ_SIZE = 1 << 20
+STREAM_LIMIT = 1 << 20
 # requests up to this size decode on the loop (fast); larger ones on a worker thread,
 # which only this connection's task uses the protocol object from, one call at a time
 DECODE_ON_LOOP_BYTES = 1 << 20
@@ -72,7 +77,17 @@ class ListenerSpec:
     sasl_max_receive: int = 524288
 
 
-def _encode(encode: Callable[[Any], bytes], result: Any) -> bytes | Exception:
+def _write(writer: asyncio.StreamWriter, out: Frame) -> None:
+    """Send a frame; one in parts is written part by part (3.11's ``writelines`` would
+    join them: a copy of a Fetch's records)."""
+    if isinstance(out, list):
+        for part in out:
+            writer.write(part)
+    else:
+        writer.write(out)
+
+
+def _encode(encode: Callable[[Any], Frame], result: Any) -> Frame | Exception:
     try:
         return encode(result)
     except Exception as exc:  # reported by the caller, with the request named
@@ -80,8 +95,8 @@ def _encode(encode: Callable[[Any], bytes], result: Any) -> bytes | Exception:
 
 
 def _handle_produces(
-    calls: list[tuple[Handler, RequestContext, Any, Callable[[Any], bytes]]],
-) -> list[tuple[Any, bytes | Exception | None]]:
+    calls: list[tuple[Handler, RequestContext, Any, Callable[[Any], Frame]]],
+) -> list[tuple[Any, Frame | Exception | None]]:
     """Several Produce requests in order on one worker thread, their acks=all fsyncs
     shared and done before any answer is encoded; stops at a handler that raises (its
     exception in place of the answer)."""
@@ -100,8 +115,8 @@ def _handle_produces(
 
 
 def _handle(
-    handler: Handler, ctx: RequestContext, body: Any, encode: Callable[[Any], bytes]
-) -> tuple[Any, bytes | Exception | None]:
+    handler: Handler, ctx: RequestContext, body: Any, encode: Callable[[Any], Frame]
+) -> tuple[Any, Frame | Exception | None]:
     """A plain handler's answer and its encoding, on one worker thread (a delayed answer
     is not encoded yet: it is completed on the loop)."""
     result = handler(ctx, body)
@@ -157,6 +172,7 @@ class KafkaServer:
                     spec.host or None,
                     spec.port,
                     reuse_address=True,
+                    limit=STREAM_LIMIT,
                 )
                 self._servers.append(server)
                 self.ports[spec.name] = server.sockets[0].getsockname()[1]
@@ -319,7 +335,7 @@ class KafkaServer:
                     if event.note:
                         log.info("%s: %s", conn.peer, event.note)
                     self._observe(event.api, t0, True)
-                    out: bytes | None = event.data
+                    out: Frame | None = event.data
                 else:
                     assert isinstance(event, Request)
                     step = None
@@ -340,7 +356,7 @@ class KafkaServer:
                 if out is None:
                     return
                 if out:
-                    conn.writer.write(out)
+                    _write(conn.writer, out)
                     await conn.writer.drain()
             finally:
                 conn.busy = False
@@ -381,7 +397,7 @@ class KafkaServer:
                 req.api.handler,
                 self._context(conn, req),
                 req.body,
-                functools.partial(protocol.send, req),
+                functools.partial(protocol.send_parts, req),
             )
             for req in batch
         ]
@@ -394,7 +410,7 @@ class KafkaServer:
             if answer is None:
                 return False
             if answer:
-                conn.writer.write(answer)
+                _write(conn.writer, answer)
         if len(done) < len(batch):  # a handler failed: the rest are not answered
             return False
         await conn.writer.drain()
@@ -414,10 +430,10 @@ class KafkaServer:
 
     async def _respond(
         self, conn: _Connection, protocol: KafkaConnection, req: Request, t0: float
-    ) -> bytes | None:
+    ) -> Frame | None:
         """The response bytes, b'' for no response, or None to close the connection."""
         ctx = self._context(conn, req)
-        encode = functools.partial(protocol.send, req)  # pure: any thread may run it
+        encode = functools.partial(protocol.send_parts, req)  # pure: any thread may run it
         try:
             result, out = await self._call(req.api.handler, ctx, req.body, encode)
         except Exception as exc:
@@ -437,7 +453,7 @@ class KafkaServer:
 
     def _encoded(
         self, conn: _Connection, req: Request, result: Any, out: Any, t0: float
-    ) -> bytes | None:
+    ) -> Frame | None:
         """What to send for a handler's ``result`` encoded as ``out`` (see _respond)."""
         if result is None:
             self._observe(req.name, t0, False)
@@ -456,8 +472,8 @@ class KafkaServer:
         return out
 
     async def _call(
-        self, handler: Handler, ctx: RequestContext, body: Any, encode: Callable[[Any], bytes]
-    ) -> tuple[Any, bytes | Exception | None]:
+        self, handler: Handler, ctx: RequestContext, body: Any, encode: Callable[[Any], Frame]
+    ) -> tuple[Any, Frame | Exception | None]:
         """(the handler's answer, its encoded frame or the encoding's exception). A handler
         runs where it belongs: a coroutine on the loop, a plain function on a worker thread
         (it may block on the log); a delayed answer is waited out. The answer is encoded
