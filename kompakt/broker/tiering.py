@@ -59,7 +59,7 @@ from kompakt.remote.manifest import PartitionManifest, RemoteSegment, TopicRecor
 from kompakt.remote.metadata import ManifestConflictError, Versioned
 from kompakt.remote.reads import RemoteSegmentReader
 from kompakt.remote.storage import LocalSegmentFiles
-from kompakt.remote.store import RemoteStorageError
+from kompakt.remote.store import ObjectNotFoundError, RemoteStorageError
 
 if TYPE_CHECKING:
     from kompakt.broker.background import BackgroundTasks
@@ -156,6 +156,11 @@ class Tiering:
         with self._lock:  # a commit since the load wins
             return self._manifests.setdefault(key, loaded)
 
+    def forget(self, topic: str, partition: int) -> None:
+        """Drop the cached manifest: the next use reads the store's."""
+        with self._lock:
+            self._manifests.pop((topic, partition), None)
+
     def _remember(self, key: Key, v: Versioned[PartitionManifest] | None) -> None:
         with self._lock:
             self._manifests[key] = v
@@ -183,11 +188,6 @@ class Tiering:
                 raise
             return local
         return min(local, m.log_start_offset) if m is not None and m.segments else local
-
-    @staticmethod
-    def local_log_start_offset(plog: PartitionLog) -> int:
-        """Kafka's ``localLogStartOffset``: the first offset still on local disk."""
-        return plog.log_start_offset
 
     def highest_tiered_offset(self, plog: PartitionLog) -> int:
         """Kafka's ``highestOffsetInRemoteStorage``: -1 when nothing is tiered."""
@@ -487,6 +487,16 @@ class RemoteSource:
         self.tiering, self.plog, self.manifest = tiering, plog, manifest
 
     def read(self, offset: int, max_bytes: int, min_one_batch: bool = True) -> bytes:
+        try:
+            return self._read(offset, max_bytes, min_one_batch)
+        except ObjectNotFoundError:
+            # a newer manifest than the one cached dropped the segment (a writer in
+            # another process): read the manifest again and retry once
+            self.tiering.forget(self.plog.topic, self.plog.partition)
+            source = self.tiering.source_for(self.plog, offset)  # OUT_OF_RANGE now?
+            return source.read(offset, max_bytes, min_one_batch)
+
+    def _read(self, offset: int, max_bytes: int, min_one_batch: bool) -> bytes:
         seg = self.manifest.segment_for(offset)
         if seg is None:  # between the remote end and the local start: the next batch
             return self.plog.read(self.plog.log_start_offset, max_bytes, min_one_batch)

@@ -21,6 +21,8 @@ from shared_kit import consume_until, wait_for
 
 from kompakt.broker.app import BrokerThread
 from kompakt.broker.tiering import Tiering, tiering_of
+from kompakt.remote import open_store
+from kompakt.remote.metadata import RemoteLogMetadataManager
 from tests.remote.broker_kit import (
     EARLIEST,
     EARLIEST_LOCAL,
@@ -249,5 +251,30 @@ def test_the_task_sweeps_objects_no_manifest_names(tmp_path: Path) -> None:
         assert not orphan.exists()
         assert sorted(p.name for p in folder.iterdir()) == [n for n in named if n != orphan.name]
         assert fetch(b, "o", 0).records
+    finally:
+        b.stop()
+
+
+def test_a_fetch_rereads_a_manifest_another_writer_changed(tmp_path: Path) -> None:
+    """A reader whose manifest is older than the store's finds a dropped segment's
+    objects gone; it reads the manifest again (docs/tiered-storage.md), so the fetch
+    is answered by the new one: OFFSET_OUT_OF_RANGE below its log start, records
+    above it."""
+    b, tiering = start(tmp_path / "data")
+    try:
+        create(b, "w")
+        produce(b, "w", 300)
+        tiering.run_once()
+        other = RemoteLogMetadataManager(open_store((tmp_path / "data-remote").as_uri()))
+        v = other.load_partition("w", 0)
+        assert v is not None and len(v.value.segments) > 2
+        kept = v.value.segments[1:]
+        # the broker caches the manifest (not segment 0's chunks: objects never change,
+        # so cached bytes stay valid to serve)
+        assert fetch(b, "w", kept[-1].base_offset).records
+        other.commit_partition(v.value.next(kept, log_start_offset=kept[0].base_offset), v)
+        assert fetch(b, "w", 0).error_code == OFFSET_OUT_OF_RANGE
+        assert fetch(b, "w", kept[0].base_offset).records
+        assert list_offset(b, "w", EARLIEST) == kept[0].base_offset
     finally:
         b.stop()
