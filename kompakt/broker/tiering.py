@@ -133,13 +133,16 @@ class Tiering:
     the manifests it committed (read by fetches and ListOffsets without a remote call)."""
 
     def __init__(self, logs: LogManager, tier: RemoteTier):
-        self.logs = logs
-        self.tier = tier
-        self.reader = RemoteSegmentReader(tier.segments)
-        self._lock = threading.Lock()  # guards the two caches below
-        self._manifests: dict[Key, Versioned[PartitionManifest] | None] = {}
-        self._topics: dict[str, Versioned[TopicRecord] | None] = {}
-        self._writers: dict[Key, threading.Lock] = {}  # one manifest writer a partition
+        # the task thread and the request threads (fetches, ListOffsets, DeleteRecords,
+        # DeleteTopics) share this object
+        self.logs = logs  # immutable
+        self.tier = tier  # immutable (its store, managers and cache are thread-safe)
+        self.reader = RemoteSegmentReader(tier.segments)  # thread-safe
+        self._lock = threading.Lock()  # guards the three dicts below
+        self._manifests: dict[Key, Versioned[PartitionManifest] | None] = {}  # guarded by _lock
+        self._topics: dict[str, Versioned[TopicRecord] | None] = {}  # guarded by _lock
+        # guarded by _lock: one lock a partition, held by whoever writes its manifest
+        self._writers: dict[Key, threading.Lock] = {}
         self.last_sweep_s = 0.0  # owned by the task thread: time.time() of the last sweep
 
     def _writer(self, key: Key) -> threading.Lock:

@@ -47,10 +47,10 @@ class RemoteSegmentReader:
     """Batches and aborted transactions of remote segments (thread-safe)."""
 
     def __init__(self, segments: RemoteStorageManager, cache_entries: int = PARSED_CACHE_ENTRIES):
-        self.segments = segments
-        self._parsed: OrderedDict[tuple[str, str], object] = OrderedDict()
-        self._lock = threading.Lock()
-        self._cache_entries = cache_entries
+        self.segments = segments  # immutable (thread-safe)
+        self._parsed: OrderedDict[tuple[str, str], object] = OrderedDict()  # guarded by _lock
+        self._lock = threading.Lock()  # guards _parsed
+        self._cache_entries = cache_entries  # immutable
 
     def _cached(self, segment: RemoteSegment, suffix: str, parse: Callable[[bytes], T]) -> T:
         key = (segment.segment_id, suffix)
