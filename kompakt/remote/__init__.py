@@ -2,8 +2,9 @@
 bucket, described by per-partition manifests kept in the same place.
 
 Layer: above :mod:`kompakt.log` (it uploads the log's rolled segment files and uses its
-file suffixes) and below :mod:`kompakt.cleaner` (which will clean remote ranges). One
-idea a module:
+file suffixes) and below :mod:`kompakt.cleaner` (which will clean remote ranges); the
+broker's remote log manager (:mod:`kompakt.broker.tiering`) drives it. One idea a
+module:
 
 - :mod:`.store`: the blob interface, its errors, the local-folder backend, the URL
   (:func:`open_store` opens the store a URL names);
@@ -13,6 +14,8 @@ idea a module:
 - :mod:`.storage`: ``RemoteStorageManager``, segments up and verified reads down;
 - :mod:`.metadata`: ``RemoteLogMetadataManager``, compare-and-swap commits, orphans;
 - :mod:`.cache`: the bounded chunk cache;
+- :mod:`.reads`: a fetch's reads of a remote segment (batches from an offset, aborted
+  transactions, offsets by time);
 - :mod:`.config`: the config keys and Kafka's rules across them.
 
 docs/tiered-storage.md describes the object layout and the crash-safety order.
