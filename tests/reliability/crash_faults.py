@@ -49,7 +49,7 @@ def _kill_after_end_txn_answer() -> CoordinatorFaults:
     stalls (a slow disk) long enough for the answer to reach the client, then dies."""
 
     def hook(_producer_id: int) -> None:
-        time.sleep(SLOW_WRITE_S)
+        time.sleep(SLOW_WRITE_S)  # fault: a slow disk under the marker write
         kill_self()
 
     return CoordinatorFaults(before_txn_markers=hook)
