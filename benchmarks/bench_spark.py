@@ -418,10 +418,9 @@ def run(root: Path, args: argparse.Namespace) -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     jvm_start = time.perf_counter() - t0
-    build(root / "warm", 100, 3)
-    t0 = time.perf_counter()
-    clean_once(root / "warm", spark_engine())
-    warm_clean = time.perf_counter() - t0
+    from kompakt.pipeline.engine import warm_up
+
+    _session_s, warm_clean = warm_up({"kompakt.spark.master": MASTER})  # as a broker's start
     build(root / "warm-local", 100, 3)
     clean_once(root / "warm-local", LocalEngine())  # compile the numba kernels untimed
     print(f"Spark {MASTER}: session start {jvm_start:.1f} s, warm-up clean {warm_clean:.1f} s")
