@@ -84,6 +84,8 @@ class TransactionBroker:
             ),
         )
         self._io = ThreadPoolExecutor(1, thread_name_prefix="kompakt-txn-log")
+        self._flushers = ThreadPoolExecutor(4, thread_name_prefix="kompakt-txn-fsync")
+        """fsyncs of one transaction's markers, run at once (:meth:`_flush_together`)."""
         self.coordinator = self._make(clock or state.logs.clock)
         self._loaded: asyncio.Task | None = None
 
@@ -174,6 +176,7 @@ class TransactionBroker:
     def shutdown(self) -> None:
         self.coordinator.shutdown()
         self._io.shutdown(wait=False)
+        self._flushers.shutdown(wait=False)
 
     # -- the coordinator's I/O -----------------------------------------------------------
     def _on_io(self, fn: Callable[[], None]) -> Completion[ErrorCode]:
@@ -220,6 +223,7 @@ class TransactionBroker:
         try is skipped; a deleted one is dropped, as Kafka's marker channel does), then
         the transactional offsets of ``__consumer_offsets`` applied or dropped."""
         todo = set(partitions)
+        unflushed: dict[TopicPartition, Any] = {}  # marker appended, not yet fsynced
         control = CONTROL_COMMIT if result == TransactionResult.COMMIT else CONTROL_ABORT
 
         hook = self.faults.before_txn_markers
@@ -227,7 +231,7 @@ class TransactionBroker:
         def write() -> None:
             if hook is not None:
                 hook(producer_id)
-            for topic, partition in sorted(todo):
+            for topic, partition in sorted(todo - unflushed.keys()):
                 try:
                     plog = self.state.logs.get_log(topic, partition)
                 except (UnknownTopicError, KompaktError) as exc:
@@ -246,8 +250,8 @@ class TransactionBroker:
                     info = plog.append(marker)
                     for b in iter_batches(marker):
                         producers.update(b.header, info.first_offset)
-                plog.flush()
-                todo.discard((topic, partition))
+                unflushed[(topic, partition)] = plog
+            self._flush_together(unflushed, todo)
 
         out: Completion[ErrorCode] = Completion()
 
@@ -258,6 +262,32 @@ class TransactionBroker:
 
         self._on_io(write).add_done_callback(written)
         return out
+
+    def _flush_together(
+        self, unflushed: dict[TopicPartition, Any], todo: set[TopicPartition]
+    ) -> None:
+        """fsync the partitions' markers at once, each on its own thread (a journaling
+        file system commits fsyncs that wait together in one go); a partition done
+        leaves ``unflushed`` and ``todo``, a failed one stays for the retry, which then
+        only fsyncs it (no second marker), and the first failure is raised."""
+        if len(unflushed) == 1:  # nothing to overlap
+            ((tp, plog),) = unflushed.items()
+            plog.flush()
+            del unflushed[tp]
+            todo.discard(tp)
+            return
+        futures = [(tp, self._flushers.submit(plog.flush)) for tp, plog in unflushed.items()]
+        failed: Exception | None = None
+        for tp, fut in futures:
+            try:
+                fut.result()
+            except Exception as exc:
+                failed = failed or exc
+                continue
+            del unflushed[tp]
+            todo.discard(tp)
+        if failed is not None:
+            raise failed
 
     def _complete_offsets(self, producer_id: int, result: TransactionResult) -> None:
         """Kafka's ``GroupMetadataManager.handleTxnCompletion``: the producer's pending
