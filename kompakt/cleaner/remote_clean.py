@@ -1,0 +1,291 @@
+"""The in-process engine cleaning a partition's remote range (small tiered topics).
+
+The remote segments are fetched whole (each file checked against its SHA-256) into a
+private temporary log dir, with the manifest's producer snapshot, an empty active
+segment at the remote end and the manifest's clean point as the cleaner checkpoint.
+The cleaner's own code (:class:`~kompakt.cleaner.cleaner.Cleaner` with the
+:class:`~kompakt.cleaner.local_engine.LocalEngine`) cleans that log, so Kafka's rules
+hold unchanged (tombstone horizons, transactions from the tiered ``.txnindex``,
+producers' last batches from the snapshot) and the output is byte for byte what the
+in-process engine makes of a local copy of the same segments.
+
+Crash safety is the remote tier's order of writes (docs/tiered-storage.md):
+
+1. the cleaned segments go up as NEW objects (fresh segment ids): nothing names them;
+2. ONE compare-and-swap of the manifest names them, with the new clean point and each
+   cleaned segment's KIP-534 delete horizon; on a conflict the upload is discarded (its
+   objects are orphans the sweep removes) and the next pass starts again;
+3. the replaced objects are deleted only after that put returned and
+   ``file.delete.delay.ms`` passed (readers of the old manifest), by
+   :meth:`RemoteCleaner.delete_due`; a crash before leaves orphans for the sweep.
+
+A failure at any step leaves the old manifest, which names only existing objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from kompakt.cleaner.cleaner import Cleaner
+from kompakt.log.manager import LogManager
+from kompakt.log.producer_snapshot import SNAPSHOT_SUFFIX, ProducerSnapshotFile
+from kompakt.log.segment import LOG_SUFFIX, LogSegment, segment_file
+from kompakt.record.decode import iter_batches
+from kompakt.record.header import DELETE_HORIZON_BIT
+from kompakt.remote.layout import file_base_offset
+from kompakt.remote.manifest import PartitionManifest, RemoteSegment
+from kompakt.remote.metadata import (
+    ManifestConflictError,
+    RemoteLogMetadataManager,
+    Versioned,
+    dropped_segments,
+)
+from kompakt.remote.storage import LocalSegmentFiles, RemoteStorageManager
+
+log = logging.getLogger(__name__)
+Clock = Callable[[], int]
+# the steps a test may fail in (RemoteCleaner.fault is called with each name)
+FETCHED, CLEANED, UPLOADED, COMMITTED, DELETED = (
+    "fetched",
+    "cleaned",
+    "uploaded",
+    "committed",
+    "deleted",
+)
+# topic configs the private copy must not carry (it is a plain local log, never tiered)
+_NOT_COPIED = ("remote.storage.enable", "local.retention.ms", "local.retention.bytes")
+
+
+def dirty_ratio(m: PartitionManifest) -> float:
+    """Bytes of the remote segments at or above the clean point over all remote bytes
+    (Kafka's ``cleanableRatio`` with the manifest's clean point as the checkpoint)."""
+    total = m.size
+    dirty = sum(s.size for s in m.segments if s.last_offset >= m.clean_point)
+    return dirty / total if total else 0.0
+
+
+def earliest_delete_horizon(data: bytes) -> int:
+    """The earliest KIP-534 delete horizon stamped on a batch of ``data``; -1: none."""
+    stamps = [
+        b.header.base_timestamp
+        for b in iter_batches(data)
+        if b.header.attributes & DELETE_HORIZON_BIT
+    ]
+    return min(stamps) if stamps else -1
+
+
+@dataclass
+class RemoteCleanResult:
+    """What one clean committed: the new manifest and the segments it replaced."""
+
+    manifest: Versioned[PartitionManifest]
+    replaced: list[RemoteSegment]
+    cleaned: list[RemoteSegment]
+
+
+@dataclass
+class _Pending:
+    due_ms: int
+    segments: list[RemoteSegment]
+
+
+@dataclass
+class _Planned:
+    """A cleaned local segment and the remote segments it replaces."""
+
+    local: LogSegment
+    covered: list[RemoteSegment]
+    max_timestamp_ms: int
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+class RemoteCleaner:
+    """Cleans remote ranges with the in-process engine and commits them by one manifest
+    swap; keeps the replaced segments until ``file.delete.delay.ms`` has passed."""
+
+    def __init__(
+        self,
+        segments: RemoteStorageManager,
+        metadata: RemoteLogMetadataManager,
+        clock: Clock,
+        broker_config: Mapping[str, str] | None = None,
+        work_dir: Path | None = None,
+    ):
+        self.segments = segments
+        self.metadata = metadata
+        self.clock = clock
+        self.broker_config = dict(broker_config or {})
+        self.work_dir = work_dir  # None: the system's temporary folder
+        self.fault: Callable[[str], None] = lambda step: None  # tests fail a step here
+        self._lock = threading.Lock()  # guards _pending
+        self._pending: list[_Pending] = []
+
+    def due(self, m: PartitionManifest, min_cleanable_dirty_ratio: float) -> bool:
+        """Kafka's rule for a compacted log: clean when the dirty ratio passes
+        ``min.cleanable.dirty.ratio`` (here measured from the manifest's clean point)."""
+        return bool(m.segments) and dirty_ratio(m) > min_cleanable_dirty_ratio
+
+    def clean(
+        self,
+        current: Versioned[PartitionManifest],
+        overrides: Mapping[str, str],
+        delete_delay_ms: int,
+    ) -> RemoteCleanResult | None:
+        """Clean the remote range of ``current`` (the topic's config ``overrides``) and
+        commit it; None when nothing changed or another writer's commit won (the upload
+        is then left to the orphan sweep)."""
+        m = current.value
+        if not m.segments:
+            return None
+        if self.work_dir is not None:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(
+            tempfile.mkdtemp(prefix=f"remote-clean-{m.topic}-{m.partition}-", dir=self.work_dir)
+        )
+        try:
+            planned, clean_point = self._clean_copy(m, overrides, tmp)
+            self.fault(CLEANED)
+            if not planned:
+                return None
+            cleaned = [self._upload(m, p) for p in planned]
+            self.fault(UPLOADED)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        new = self._successor(m, planned, cleaned, clean_point, self.clock())
+        try:
+            committed = self.metadata.commit_partition(new, current, delete_dropped=False)
+        except ManifestConflictError:
+            log.info(
+                "%s-%d: the manifest changed during the remote clean; its upload is left "
+                "to the orphan sweep",
+                m.topic,
+                m.partition,
+            )
+            return None
+        replaced = dropped_segments(m, new)
+        with self._lock:
+            self._pending.append(_Pending(self.clock() + delete_delay_ms, replaced))
+        self.fault(COMMITTED)
+        log.info(
+            "%s-%d: cleaned %d remote segments into %d, clean point %d",
+            m.topic,
+            m.partition,
+            len(replaced),
+            len(cleaned),
+            clean_point,
+        )
+        return RemoteCleanResult(committed, replaced, cleaned)
+
+    def delete_due(self, now_ms: int | None = None) -> int:
+        """Delete the replaced segments whose ``file.delete.delay.ms`` has passed (their
+        manifest is durable); returns how many segments went."""
+        now = self.clock() if now_ms is None else now_ms
+        with self._lock:
+            due = [p for p in self._pending if p.due_ms <= now]
+            self._pending = [p for p in self._pending if p.due_ms > now]
+        gone = [s for p in due for s in p.segments]
+        for s in gone:
+            self.segments.delete_segment(s)
+        if gone:
+            self.fault(DELETED)
+        return len(gone)
+
+    # -- the steps ------------------------------------------------------------------------
+    def _clean_copy(
+        self, m: PartitionManifest, overrides: Mapping[str, str], tmp: Path
+    ) -> tuple[list[_Planned], int]:
+        """Fetch the remote log into a private log dir, clean it there with the cleaner,
+        and return the cleaned segments (files closed) with the new clean point."""
+        configs = {k: v for k, v in overrides.items() if k not in _NOT_COPIED}
+        data = tmp / "data"
+        logs = LogManager(data, broker_config=self.broker_config, clock=self.clock)
+        try:
+            logs.create_topic(m.topic, m.partition + 1, configs)
+            pdir = logs.get_log(m.topic, m.partition).dir
+        finally:
+            logs.close()
+        for p in pdir.iterdir():  # the empty first segment creation made
+            p.unlink()
+        by_base: dict[int, RemoteSegment] = {}
+        for s in m.segments:
+            base = file_base_offset(s.files[LOG_SUFFIX].key)
+            by_base[base] = s
+            for suffix in s.files:
+                path = (
+                    ProducerSnapshotFile(pdir, s.last_offset + 1).path
+                    if suffix == SNAPSHOT_SUFFIX
+                    else segment_file(pdir, base, suffix)
+                )
+                path.write_bytes(self.segments.fetch_file(s, suffix))
+        segment_file(pdir, m.end_offset, LOG_SUFFIX).touch()  # the active segment
+        self.fault(FETCHED)
+        logs = LogManager(data, broker_config=self.broker_config, clock=self.clock)
+        try:
+            plog = logs.get_log(m.topic, m.partition)
+            if m.log_start_offset > plog.log_start_offset:
+                plog.delete_records_before(m.log_start_offset)
+            cleaner = Cleaner(logs)
+            tp = (m.topic, m.partition)
+            if m.clean_point > plog.log_start_offset:
+                cleaner.manager.update_checkpoint(tp, m.clean_point)
+            before = {id(s) for s in plog.segments_snapshot()}
+            stats = cleaner.clean_partition(plog, force=False)
+            after = plog.segments_snapshot()[:-1]
+            clean_point = cleaner.checkpoints().get(tp, m.clean_point)
+            planned = []
+            if stats is not None:
+                bases = sorted(by_base)
+                for i, seg in enumerate(after):
+                    if id(seg) in before:
+                        continue
+                    end = after[i + 1].base_offset if i + 1 < len(after) else m.end_offset
+                    covered = [by_base[b] for b in bases if seg.base_offset <= b < end]
+                    planned.append(_Planned(seg, covered, seg.max_timestamp))
+            for p in planned:
+                p.files = {
+                    suffix: path
+                    for suffix in (".log", ".index", ".timeindex", ".txnindex")
+                    if (path := segment_file(pdir, p.local.base_offset, suffix)).exists()
+                }
+                snap = ProducerSnapshotFile(pdir, p.covered[-1].last_offset + 1).path
+                if SNAPSHOT_SUFFIX in p.covered[-1].files and snap.exists():
+                    p.files[SNAPSHOT_SUFFIX] = snap
+        finally:
+            logs.close()  # trims the indexes of the cleaned segments
+        return planned, max(clean_point, m.clean_point)
+
+    def _upload(self, m: PartitionManifest, p: _Planned) -> RemoteSegment:
+        """A cleaned segment up as new objects, spanning the offsets it replaces."""
+        horizon = earliest_delete_horizon(p.files[LOG_SUFFIX].read_bytes())
+        last = max(s.last_offset for s in p.covered)
+        remote = self.segments.copy_segment(
+            m.topic,
+            m.partition,
+            LocalSegmentFiles(p.local.base_offset, last, p.max_timestamp_ms, p.files, horizon),
+        )
+        # the manifest's range of the first segment replaced (a log start inside it)
+        return replace(remote, base_offset=p.covered[0].base_offset)
+
+    @staticmethod
+    def _successor(
+        m: PartitionManifest,
+        planned: list[_Planned],
+        cleaned: list[RemoteSegment],
+        clean_point: int,
+        now_ms: int,
+    ) -> PartitionManifest:
+        gone = {s.segment_id: c for p, c in zip(planned, cleaned, strict=True) for s in p.covered}
+        out: list[RemoteSegment] = []
+        for s in m.segments:
+            c = gone.get(s.segment_id)
+            if c is None:
+                out.append(s)
+            elif not out or out[-1] is not c:
+                out.append(c)
+        return m.next(tuple(out), clean_point=clean_point, updated_ms=now_ms)

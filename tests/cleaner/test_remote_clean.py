@@ -1,0 +1,225 @@
+"""The in-process engine cleaning a tiered partition's remote range
+(:mod:`kompakt.cleaner.remote_clean`): Kafka's cleaner rules on the fetched segments,
+new objects committed by one manifest swap, the replaced ones deleted only after
+``file.delete.delay.ms``, and a failure at any step leaving a manifest that names only
+existing objects and reads back the latest value of every key."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from cleaner_kit import T0, ManualClock, append, open_manager
+
+from kompakt.broker.tiering import Tiering
+from kompakt.cleaner.cleaner import Cleaner
+from kompakt.cleaner.remote_clean import (
+    CLEANED,
+    COMMITTED,
+    DELETED,
+    FETCHED,
+    UPLOADED,
+    RemoteCleaner,
+    dirty_ratio,
+)
+from kompakt.log.segment import LOG_SUFFIX
+from kompakt.record.decode import iter_batches
+from kompakt.remote import RemoteTier, open_store
+from kompakt.remote.cache import ChunkCache
+from kompakt.remote.layout import file_base_offset, segments_folder
+from kompakt.remote.manifest import PartitionManifest
+from kompakt.remote.metadata import RemoteLogMetadataManager
+from kompakt.remote.storage import RemoteStorageManager
+
+TOPIC = "t"
+CONFIGS = {
+    "cleanup.policy": "compact",
+    "remote.storage.enable": "true",
+    "segment.bytes": "2048",
+    "delete.retention.ms": "1000",
+    "min.cleanable.dirty.ratio": "0.5",
+}
+KEYS = 13
+
+
+class Boom(Exception):
+    pass
+
+
+def tier_of(url: str) -> RemoteTier:
+    store = open_store(url)
+    return RemoteTier(
+        store, RemoteStorageManager(store), RemoteLogMetadataManager(store), ChunkCache(1 << 20)
+    )
+
+
+def feed(plog, n: int = 300) -> dict[bytes, bytes | None]:
+    """Records over KEYS keys, a tombstone every 17th; the latest value per key."""
+    latest: dict[bytes, bytes | None] = {}
+    for i in range(n):
+        k = b"k%d" % (i % KEYS)
+        v = None if i % 17 == 16 else b"v%d-" % i + b"x" * 20
+        append(plog, [(k, v)])
+        latest[k] = v
+    plog.roll()
+    return {k: v for k, v in latest.items() if v is not None}
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    clock = ManualClock()
+    logs = open_manager(tmp_path / "data", clock)
+    logs.create_topic(TOPIC, 1, CONFIGS)
+    plog = logs.get_log(TOPIC, 0)
+    want = feed(plog)
+    tier = tier_of((tmp_path / "remote").as_uri())
+    tiering = Tiering(logs, tier)
+    assert tiering.copy(plog) > 3
+    cleaner = RemoteCleaner(tier.segments, tier.metadata, clock, work_dir=tmp_path / "work")
+    yield logs, plog, tier, cleaner, clock, want
+    logs.close()
+
+
+def remote_state(tier: RemoteTier, m: PartitionManifest) -> dict[bytes, bytes]:
+    """Read the remote log from its start as a consumer would: the latest value per key."""
+    latest = {
+        r.key: r.value
+        for s in m.segments
+        for b in iter_batches(tier.segments.fetch_file(s, LOG_SUFFIX))
+        if not b.header.is_control
+        for r in b.records()
+        if r.offset >= m.log_start_offset
+    }
+    return {k: v for k, v in latest.items() if v is not None}
+
+
+def assert_names_existing(tier: RemoteTier, m: PartitionManifest) -> None:
+    present = {o.key for o in tier.store.list(segments_folder(TOPIC, 0))}
+    assert m.keys() <= present
+
+
+def manifest(tier: RemoteTier):
+    return tier.metadata.load_partition(TOPIC, 0)
+
+
+def test_clean_commits_new_objects_and_clean_point(setup):
+    """Kafka's cleaner keeps the latest record of each key; the remote range shrinks,
+    the manifest records the clean point, and the replaced objects stay readable until
+    file.delete.delay.ms has passed (readers of the old manifest)."""
+    logs, plog, tier, cleaner, clock, want = setup
+    before = manifest(tier)
+    assert dirty_ratio(before.value) == 1.0
+    assert cleaner.due(before.value, 0.5)
+    result = cleaner.clean(before, CONFIGS, delete_delay_ms=60_000)
+    assert result is not None
+    m = result.manifest.value
+    assert m.generation == before.value.generation + 1
+    assert m.clean_point == before.value.end_offset
+    assert m.end_offset == before.value.end_offset
+    assert m.size < before.value.size
+    assert not cleaner.due(m, 0.5)
+    assert remote_state(tier, m) == want
+    assert_names_existing(tier, m)
+    old_keys = before.value.keys() - m.keys()
+    present = {o.key for o in tier.store.list(segments_folder(TOPIC, 0))}
+    assert old_keys <= present  # the delay has not passed
+    assert cleaner.delete_due() == 0
+    clock.advance(60_000)
+    assert cleaner.delete_due() == len(result.replaced)
+    present = {o.key for o in tier.store.list(segments_folder(TOPIC, 0))}
+    assert not old_keys & present
+    assert remote_state(tier, manifest(tier).value) == want
+
+
+def test_tombstones_get_a_horizon_then_go(setup):
+    """KIP-534: the first clean stamps each kept tombstone batch with now +
+    delete.retention.ms (recorded per segment in the manifest); a clean after that
+    horizon removes the tombstones."""
+    logs, plog, tier, cleaner, clock, want = setup
+    r1 = cleaner.clean(manifest(tier), CONFIGS, 0)
+    horizons = [s.delete_horizon_ms for s in r1.manifest.value.segments]
+    assert T0 + 1000 in horizons
+    assert all(h in (-1, T0 + 1000) for h in horizons)
+    clock.advance(2000)
+    # the clean point is the end: force a clean of the whole range again
+    forced = r1.manifest.value.next(r1.manifest.value.segments, clean_point=0)
+    v = tier.metadata.commit_partition(forced, r1.manifest)
+    r2 = cleaner.clean(v, CONFIGS, 0)
+    m = r2.manifest.value
+    assert all(s.delete_horizon_ms == -1 for s in m.segments)
+    tombstones = [
+        r
+        for s in m.segments
+        for b in iter_batches(tier.segments.fetch_file(s, LOG_SUFFIX))
+        for r in b.records()
+        if r.value is None
+    ]
+    assert tombstones == []
+    assert remote_state(tier, m) == want
+
+
+def test_byte_identical_to_the_local_engine_on_a_local_copy(setup, tmp_path: Path):
+    """The cleaned remote segments are byte for byte what the in-process engine makes of
+    a local copy of the same segments."""
+    logs, plog, tier, cleaner, clock, want = setup
+    copy = tmp_path / "copy"
+    logs.close()
+    shutil.copytree(tmp_path / "data", copy)
+    twin_logs = open_manager(copy, clock)
+    twin = twin_logs.get_log(TOPIC, 0)
+    Cleaner(twin_logs).clean_partition(twin, force=False)
+    local = {s.base_offset: Path(s.log_path).read_bytes() for s in twin.segments_snapshot()[:-1]}
+    twin_logs.close()
+    result = cleaner.clean(manifest(tier), CONFIGS, 0)
+    remote = {
+        file_base_offset(s.files[LOG_SUFFIX].key): tier.segments.fetch_file(s, LOG_SUFFIX)
+        for s in result.manifest.value.segments
+    }
+    assert remote == local
+
+
+@pytest.mark.parametrize("step", [FETCHED, CLEANED, UPLOADED, COMMITTED, DELETED])
+def test_a_failure_at_any_step_loses_nothing(setup, step: str):
+    """Crash safety (docs/tiered-storage.md's order of writes): whichever step fails,
+    the manifest names only existing objects and the remote log reads back the latest
+    value of every key; the next clean succeeds and the sweep removes the orphans."""
+    logs, plog, tier, cleaner, clock, want = setup
+
+    def fail(at: str) -> None:
+        if at == step:
+            raise Boom(at)
+
+    cleaner.fault = fail
+    with pytest.raises(Boom):
+        cleaner.clean(manifest(tier), CONFIGS, 0)
+        cleaner.delete_due()
+    m = manifest(tier).value
+    assert_names_existing(tier, m)
+    assert remote_state(tier, m) == want
+    cleaner.fault = lambda at: None
+    cleaner.clean(manifest(tier), CONFIGS, 0)
+    cleaner.delete_due()
+    m = manifest(tier).value
+    assert_names_existing(tier, m)
+    assert remote_state(tier, m) == want
+    tier.metadata.orphan_grace_ms = 0
+    tier.metadata.sweep_orphans()
+    present = {o.key for o in tier.store.list(segments_folder(TOPIC, 0))}
+    assert present == m.keys()
+    assert remote_state(tier, m) == want
+
+
+def test_a_lost_commit_race_discards_the_upload(setup):
+    """Compare-and-swap: a manifest changed by another writer since the read wins; the
+    clean's objects are named by nothing and the sweep removes them."""
+    logs, plog, tier, cleaner, clock, want = setup
+    stale = manifest(tier)
+    tier.metadata.commit_partition(stale.value.next(stale.value.segments), stale)
+    assert cleaner.clean(stale, CONFIGS, 0) is None
+    m = manifest(tier).value
+    assert m.clean_point == 0
+    tier.metadata.orphan_grace_ms = 0
+    tier.metadata.sweep_orphans()
+    assert {o.key for o in tier.store.list(segments_folder(TOPIC, 0))} == m.keys()
+    assert remote_state(tier, m) == want
