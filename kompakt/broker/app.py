@@ -47,7 +47,7 @@ from kompakt.broker.handlers.txn import (
 from kompakt.broker.metrics import BrokerMetrics
 from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
-from kompakt.broker.seams import CleanerView, CoordinatorView, TransactionsView
+from kompakt.broker.seams import CleanerView, CoordinatorView
 from kompakt.broker.security.listeners import admin_security, listener_specs
 from kompakt.broker.server import KafkaServer
 from kompakt.broker.state import AppendNotifier, BrokerState, RequestContext
@@ -95,7 +95,8 @@ class Broker:
             self.cleaner_if_started,
             self.group_coordinator,
             self.cleaning_status,
-            self._transactions,
+            lambda: txn_broker_if_started(self.state) if self.state is not None else None,
+            lambda: tiering.tiering_of(self.state) if self.state is not None else None,
         )
         self._stopped: asyncio.Event | None = None
         self._stopping = False
@@ -395,9 +396,6 @@ class Broker:
     def _last_stats(self) -> Mapping[tuple[str, int], CleanStats]:
         cleaner = self.cleaner_if_started()
         return cleaner.last_stats if cleaner is not None else {}
-
-    def _transactions(self) -> TransactionsView | None:
-        return txn_broker_if_started(self.state) if self.state is not None else None
 
     def _partitions(self) -> list[dict[str, Any]]:
         """``GET /v1/partitions``: each log's offsets and size, and its cleaning status."""

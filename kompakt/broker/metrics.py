@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -12,6 +12,9 @@ from kompakt.broker.seams import CleanerView, CoordinatorView, TransactionsView
 from kompakt.cleaner.stats import CleanStats
 from kompakt.cleaner.status import CleaningStatus
 from kompakt.log.manager import LogManager
+
+if TYPE_CHECKING:
+    from kompakt.broker.tiering import Tiering
 
 
 class _PartitionCollector:
@@ -283,6 +286,113 @@ class _TransactionCollector:
         yield from (opened, oldest)
 
 
+class _RemoteCollector:
+    """``kompakt_remote_*``: the remote tier (KIP-405), read at scrape time without a
+    remote call. Kafka's ``kafka.server:type=BrokerTopicMetrics`` meters as counters:
+    ``RemoteCopyBytesPerSec`` -> ``kompakt_remote_copy_bytes_total``,
+    ``RemoteFetchBytesPerSec`` -> ``kompakt_remote_fetch_bytes_total``, plus the bytes
+    deleted; the store requests by kind (``put``, ``get``, ``delete``: what an object
+    store bills; Kafka's ``Remote*RequestsPerSec`` count segments, these count objects,
+    and the manifest reads and writes are not in them); the chunk cache's hits and
+    misses (Kafka has no such cache: ``kompakt_remote_cache_*``); and per partition
+    KIP-963's ``RemoteCopyLagBytes`` / ``RemoteCopyLagSegments`` (rolled segments not
+    tiered yet), ``RemoteLogSizeBytes`` and the remote segment count."""
+
+    def __init__(self, tiering: Callable[[], Tiering | None]):
+        self._tiering = tiering
+
+    def collect(self) -> Iterable[Metric]:
+        t = self._tiering()
+        if t is None:
+            return
+        stats = t.tier.segments.stats.snapshot()
+        for name, what, value in (
+            (
+                "copy_bytes",
+                "Bytes uploaded to the remote tier (Kafka RemoteCopyBytesPerSec)",
+                stats.bytes_uploaded,
+            ),
+            (
+                "fetch_bytes",
+                "Bytes read from the remote tier (Kafka RemoteFetchBytesPerSec)",
+                stats.bytes_fetched,
+            ),
+            ("delete_bytes", "Bytes of remote objects deleted", stats.bytes_deleted),
+        ):
+            c = CounterMetricFamily(f"kompakt_remote_{name}", what)
+            c.add_metric([], value)
+            yield c
+        requests = CounterMetricFamily(
+            "kompakt_remote_requests",
+            "Object store requests for segment objects, by kind (put, get, delete)",
+            labels=["kind"],
+        )
+        for kind in ("put", "get", "delete"):
+            requests.add_metric([kind], stats.by_kind.get(kind, 0))
+        yield requests
+        yield from self._cache(t)
+        yield from self._partitions(t)
+
+    @staticmethod
+    def _cache(t: Tiering) -> Iterable[Metric]:
+        cs = t.tier.cache.stats()
+        for name, what, value in (
+            ("hits", "Remote chunk reads answered by the cache", cs.hits),
+            ("misses", "Remote chunk reads that went to the store", cs.misses),
+            ("evictions", "Chunks evicted from the cache to stay within its size", cs.evictions),
+        ):
+            c = CounterMetricFamily(f"kompakt_remote_cache_{name}", what)
+            c.add_metric([], value)
+            yield c
+        for name, what, value in (
+            (
+                "hit_ratio",
+                "Hits over hits and misses since the start (0 before any read)",
+                cs.hit_ratio,
+            ),
+            ("bytes", "Bytes the chunk cache holds", cs.bytes),
+            ("max_bytes", "The chunk cache's size limit", cs.max_bytes),
+        ):
+            g = GaugeMetricFamily(f"kompakt_remote_cache_{name}", what)
+            g.add_metric([], value)
+            yield g
+
+    @staticmethod
+    def _partitions(t: Tiering) -> Iterable[Metric]:
+        labels = ["topic", "partition"]
+        lag_bytes = GaugeMetricFamily(
+            "kompakt_remote_copy_lag_bytes",
+            "Bytes of rolled segments not tiered yet (Kafka RemoteCopyLagBytes, KIP-963)",
+            labels=labels,
+        )
+        lag_segments = GaugeMetricFamily(
+            "kompakt_remote_copy_lag_segments",
+            "Rolled segments not tiered yet (Kafka RemoteCopyLagSegments, KIP-963)",
+            labels=labels,
+        )
+        size = GaugeMetricFamily(
+            "kompakt_remote_log_size_bytes",
+            "Bytes of the partition's remote log segments (Kafka RemoteLogSizeBytes)",
+            labels=labels,
+        )
+        count = GaugeMetricFamily(
+            "kompakt_remote_log_segments", "Segments the partition's manifest names", labels=labels
+        )
+        known = t.known_manifests()
+        for plog in t.logs.logs():
+            key = (plog.topic, plog.partition)
+            if not plog.config.remote_storage_enable or key not in known:
+                continue  # not tiered, or the task has not read its manifest yet
+            m = known[key]
+            n, nbytes = t.copy_lag(plog, m)
+            tp = [plog.topic, str(plog.partition)]
+            lag_segments.add_metric(tp, n)
+            lag_bytes.add_metric(tp, nbytes)
+            size.add_metric(tp, m.size if m is not None else 0)
+            count.add_metric(tp, len(m.segments) if m is not None else 0)
+        yield from (lag_bytes, lag_segments, size, count)
+
+
 class BrokerMetrics:
     def __init__(
         self,
@@ -291,6 +401,7 @@ class BrokerMetrics:
         coordinator: Callable[[], CoordinatorView | None] = lambda: None,
         cleaning_status: Callable[[], CleaningStatus | None] = lambda: None,
         transactions: Callable[[], TransactionsView | None] = lambda: None,
+        tiering: Callable[[], Tiering | None] = lambda: None,
     ):
         self.registry = CollectorRegistry()
         self.requests = Counter(
@@ -336,6 +447,7 @@ class BrokerMetrics:
         self.registry.register(_GroupCollector(coordinator))
         self.registry.register(_GroupLagCollector(logs, coordinator))
         self.registry.register(_TransactionCollector(transactions))
+        self.registry.register(_RemoteCollector(tiering))
 
     def observe(self, api: str, seconds: float, error: bool) -> None:
         self.requests.labels(api).inc()

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Protocol
 from kompakt.broker.background import PeriodicThread
 from kompakt.broker.remote_rebuild import rebuild_from_tier
 from kompakt.broker.tiered_retention import local_retention_offset, remote_retention_offset
+from kompakt.cleaner.remote_clean import RemoteCleaner
 from kompakt.errors import OffsetOutOfRangeError
 from kompakt.log.config import TopicConfig
 from kompakt.log.manager import LogManager
@@ -117,7 +118,7 @@ def install(broker: BrokerParts) -> None:
         return
     for d in logs.dirs:  # links a crash left in the middle of an upload
         shutil.rmtree(d.path / STAGING, ignore_errors=True)
-    tiering = Tiering(logs, RemoteTier.open(settings))
+    tiering = Tiering(logs, RemoteTier.open(settings), bool(cfg.get("log.cleaner.enable")))
     rebuild_from_tier(logs, tiering.tier)  # an empty data dir: the tiered topics back
     broker.state.extra[EXTRA_KEY] = tiering
     broker.background.threads.append(
@@ -132,7 +133,7 @@ class Tiering:
     """The copy and local-retention task over one log manager and one remote tier, and
     the manifests it committed (read by fetches and ListOffsets without a remote call)."""
 
-    def __init__(self, logs: LogManager, tier: RemoteTier):
+    def __init__(self, logs: LogManager, tier: RemoteTier, clean_remote: bool = False):
         # the task thread and the request threads (fetches, ListOffsets, DeleteRecords,
         # DeleteTopics) share this object
         self.logs = logs  # immutable
@@ -144,6 +145,10 @@ class Tiering:
         # guarded by _lock: one lock a partition, held by whoever writes its manifest
         self._writers: dict[Key, threading.Lock] = {}
         self.last_sweep_s = 0.0  # owned by the task thread: time.time() of the last sweep
+        self.clean_remote = clean_remote  # immutable: the task cleans remote ranges
+        self.remote_cleaner = RemoteCleaner(  # thread-safe (its own lock)
+            tier.segments, tier.metadata, logs.clock, logs.broker_config, logs.dir / STAGING
+        )
 
     def _writer(self, key: Key) -> threading.Lock:
         with self._lock:
@@ -192,6 +197,32 @@ class Tiering:
             return local
         return min(local, m.log_start_offset) if m is not None and m.segments else local
 
+    def known_manifests(self) -> dict[Key, PartitionManifest | None]:
+        """The manifests this broker last read or committed, by partition, without a
+        remote call (None: read, and nothing tiered); a partition not read yet is
+        absent. What ``/metrics`` reports the remote log and the copy lag from."""
+        with self._lock:
+            return {k: (v.value if v is not None else None) for k, v in self._manifests.items()}
+
+    @staticmethod
+    def first_untiered_offset(plog: PartitionLog, m: PartitionManifest | None) -> int:
+        """Where the next copy starts: the remote log's end (its start when it holds
+        no segment yet), the local log start when nothing was ever tiered."""
+        if m is None:
+            return plog.log_start_offset
+        return m.end_offset if m.segments else m.log_start_offset
+
+    def copy_lag(self, plog: PartitionLog, m: PartitionManifest | None) -> tuple[int, int]:
+        """KIP-963's ``RemoteCopyLagSegments`` and ``RemoteCopyLagBytes``: the rolled
+        segments (the active one never goes up) that ``m`` does not hold yet."""
+        start = self.first_untiered_offset(plog, m)
+        waiting = [
+            s
+            for s in plog.segments_snapshot()[:-1]
+            if s.last_offset is not None and s.last_offset >= start
+        ]
+        return len(waiting), sum(s.size for s in waiting)
+
     def highest_tiered_offset(self, plog: PartitionLog) -> int:
         """Kafka's ``highestOffsetInRemoteStorage``: -1 when nothing is tiered."""
         m = self.manifest(plog)
@@ -218,8 +249,11 @@ class Tiering:
                     with self._writer((topic, partition)):
                         self.copy(plog)
                         self.apply_retention(plog)
+                        if self.clean_remote:
+                            self.clean_remote_range(plog)
                 except Exception as exc:
                     log.warning("tiering %s-%d: %s", topic, partition, exc)
+        self.remote_cleaner.delete_due()
         return False
 
     def _maybe_sweep(self) -> None:
@@ -290,10 +324,7 @@ class Tiering:
                 continue
             if last >= lso:
                 break  # an open transaction's records stay local until decided
-            m = current.value if current is not None else None
-            start = (m.end_offset if m.segments else m.log_start_offset) if m else None
-            if start is None:
-                start = plog.log_start_offset
+            start = self.first_untiered_offset(plog, current.value if current else None)
             if last < start:
                 continue  # tiered already
             remote = self._upload(plog, seg, last)
@@ -367,6 +398,26 @@ class Tiering:
             self._remember(key, committed)
             return committed
         raise RemoteStorageError(f"{plog.name}: the manifest kept changing under the commit")
+
+    def clean_remote_range(self, plog: PartitionLog, force: bool = False) -> bool:
+        """Clean a compacted partition's remote range with the in-process engine when
+        its dirty ratio (from the manifest's clean point) passes
+        ``min.cleanable.dirty.ratio`` (:mod:`kompakt.cleaner.remote_clean`); the replaced
+        objects go ``file.delete.delay.ms`` later. Call under the partition's writer."""
+        key = (plog.topic, plog.partition)
+        m = self.manifest(plog) if plog.config.compact else None
+        v = self._versioned(*key)
+        if m is None or v is None or v.value is not m:
+            return False
+        if not (force or self.remote_cleaner.due(m, plog.config.min_cleanable_dirty_ratio)):
+            return False
+        overrides = self.logs.topic_meta(plog.topic).overrides
+        result = self.remote_cleaner.clean(v, overrides, plog.config.file_delete_delay_ms)
+        if result is None:
+            self.forget(*key)  # another writer's manifest won: read it next time
+            return False
+        self._remember(key, result.manifest)
+        return True
 
     def move_remote_start(self, plog: PartitionLog, offset: int) -> None:
         """Commit the partition's manifest with its log start at ``offset`` and without

@@ -17,6 +17,7 @@ of being served to a consumer.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -57,23 +58,43 @@ class LocalSegmentFiles:
 
 @dataclass
 class TransferStats:
-    """Bytes and requests to and from the store, for the metrics and the bench."""
+    """Bytes and requests to and from the store, for the metrics and the bench.
+
+    Written by the tiering task and the fetches' threads, read by ``/metrics`` on an
+    admin thread: every field is guarded by ``_lock``; read them through
+    :meth:`snapshot`, which copies them in one consistent reading."""
 
     bytes_uploaded: int = 0
     bytes_fetched: int = 0
+    bytes_deleted: int = 0
     objects_deleted: int = 0
     requests: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def count(self, kind: str, nbytes: int = 0) -> None:
-        self.requests += 1
-        self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
-        if kind == "put":
-            self.bytes_uploaded += nbytes
-        elif kind == "get":
-            self.bytes_fetched += nbytes
-        elif kind == "delete":
-            self.objects_deleted += 1
+        with self._lock:
+            self.requests += 1
+            self.by_kind[kind] = self.by_kind.get(kind, 0) + 1
+            if kind == "put":
+                self.bytes_uploaded += nbytes
+            elif kind == "get":
+                self.bytes_fetched += nbytes
+            elif kind == "delete":
+                self.objects_deleted += 1
+                self.bytes_deleted += nbytes
+
+    def snapshot(self) -> TransferStats:
+        """A copy of the counters taken under the lock (the copy has its own lock)."""
+        with self._lock:
+            return TransferStats(
+                self.bytes_uploaded,
+                self.bytes_fetched,
+                self.bytes_deleted,
+                self.objects_deleted,
+                self.requests,
+                dict(self.by_kind),
+            )
 
 
 def _digest(path: Path, chunk_bytes: int) -> tuple[int, str, tuple[int, ...]]:
@@ -194,6 +215,6 @@ class RemoteStorageManager:
         manifest no longer names the segment."""
         for f in segment.files.values():
             self.store.delete(f.key)
-            self.stats.count("delete")
+            self.stats.count("delete", f.size)
             if self.cache is not None:
                 self.cache.discard(f.key)
