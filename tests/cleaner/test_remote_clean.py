@@ -223,3 +223,22 @@ def test_a_lost_commit_race_discards_the_upload(setup):
     tier.metadata.sweep_orphans()
     assert {o.key for o in tier.store.list(segments_folder(TOPIC, 0))} == m.keys()
     assert remote_state(tier, m) == want
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_tiering_task_cleans_a_dirty_remote_range(setup, enabled: bool):
+    """The remote log manager's pass cleans a tiered compacted partition whose remote
+    dirty ratio passes min.cleanable.dirty.ratio (when log.cleaner.enable), and deletes
+    the replaced objects on a pass after file.delete.delay.ms (Kafka's default 60 s)."""
+    logs, plog, tier, cleaner, clock, want = setup
+    tiering = Tiering(logs, tier, clean_remote=enabled)
+    tiering.run_once()
+    m = manifest(tier).value
+    assert (m.clean_point == m.end_offset) is enabled
+    assert remote_state(tier, m) == want
+    tiering.run_once()  # the clean range is not dirty: no second clean
+    assert manifest(tier).value.generation == m.generation
+    clock.advance(60_000)
+    tiering.run_once()
+    present = {o.key for o in tier.store.list(segments_folder(TOPIC, 0))}
+    assert present == m.keys()
