@@ -25,6 +25,7 @@ from starlette.routing import BaseRoute, Route
 
 from kompakt.broker.console import charts, common
 from kompakt.broker.console.actions import parse_json_body, run_compact
+from kompakt.broker.console.remote_tier import tier_view
 from kompakt.broker.console.tombstones import horizons_of
 from kompakt.broker.http_gate import gate_of
 from kompakt.broker.seams import BrokerView
@@ -306,6 +307,7 @@ def partition_page(request: Request) -> Response:
         samples=len(samples),
         max_samples=history.max_samples,
         max_cleans=history.max_cleans,
+        tier=tier_view(broker, plog),
     )
 
 

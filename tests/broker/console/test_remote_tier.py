@@ -1,0 +1,136 @@
+"""The partition page's remote tier section on a real broker with the file:// tier:
+every offset of a tiered partition in one row, ``remote`` (only in the tier), ``both``
+(tiered, still local until ``local.retention.*`` removes it, Kafka's
+``localLogStartOffset``), ``local`` (not tiered yet) or ``active``; the manifest's
+generation, remote log start and clean point; and the page is DESCRIBE on the TOPIC
+(Kafka's Metadata rule), 403 without it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+from shared_kit import wait_for
+
+from kompakt.broker.acls import AclBinding, Op, PatternType, ResourceType
+from kompakt.broker.handlers.acls import AUTHORIZER_KEY
+from kompakt.broker.tiering import tiering_of
+from kompakt.remote.layout import SEGMENTS
+from tests.broker.test_tiered import TIERED, produce, start, tiered_down
+from tests.remote.broker_kit import create_topic, tiered_broker
+
+ROW = re.compile(r'<tr class="tier-row [a-z]+" data-where="([a-z]+)" data-base="(\d+)">')
+
+
+def page(admin_port: int, topic: str, auth: tuple[str, str] | None = None) -> httpx.Response:
+    return httpx.get(f"http://127.0.0.1:{admin_port}/topics/{topic}/0", auth=auth, timeout=30)
+
+
+def rows(html: str) -> list[tuple[str, int]]:
+    return [(where, int(base)) for where, base in ROW.findall(html)]
+
+
+def bold(html: str, element_id: str) -> str:
+    m = re.search(rf'<b id="{element_id}">([^<]*)</b>', html)
+    assert m is not None, element_id
+    return m.group(1)
+
+
+def test_partition_page_shows_remote_both_and_local_segments(tmp_path: Path) -> None:
+    """After tiering and local retention: the oldest segments only remote, the newest
+    tiered ones both, the active one local; the rows follow the manifest and the log."""
+    b = start(tmp_path / "data")
+    try:
+        create_topic(b, "tiered", TIERED)
+        produce(b.bootstrap, ["tiered"])
+        local_start = tiered_down(b, "tiered")
+        plog = b.logs.get_log("tiered", 0)
+        m = tiering_of(b.broker.state).manifest(plog)
+        assert m is not None
+        r = page(b.admin_port, "tiered")
+        assert r.status_code == 200
+        found = rows(r.text)
+        remote = [base for where, base in found if where == "remote"]
+        both = [base for where, base in found if where == "both"]
+        assert remote and both, found
+        assert remote + both == [s.base_offset for s in m.segments]
+        assert all(s.last_offset < local_start for s in m.segments[: len(remote)])
+        assert both[0] <= local_start
+        assert found[-1] == ("active", plog.active_segment.base_offset)
+        assert [w for w, _ in found].count("local") == 0  # everything rolled is tiered
+        assert int(bold(r.text, "tier-generation")) == m.generation
+        assert int(bold(r.text, "tier-log-start")) == m.log_start_offset == 0
+        assert int(bold(r.text, "tier-clean-point")) == m.clean_point
+        assert int(bold(r.text, "tier-local-start")) == local_start
+        assert bold(r.text, "tier-lag-segments") == "0"
+        assert '<p id="remote-cleans">none yet</p>' in r.text
+        # an untiered topic's page has no remote section
+        create_topic(b, "plain", {"cleanup.policy": "compact"})
+        assert 'id="remote-tier"' not in page(b.admin_port, "plain").text
+    finally:
+        b.stop()
+
+
+def test_segments_the_tier_did_not_take_are_local(tmp_path: Path) -> None:
+    """Uploads failing (the partition's segments folder is a file): every rolled segment
+    is a local row and counted as waiting to be tiered, nothing remote."""
+    remote = tmp_path / "remote"
+    (remote / "topics" / "t" / "0").mkdir(parents=True)
+    (remote / "topics" / "t" / "0" / SEGMENTS).write_bytes(b"not a folder")
+    b = start(tmp_path / "data", **{"kompakt.remote.storage.url": remote.as_uri()})
+    try:
+        create_topic(b, "t", TIERED)
+        produce(b.bootstrap, ["t"], 300)
+        plog = b.logs.get_log("t", 0)
+        task = next(t for t in b.broker.background.threads if "remote" in t.name)
+        runs = task.runs
+        wait_for(lambda: task.runs >= runs + 2, "two more passes of the task")
+        html = page(b.admin_port, "t").text
+        rolled = plog.segments_snapshot()[:-1]
+        assert rows(html) == [("local", s.base_offset) for s in rolled] + [
+            ("active", plog.active_segment.base_offset)
+        ]
+        assert "nothing tiered yet" in html
+        assert int(bold(html, "tier-lag-segments")) == len(rolled) > 0
+    finally:
+        b.stop()
+
+
+def test_partition_page_of_a_tiered_topic_needs_describe(tmp_path: Path) -> None:
+    """Kafka's Metadata rule on the admin listener: without DESCRIBE on the TOPIC the
+    page is 403 and says nothing of the tier; with exactly that ACL it shows the tier."""
+    users = {"alice": "alice-pw", "bob": "bob-pw"}
+    b = tiered_broker(
+        tmp_path / "data",
+        **{
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "kompakt.admin.auth": "basic",
+            "kompakt.sasl.bootstrap.users": ",".join(f"{u}:{p}" for u, p in users.items()),
+            "connection.failed.authentication.delay.ms": "0",
+        },
+    )
+    try:
+        b.logs.create_topic("secret", 1, TIERED)
+        az = b.broker.state.extra[AUTHORIZER_KEY]
+        az.store.add(
+            [
+                AclBinding(
+                    int(ResourceType.TOPIC),
+                    "secret",
+                    int(PatternType.LITERAL),
+                    "User:bob",
+                    "*",
+                    int(Op.DESCRIBE),
+                    3,
+                )
+            ]
+        )
+        r = page(b.admin_port, "secret", ("alice", users["alice"]))
+        assert r.status_code == 403 and "AUTHORIZATION_FAILED" in r.text
+        assert "remote-tier" not in r.text and "file://" not in r.text
+        r = page(b.admin_port, "secret", ("bob", users["bob"]))
+        assert r.status_code == 200 and 'id="remote-tier"' in r.text
+        assert [w for w, _ in rows(r.text)] == ["active"]
+    finally:
+        b.stop()
