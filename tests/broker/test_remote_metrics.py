@@ -98,3 +98,32 @@ def test_copy_lag_counts_the_rolled_segments_the_tier_did_not_take(tmp_path: Pat
         assert s["kompakt_remote_copy_bytes_total"] == 0
     finally:
         b.stop()
+
+
+def test_a_remote_clean_moves_the_delete_counters(tmp_path: Path) -> None:
+    """A clean of the remote range replaces segments; once ``file.delete.delay.ms``
+    (0 here) has passed their objects are deleted, and the delete bytes and requests
+    count them (Kafka's RemoteDeleteRequestsPerSec, as objects)."""
+    b = start(tmp_path / "data", **{"log.cleaner.enable": "true"})
+    try:
+        create_topic(
+            b,
+            "tiered",
+            {**TIERED, "min.cleanable.dirty.ratio": "0.01", "file.delete.delay.ms": "0"},
+        )
+        produce(b.bootstrap, ["tiered"])
+        plog = b.logs.get_log("tiered", 0)
+        tiering = tiering_of(b.broker.state)
+
+        def cleaned_and_deleted() -> bool:
+            m = tiering.manifest(plog)
+            s = remote_samples(b.admin_port)
+            return (
+                m is not None and m.clean_point > 0 and s["kompakt_remote_delete_bytes_total"] > 0
+            )
+
+        wait_for(cleaned_and_deleted, "a remote clean and the deletion of what it replaced")
+        s = remote_samples(b.admin_port)
+        assert s['kompakt_remote_requests_total{kind="delete"}'] > 0
+    finally:
+        b.stop()

@@ -134,3 +134,27 @@ def test_partition_page_of_a_tiered_topic_needs_describe(tmp_path: Path) -> None
         assert [w for w, _ in rows(r.text)] == ["active"]
     finally:
         b.stop()
+
+
+def test_after_a_remote_clean_the_page_shows_the_clean_point(tmp_path: Path) -> None:
+    """The manifest's clean point after a clean of the remote range (no per-clean
+    history is kept yet, and the page says so instead of showing an empty table)."""
+    b = start(tmp_path / "data", **{"log.cleaner.enable": "true"})
+    try:
+        create_topic(b, "tiered", {**TIERED, "min.cleanable.dirty.ratio": "0.01"})
+        produce(b.bootstrap, ["tiered"])
+        plog = b.logs.get_log("tiered", 0)
+        tiering = tiering_of(b.broker.state)
+
+        def cleaned() -> bool:
+            m = tiering.manifest(plog)
+            return m is not None and m.clean_point > 0
+
+        wait_for(cleaned, "a clean of the remote range")
+        html = page(b.admin_port, "tiered").text
+        point = int(bold(html, "tier-clean-point"))
+        assert point > 0
+        assert f"offsets below the clean point {point} are clean" in html
+        assert "none yet" not in html
+    finally:
+        b.stop()
