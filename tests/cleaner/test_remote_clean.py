@@ -25,6 +25,8 @@ from kompakt.cleaner.remote_clean import (
 )
 from kompakt.log.segment import LOG_SUFFIX
 from kompakt.record.decode import iter_batches
+from kompakt.record.encode import build_control_batch, build_simple_batch
+from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
 from kompakt.remote import RemoteTier, open_store
 from kompakt.remote.cache import ChunkCache
 from kompakt.remote.layout import file_base_offset, segments_folder
@@ -66,19 +68,46 @@ def feed(plog, n: int = 300) -> dict[bytes, bytes | None]:
     return {k: v for k, v in latest.items() if v is not None}
 
 
-@pytest.fixture
-def setup(tmp_path: Path):
+def tiered(root: Path, fill):
+    """A compacted, tiered partition filled by ``fill(plog)`` (which returns the table a
+    reader must see), every rolled segment copied up; the remote cleaner on it."""
     clock = ManualClock()
-    logs = open_manager(tmp_path / "data", clock)
+    logs = open_manager(root / "data", clock)
     logs.create_topic(TOPIC, 1, CONFIGS)
     plog = logs.get_log(TOPIC, 0)
-    want = feed(plog)
-    tier = tier_of((tmp_path / "remote").as_uri())
-    tiering = Tiering(logs, tier)
-    assert tiering.copy(plog) > 3
-    cleaner = RemoteCleaner(tier.segments, tier.metadata, clock, work_dir=tmp_path / "work")
-    yield logs, plog, tier, cleaner, clock, want
+    want = fill(plog)
+    tier = tier_of((root / "remote").as_uri())
+    assert Tiering(logs, tier).copy(plog) > 3
+    cleaner = RemoteCleaner(tier.segments, tier.metadata, clock, work_dir=root / "work")
+    return logs, plog, tier, cleaner, clock, want
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    parts = tiered(tmp_path, feed)
+    yield parts
+    parts[0].close()
+
+
+def twin_cleaned(root: Path, logs) -> dict[int, bytes]:
+    """The in-process engine on a local copy of the partition: its rolled segments'
+    ``.log`` bytes by base offset (closes ``logs`` to copy a consistent dir)."""
     logs.close()
+    shutil.copytree(root / "data", root / "copy")
+    twin_logs = open_manager(root / "copy", logs.clock)
+    try:
+        twin = twin_logs.get_log(TOPIC, 0)
+        Cleaner(twin_logs).clean_partition(twin, force=False)
+        return {s.base_offset: Path(s.log_path).read_bytes() for s in twin.segments_snapshot()[:-1]}
+    finally:
+        twin_logs.close()
+
+
+def remote_logs(tier: RemoteTier, m: PartitionManifest) -> dict[int, bytes]:
+    return {
+        file_base_offset(s.files[LOG_SUFFIX].key): tier.segments.fetch_file(s, LOG_SUFFIX)
+        for s in m.segments
+    }
 
 
 def remote_state(tier: RemoteTier, m: PartitionManifest) -> dict[bytes, bytes]:
@@ -163,20 +192,9 @@ def test_byte_identical_to_the_local_engine_on_a_local_copy(setup, tmp_path: Pat
     """The cleaned remote segments are byte for byte what the in-process engine makes of
     a local copy of the same segments."""
     logs, plog, tier, cleaner, clock, want = setup
-    copy = tmp_path / "copy"
-    logs.close()
-    shutil.copytree(tmp_path / "data", copy)
-    twin_logs = open_manager(copy, clock)
-    twin = twin_logs.get_log(TOPIC, 0)
-    Cleaner(twin_logs).clean_partition(twin, force=False)
-    local = {s.base_offset: Path(s.log_path).read_bytes() for s in twin.segments_snapshot()[:-1]}
-    twin_logs.close()
+    local = twin_cleaned(tmp_path, logs)
     result = cleaner.clean(manifest(tier), CONFIGS, 0)
-    remote = {
-        file_base_offset(s.files[LOG_SUFFIX].key): tier.segments.fetch_file(s, LOG_SUFFIX)
-        for s in result.manifest.value.segments
-    }
-    assert remote == local
+    assert remote_logs(tier, result.manifest.value) == local
 
 
 @pytest.mark.parametrize("step", [FETCHED, CLEANED, UPLOADED, COMMITTED, DELETED])
@@ -242,3 +260,55 @@ def test_the_tiering_task_cleans_a_dirty_remote_range(setup, enabled: bool):
     tiering.run_once()
     present = {o.key for o in tier.store.list(segments_folder(TOPIC, 0))}
     assert present == m.keys()
+
+
+def feed_transactions(plog) -> dict[bytes, bytes]:
+    """Three transactional producers, every fourth transaction aborted, with plain
+    idempotent batches between; the table a read_committed reader must see."""
+    seq: dict[int, int] = {}
+    table: dict[bytes, bytes] = {}
+    for i in range(70):
+        pid = 100 + i % 3
+        items = [(b"k%d" % ((i + j) % 7), b"t%d-%d" % (i, j)) for j in range(3)]
+        abort = i % 4 == 3
+        plog.append(
+            build_simple_batch(
+                items,
+                timestamp=plog.clock(),
+                producer_id=pid,
+                producer_epoch=0,
+                base_sequence=seq.get(pid, 0),
+                transactional=True,
+            )
+        )
+        seq[pid] = seq.get(pid, 0) + len(items)
+        kind = CONTROL_ABORT if abort else CONTROL_COMMIT
+        plog.append(
+            build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=plog.clock())
+        )
+        if not abort:
+            table.update(items)
+        append(plog, [(b"plain%d" % (i % 5), b"p%d" % i)], producer_id=200, base_sequence=i)
+        table[b"plain%d" % (i % 5)] = b"p%d" % i
+    plog.roll()
+    return table
+
+
+def test_transactions_from_the_tiered_txnindex(tmp_path: Path):
+    """Kafka's transactional rules on a remote range: aborted data goes (the tiered
+    ``.txnindex`` names the aborted transactions), committed data and the producers'
+    last batches stay, and the result equals the in-process engine's on a local copy."""
+    logs, plog, tier, cleaner, clock, want = tiered(tmp_path, feed_transactions)
+    local = twin_cleaned(tmp_path, logs)
+    result = cleaner.clean(manifest(tier), CONFIGS, 0)
+    m = result.manifest.value
+    assert remote_logs(tier, m) == local
+    assert remote_state(tier, m) == want
+    values = {
+        r.value
+        for s in m.segments
+        for b in iter_batches(tier.segments.fetch_file(s, LOG_SUFFIX))
+        if not b.header.is_control
+        for r in b.records()
+    }
+    assert not any(v.startswith(b"t3-") or v.startswith(b"t7-") for v in values)
