@@ -158,3 +158,26 @@ def test_after_a_remote_clean_the_page_shows_the_clean_point(tmp_path: Path) -> 
         assert "none yet" not in html
     finally:
         b.stop()
+
+
+def test_an_unreadable_manifest_is_said_and_the_local_segments_still_shown(
+    tmp_path: Path,
+) -> None:
+    """A manifest that does not parse: the page says why in one line (not a 500) and
+    lists the local segments."""
+    remote = tmp_path / "remote"
+    (remote / "topics" / "t" / "0").mkdir(parents=True)
+    (remote / "topics" / "t" / "0" / "manifest.json").write_bytes(b"{not json")
+    b = start(tmp_path / "data", **{"kompakt.remote.storage.url": remote.as_uri()})
+    try:
+        create_topic(b, "t", TIERED)
+        produce(b.bootstrap, ["t"], 100)
+        r = page(b.admin_port, "t")
+        assert r.status_code == 200
+        m = re.search(r'<p class="error" id="tier-error">([^<]*)</p>', r.text)
+        assert m is not None and "manifest" in m.group(1), r.text[:500]
+        plog = b.logs.get_log("t", 0)
+        assert rows(r.text)[-1] == ("active", plog.active_segment.base_offset)
+        assert {w for w, _ in rows(r.text)} <= {"local", "active"}
+    finally:
+        b.stop()
