@@ -312,3 +312,20 @@ def test_transactions_from_the_tiered_txnindex(tmp_path: Path):
         for r in b.records()
     }
     assert not any(v.startswith(b"t3-") or v.startswith(b"t7-") for v in values)
+
+
+def test_a_remote_log_start_inside_a_segment(setup):
+    """DeleteRecords moved the remote log start into a segment (Kafka's
+    ``logStartOffset``): the clean keeps that start, and what a reader sees from it is
+    the latest value per key of the records at or after it."""
+    logs, plog, tier, cleaner, clock, want = setup
+    first = manifest(tier).value.segments[1]
+    start = first.base_offset + 3
+    Tiering(logs, tier).move_remote_start(plog, start)
+    latest = {r.key: r.value for b in plog.iter_batches() for r in b.records() if r.offset >= start}
+    expected = {k: v for k, v in latest.items() if v is not None}
+    result = cleaner.clean(manifest(tier), CONFIGS, 0)
+    m = result.manifest.value
+    assert m.log_start_offset == start == m.segments[0].base_offset
+    assert result.replaced
+    assert remote_state(tier, m) == expected
