@@ -49,8 +49,8 @@ class Boom(Exception):
     pass
 
 
-def tier_of(url: str) -> RemoteTier:
-    store = open_store(url)
+def tier_of(url: str, s3_endpoint: str | None = None) -> RemoteTier:
+    store = open_store(url, s3_endpoint)
     return RemoteTier(
         store, RemoteStorageManager(store), RemoteLogMetadataManager(store), ChunkCache(1 << 20)
     )
@@ -68,15 +68,16 @@ def feed(plog, n: int = 300) -> dict[bytes, bytes | None]:
     return {k: v for k, v in latest.items() if v is not None}
 
 
-def tiered(root: Path, fill):
+def tiered(root: Path, fill, url: str | None = None, s3_endpoint: str | None = None):
     """A compacted, tiered partition filled by ``fill(plog)`` (which returns the table a
-    reader must see), every rolled segment copied up; the remote cleaner on it."""
+    reader must see), every rolled segment copied up (to ``url``, a folder unless
+    given); the remote cleaner on it."""
     clock = ManualClock()
     logs = open_manager(root / "data", clock)
     logs.create_topic(TOPIC, 1, CONFIGS)
     plog = logs.get_log(TOPIC, 0)
     want = fill(plog)
-    tier = tier_of((root / "remote").as_uri())
+    tier = tier_of(url or (root / "remote").as_uri(), s3_endpoint)
     assert Tiering(logs, tier).copy(plog) > 3
     cleaner = RemoteCleaner(tier.segments, tier.metadata, clock, work_dir=root / "work")
     return logs, plog, tier, cleaner, clock, want
