@@ -23,6 +23,7 @@ from kompakt.cleaner.remote_clean import (
     RemoteCleaner,
     dirty_ratio,
 )
+from kompakt.log.producer_snapshot import SNAPSHOT_SUFFIX
 from kompakt.log.segment import LOG_SUFFIX
 from kompakt.record.decode import iter_batches
 from kompakt.record.encode import build_control_batch, build_simple_batch
@@ -298,11 +299,21 @@ def feed_transactions(plog) -> dict[bytes, bytes]:
 def test_transactions_from_the_tiered_txnindex(tmp_path: Path):
     """Kafka's transactional rules on a remote range: aborted data goes (the tiered
     ``.txnindex`` names the aborted transactions), committed data and the producers'
-    last batches stay, and the result equals the in-process engine's on a local copy."""
-    logs, plog, tier, cleaner, clock, want = tiered(tmp_path, feed_transactions)
+    last batches (from the tiered producer snapshot) stay, each cleaned segment carries
+    the snapshot at its end, and the result equals the in-process engine's on a local
+    copy."""
+
+    def fill(plog) -> dict[bytes, bytes]:
+        with plog.lock:
+            assert plog.producers.keep_snapshots  # a snapshot at each roll, as a broker
+        return feed_transactions(plog)
+
+    logs, plog, tier, cleaner, clock, want = tiered(tmp_path, fill)
+    assert manifest(tier).value.producer_snapshot is not None
     local = twin_cleaned(tmp_path, logs)
     result = cleaner.clean(manifest(tier), CONFIGS, 0)
     m = result.manifest.value
+    assert all(SNAPSHOT_SUFFIX in s.files for s in result.cleaned)
     assert remote_logs(tier, m) == local
     assert remote_state(tier, m) == want
     values = {
