@@ -51,7 +51,8 @@ def start(conf: dict[str, str]) -> None:
     """Start a ready daemon for the session about to be created from ``conf`` and point
     the JVM's daemon at it (``spark.executorEnv.`` :data:`ENV`); nothing on a cluster
     master (its daemons run elsewhere), without the daemon or with another daemon
-    module, or when one is already waiting."""
+    module, or when one is already waiting. One that an earlier session's JVM took
+    over is that JVM's daemon now, ended by it: a new one is started."""
     global _proc
     if not conf.get("spark.master", "").startswith("local"):
         return
@@ -60,7 +61,8 @@ def start(conf: dict[str, str]) -> None:
     if conf.get("spark.python.daemon.module") != "kompakt.pipeline.worker_daemon":
         return
     with _lock:
-        if _proc is not None and _proc.poll() is None:
+        waiting = _proc is not None and _proc.poll() is None
+        if waiting and os.path.exists(_proc.args[-1]):  # not taken over yet (it unlinks)
             conf[f"spark.executorEnv.{ENV}"] = _proc.args[-1]
             return
         path = os.path.join(tempfile.mkdtemp(prefix="kompakt-zygote-"), "daemon.sock")

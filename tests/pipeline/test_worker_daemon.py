@@ -106,13 +106,19 @@ def test_the_daemon_ready_beside_the_jvm_takes_the_jvms_daemon_over():
             sock.sendall(struct.pack("!i", len(SECRET)) + SECRET.encode())
             assert sock.recv(6) == struct.pack("!i", 2) + b"ok"  # the secret it was handed
         assert proc.poll() is None  # the JVM's process stands in
+        # a later session (the first one stopped without pipeline.stop) gets a ready
+        # daemon of its own, not the one this JVM took over
+        later = dict(conf)
+        zygote.start(later)
+        second = zygote._proc
+        assert second is not ready and later[f"spark.executorEnv.{zygote.ENV}"] != path
         proc.terminate()
         assert ready.wait(30) is not None
         proc.wait(30)
     finally:
         zygote.stop()
-        for p in (proc, ready):
-            if p.poll() is None:
+        for p in (proc, ready, zygote._proc, locals().get("second")):
+            if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
 
