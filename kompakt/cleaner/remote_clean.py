@@ -136,10 +136,12 @@ class RemoteCleaner:
         current: Versioned[PartitionManifest],
         overrides: Mapping[str, str],
         delete_delay_ms: int,
+        force: bool = True,
     ) -> RemoteCleanResult | None:
         """Clean the remote range of ``current`` (the topic's config ``overrides``) and
         commit it; None when nothing changed or another writer's commit won (the upload
-        is then left to the orphan sweep)."""
+        is then left to the orphan sweep). Not ``force``: only when the cleaner's own
+        rule finds the range eligible (``min.cleanable.dirty.ratio``)."""
         m = current.value
         if not m.segments:
             return None
@@ -149,7 +151,7 @@ class RemoteCleaner:
             tempfile.mkdtemp(prefix=f"remote-clean-{m.topic}-{m.partition}-", dir=self.work_dir)
         )
         try:
-            planned, clean_point = self._clean_copy(m, overrides, tmp)
+            planned, clean_point = self._clean_copy(m, overrides, tmp, force)
             self.fault(CLEANED)
             if not planned:
                 return None
@@ -198,7 +200,7 @@ class RemoteCleaner:
 
     # -- the steps ------------------------------------------------------------------------
     def _clean_copy(
-        self, m: PartitionManifest, overrides: Mapping[str, str], tmp: Path
+        self, m: PartitionManifest, overrides: Mapping[str, str], tmp: Path, force: bool
     ) -> tuple[list[_Planned], int]:
         """Fetch the remote log into a private log dir, clean it there with the cleaner,
         and return the cleaned segments (files closed) with the new clean point."""
@@ -235,7 +237,7 @@ class RemoteCleaner:
             if m.clean_point > plog.log_start_offset:
                 cleaner.manager.update_checkpoint(tp, m.clean_point)
             before = {id(s) for s in plog.segments_snapshot()}
-            stats = cleaner.clean_partition(plog, force=False)
+            stats = cleaner.clean_partition(plog, force=force)
             after = plog.segments_snapshot()[:-1]
             clean_point = cleaner.checkpoints().get(tp, m.clean_point)
             planned = []

@@ -91,12 +91,12 @@ def setup(tmp_path: Path):
     parts[0].close()
 
 
-def twin_cleaned(root: Path, logs) -> dict[int, bytes]:
+def twin_cleaned(root: Path, logs, broker_config=None) -> dict[int, bytes]:
     """The in-process engine on a local copy of the partition: its rolled segments'
     ``.log`` bytes by base offset (closes ``logs`` to copy a consistent dir)."""
     logs.close()
     shutil.copytree(root / "data", root / "copy")
-    twin_logs = open_manager(root / "copy", logs.clock)
+    twin_logs = open_manager(root / "copy", logs.clock, broker_config)
     try:
         twin = twin_logs.get_log(TOPIC, 0)
         Cleaner(twin_logs).clean_partition(twin, force=False)
@@ -341,3 +341,26 @@ def test_a_remote_log_start_inside_a_segment(setup):
     assert m.log_start_offset == start == m.segments[0].base_offset
     assert result.replaced
     assert remote_state(tier, m) == expected
+
+
+def test_a_partial_clean_when_the_offset_map_is_full(setup, tmp_path: Path):
+    """Kafka's ``buildOffsetMap`` stops when the map is full: the clean point stops
+    there, the segments past it stay as they were (same objects), and the next cleans
+    go on from it, each byte-identical to the in-process engine's."""
+    logs, plog, tier, cleaner, clock, want = setup
+    small = {"log.cleaner.dedupe.buffer.size": str(24 * 8)}  # 7 keys of 13
+    cleaner.broker_config = small
+    before = manifest(tier).value
+    local = twin_cleaned(tmp_path, logs, small)
+    result = cleaner.clean(manifest(tier), CONFIGS, 0)
+    m = result.manifest.value
+    assert 0 < m.clean_point < before.end_offset
+    assert remote_logs(tier, m) == local
+    kept = [s for s in m.segments if s.base_offset >= m.clean_point]
+    assert kept and all(s in before.segments for s in kept)
+    assert remote_state(tier, m) == want
+    for _ in range(3):
+        point = manifest(tier).value.clean_point
+        m = cleaner.clean(manifest(tier), CONFIGS, 0).manifest.value
+        assert point < m.clean_point < before.end_offset
+        assert remote_state(tier, m) == want
