@@ -9,12 +9,18 @@ and the client are real.
 
 from __future__ import annotations
 
+import socket
+import struct
 import threading
+import time
 
 from confluent_kafka import Producer
+from kio.schema.errors import ErrorCode
+from raw_kafka import API, decode_response, encode_request
 from shared_kit import wait_for
 
 from kompakt.broker.app import start_test_broker
+from kompakt.record.encode import build_simple_batch
 
 TIMEOUT = 30
 
@@ -90,3 +96,37 @@ def test_acks_all_requests_that_append_during_an_fsync_share_the_next_one(tmp_pa
         assert disk.plog.recovery_point == 5
     finally:
         b.stop()
+
+
+def test_pipelined_produce_requests_are_answered_in_order_after_one_fsync(broker, topic_name):
+    """Kafka answers a connection's requests in the order they came (its channel is
+    muted per request). Eight acks=all Produce requests and a Metadata request sent in
+    one write are handled together (their appends in one go, one fsync), and answered
+    in order, each with its own base offset, the Metadata last."""
+    broker.logs.create_topic(topic_name, 1)
+    plog = broker.logs.get_log(topic_name, 0)
+    version = 9
+    frames = []
+    for i in range(8):
+        records = build_simple_batch([(b"k", b"v%d" % i)], timestamp=int(time.time() * 1000))
+        body = {
+            "acks": -1,
+            "timeout": 10_000,
+            "topic_data": [
+                {"name": topic_name, "partition_data": [{"index": 0, "records": records}]}
+            ],
+        }
+        frames.append(encode_request(API.produce, version, body, correlation_id=100 + i))
+    frames.append(encode_request(API.metadata, 9, {"topics": None}, correlation_id=200))
+    answers = []
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=TIMEOUT) as s:
+        s.sendall(b"".join(frames))
+        f = s.makefile("rb")
+        for api, v in [(API.produce, version)] * 8 + [(API.metadata, 9)]:
+            (n,) = struct.unpack(">i", f.read(4))
+            answers.append(decode_response(api, v, f.read(n)))
+    assert [cid for cid, _ in answers] == [*range(100, 108), 200]
+    parts = [a.responses[0].partition_responses[0] for _, a in answers[:8]]
+    assert [p.error_code for p in parts] == [ErrorCode.none] * 8
+    assert [p.base_offset for p in parts] == list(range(8))
+    assert plog.recovery_point == 8  # fsynced before the answers went out
