@@ -552,9 +552,14 @@ class RemoteSource:
 
     def _read(self, offset: int, max_bytes: int, min_one_batch: bool) -> bytes:
         seg = self.manifest.segment_for(offset)
-        if seg is None:  # between the remote end and the local start: the next batch
-            return self.plog.read(self.plog.log_start_offset, max_bytes, min_one_batch)
-        return self.tiering.reader.read(seg, offset, max_bytes, min_one_batch)
+        while seg is not None:
+            data = self.tiering.reader.read(seg, offset, max_bytes, min_one_batch)
+            if data or not min_one_batch:
+                return data
+            # a clean left no batch here at or after offset: the next segment (KAFKA-15388)
+            seg = self.manifest.segment_for(seg.last_offset + 1)
+        # between the remote end and the local start: the next batch
+        return self.plog.read(self.plog.log_start_offset, max_bytes, min_one_batch)
 
     def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
         segments = [s for s in self.manifest.segments if s.last_offset >= start_offset]
