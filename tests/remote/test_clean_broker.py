@@ -6,13 +6,13 @@ compaction guarantee), served from the cleaned objects."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from shared_kit import consume_until, wait_for
+from confluent_kafka import Producer
+from shared_kit import wait_for
 
 from kompakt.broker.tiering import tiering_of
+from tests.broker.test_tiered import read_all
 from tests.remote.broker_kit import TIMEOUT, create_topic, tiered_broker
 
 N, KEYS = 800, 37
@@ -51,25 +51,12 @@ def test_broker_cleans_the_remote_range(tmp_path: Path) -> None:
         wait_for(cleaned, "the whole remote range tiered and cleaned", TIMEOUT)
         m = tiering.manifest(plog)
         assert plog.log_start_offset > 0  # the local copies are gone: reads are remote
-        c = Consumer(
-            {
-                "bootstrap.servers": b.bootstrap,
-                "group.id": f"g-{time.monotonic_ns()}",
-                "enable.partition.eof": True,
-            }
-        )
-        c.assign([TopicPartition(TOPIC, 0, 0)])
-        try:
-            msgs = consume_until(c, timeout=TIMEOUT)
-        finally:
-            c.close()
-        seen = {}
-        for msg in msgs:
-            seen[msg.key()] = msg.value()
+        msgs = read_all(b.bootstrap, TOPIC)  # (offset, key, value, headers, timestamp)
+        seen = {r[1]: r[2] for r in msgs}
         assert {k: v for k, v in seen.items() if v is not None} == {
             k: v for k, v in latest.items() if v is not None
         }
-        below = [msg.key() for msg in msgs if msg.offset() < m.clean_point]
+        below = [key for offset, key, *_ in msgs if offset < m.clean_point]
         assert len(below) == len(set(below))
     finally:
         b.stop()
