@@ -116,11 +116,19 @@ def main() -> None:
     source planning ones (``pyspark.sql.worker.*``) do not need the preload. A ready
     daemon started beside the JVM (:mod:`kompakt.pipeline.zygote`) takes the task
     workers' part over when there is one."""
-    from kompakt.pipeline.zygote import ENV, hand_over
+    from kompakt.pipeline import zygote
 
+    if sys.argv[1:2] == [zygote.READY]:  # the ready daemon, started beside the JVM
+        path = sys.argv[2]
+        listener = zygote.listen(path)
+        sys.argv[1:] = ["pyspark.worker"]  # the worker module PySpark's daemon forks into
+        warm()
+        if zygote.wait_for_stand_in(listener, path):
+            serve()
+        return
     if sys.argv[1:2] in ([], ["pyspark.worker"]):
-        ready = os.environ.get(ENV)
-        pid = hand_over(ready) if ready else None
+        ready = os.environ.get(zygote.ENV)
+        pid = zygote.hand_over(ready) if ready else None
         if pid is not None:
             stand_in(pid)
             return

@@ -7,9 +7,10 @@ task can run. Measured on the 2-core machine (load ~8), a cold first clean of a 
 topic spent 3-6 s of its 8-14 s beyond the session start in that preload, the session
 start itself being 13-60 s of a JVM that does not need us meanwhile.
 
-So :func:`start`, called just before the JVM is launched, starts this module as a
-process of its own (``python -m kompakt.pipeline.zygote SOCKET``): it does the
-daemon's preload at once, beside the JVM's start, and waits on a Unix socket. When the
+So :func:`start`, called just before the JVM is launched, starts the daemon module as
+a process of its own (``python -m kompakt.pipeline.worker_daemon --ready SOCKET``): it
+does the daemon's preload at once, beside the JVM's start, and waits on a Unix socket
+(:func:`listen`, :func:`wait_for_stand_in`). When the
 JVM later runs ``python -m kompakt.pipeline.worker_daemon pyspark.worker`` with
 :data:`ENV` pointing at that socket, that process hands its standard streams (the JVM's
 pipes) and its environment (the factory's secret, ``PYTHONPATH``, ...) over
@@ -41,6 +42,8 @@ import tempfile
 import threading
 
 ENV = "KOMPAKT_WORKER_ZYGOTE"  # the socket of a ready daemon, in the daemon's environment
+DAEMON = "kompakt.pipeline.worker_daemon"
+READY = "--ready"  # ``python -m DAEMON --ready SOCKET``: preload, then wait to take over
 _FDS = (0, 1, 2)
 
 _lock = threading.Lock()
@@ -58,7 +61,7 @@ def start(conf: dict[str, str]) -> None:
         return
     if conf.get("spark.python.use.daemon", "true").lower() != "true":
         return
-    if conf.get("spark.python.daemon.module") != "kompakt.pipeline.worker_daemon":
+    if conf.get("spark.python.daemon.module") != DAEMON:
         return
     with _lock:
         waiting = _proc is not None and _proc.poll() is None
@@ -69,7 +72,7 @@ def start(conf: dict[str, str]) -> None:
         env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}
         env.pop(ENV, None)
         _proc = subprocess.Popen(
-            [conf.get("spark.pyspark.python", sys.executable), "-m", __name__, path],
+            [conf.get("spark.pyspark.python", sys.executable), "-m", DAEMON, READY, path],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             env=env,
@@ -133,33 +136,31 @@ def _take_over(conn: socket.socket) -> bool:
     return True
 
 
-def main(path: str) -> None:
-    """Preload, then wait for one stand-in (or the driver's pipe to close)."""
-    from kompakt.pipeline import worker_daemon
-
-    sys.argv[1:] = ["pyspark.worker"]  # the worker module PySpark's daemon forks into
+def listen(path: str) -> socket.socket:
+    """The ready daemon's socket, bound before its preload so a stand-in can queue."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(1)
-    worker_daemon.warm()
+    return listener
+
+
+def wait_for_stand_in(listener: socket.socket, path: str) -> bool:
+    """In the ready daemon, after its preload: True once a stand-in's streams and
+    environment are this process's (serve as the daemon then), False when the
+    driver's pipe closed first (the driver ended, or the session never used us)."""
     driver = sys.stdin.fileno()
     try:
         while True:
             ready, _w, _x = select.select([listener, driver], [], [])
             if driver in ready and not os.read(driver, 1 << 12):
-                return  # the driver ended, or the session never used us
+                return False
             if listener in ready:
                 conn, _addr = listener.accept()
                 with conn:
                     if _take_over(conn):
-                        break
+                        return True
     finally:
         listener.close()
         os.unlink(path)
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(path))
-    worker_daemon.serve()
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])
