@@ -139,7 +139,17 @@ class OffsetsStorage:
     def append(self, partition: int, items: Records, durable: bool = True) -> None:
         """One batch per call (a commit is atomic), flushed like an acks=all produce
         unless not ``durable`` (then :meth:`flush` follows, for several appends)."""
-        append_batch(self.logs.get_log(OFFSETS_TOPIC, partition), items, durable)
+        append_batch(self._partition_log(partition), items, durable)
+
+    def _partition_log(self, partition: int) -> Any:
+        """The log of one ``__consumer_offsets`` partition, the topic made again first
+        if it was deleted (a client may delete it: Kafka's DeleteTopics does not refuse
+        internal topics; its FindCoordinator then creates it anew with the coordinator's
+        partition count, ``getOrCreateInternalTopic``)."""
+        if not self.logs.has_topic(OFFSETS_TOPIC):
+            ensure_internal_topic(self.logs, OFFSETS_TOPIC, self.num_partitions, self.segment_bytes)
+            log.warning("%s was deleted; created it again to store group metadata", OFFSETS_TOPIC)
+        return self.logs.get_log(OFFSETS_TOPIC, partition)
 
     def flush(self, partition: int) -> None:
         flush_appended(self.logs.get_log(OFFSETS_TOPIC, partition))

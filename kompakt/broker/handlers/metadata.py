@@ -18,6 +18,7 @@ from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v0.request import MetadataRequest
 
+from kompakt.broker.coordinator.storage import ensure_internal_topic
 from kompakt.broker.handlers.common import (
     CLUSTER_OPERATIONS,
     LEADER_EPOCH,
@@ -165,7 +166,7 @@ def handle_metadata(ctx: RequestContext, req: Any) -> dict[str, Any]:
                     topics.append(topic_error(unknown_topic_error(name), name))
                     continue
                 try:
-                    ctx.logs.create_topic(name, int(ctx.config.get("num.partitions")))
+                    _auto_create(ctx, name)
                     log.info("auto-created topic %s for %s", name, ctx.client_id)
                 except TopicExistsError:
                     pass
@@ -212,6 +213,27 @@ def handle_describe_cluster(ctx: RequestContext, req: Any) -> dict[str, Any]:
         ],
         "cluster_authorized_operations": authorized_operations(CLUSTER_OPERATIONS, ops),
     }
+
+
+# Kafka's AutoTopicCreationManager.creatableTopic: a coordinator's internal topic is made
+# with the coordinator's own partition count and configs, never num.partitions
+_INTERNAL_TOPIC_KEYS = {
+    "__consumer_offsets": ("offsets.topic.num.partitions", "offsets.topic.segment.bytes"),
+    "__transaction_state": (
+        "transaction.state.log.num.partitions",
+        "transaction.state.log.segment.bytes",
+    ),
+}
+
+
+def _auto_create(ctx: RequestContext, name: str) -> None:
+    keys = _INTERNAL_TOPIC_KEYS.get(name)
+    if keys is None:
+        ctx.logs.create_topic(name, int(ctx.config.get("num.partitions")))
+        return
+
+    partitions, segment_bytes = (int(ctx.config.get(k)) for k in keys)
+    ensure_internal_topic(ctx.logs, name, partitions, segment_bytes)
 
 
 def register(registry: ApiRegistry) -> None:
