@@ -70,6 +70,10 @@ def start(conf: dict[str, str]) -> None:
             return
         path = os.path.join(tempfile.mkdtemp(prefix="kompakt-zygote-"), "daemon.sock")
         env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}
+        # the user's executor environment is the daemon's from exec on, as when the JVM
+        # starts it: variables read only at start (LD_PRELOAD, LD_LIBRARY_PATH) count
+        prefix = "spark.executorEnv."
+        env.update({k[len(prefix) :]: v for k, v in conf.items() if k.startswith(prefix)})
         env.pop(ENV, None)
         _proc = subprocess.Popen(
             [conf.get("spark.pyspark.python", sys.executable), "-m", DAEMON, READY, path],
