@@ -95,6 +95,21 @@ def append(field: str, extra: list[dict[str, Any]], then: Finish = same) -> Fini
     return finish
 
 
+def describable_only(c: Check, field: str, rtype: ResourceType, key: str) -> Finish:
+    """A finish that keeps only the entries of the response list ``field`` whose ``key``
+    names a ``rtype`` resource the caller may DESCRIBE (a listing filters silently,
+    as Kafka's ListGroups and ListTransactions do)."""
+
+    def finish(resp: Any) -> Any:
+        out = dict(resp)
+        out[field] = [
+            e for e in out.get(field) or () if c.ok(Op.DESCRIBE, rtype, e[key], log_denied=False)
+        ]
+        return out
+
+    return finish
+
+
 def split(req: Any, field: str, allowed: Callable[[Any], bool]) -> tuple[Any | None, list[Any]]:
     """(``req`` with only the allowed entries of ``field``, or None if it had some and
     none is allowed; the refused entries)."""

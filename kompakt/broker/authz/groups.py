@@ -22,6 +22,7 @@ from kompakt.broker.authz.check import (
     all_topics_error,
     append,
     by_topic,
+    describable_only,
     group,
     ident,
     refuse,
@@ -190,17 +191,7 @@ def list_groups(c: Check, req: Any) -> Decision:
     """DESCRIBE cluster, else only the groups one may DESCRIBE."""
     if c.cluster(Op.DESCRIBE, log_denied=False):
         return req, same
-
-    def visible(resp: Any) -> Any:
-        out = dict(resp)
-        out["groups"] = [
-            g
-            for g in out.get("groups") or ()
-            if c.ok(Op.DESCRIBE, GROUP, g["group_id"], log_denied=False)
-        ]
-        return out
-
-    return req, visible
+    return req, describable_only(c, "groups", GROUP, "group_id")
 
 
 def delete_groups(c: Check, req: Any) -> Decision:

@@ -22,6 +22,7 @@ from kompakt.broker.authz.check import (
     Policy,
     all_topics_error,
     append,
+    describable_only,
     refuse,
     same,
     split,
@@ -132,14 +133,4 @@ def _describable_topics(c: Check, resp: dict[str, Any]) -> dict[str, Any]:
 
 def list_transactions(c: Check, req: Any) -> Decision:
     """Only the transactional ids one may DESCRIBE."""
-
-    def visible(resp: Any) -> Any:
-        out = dict(resp)
-        out["transaction_states"] = [
-            s
-            for s in out.get("transaction_states") or ()
-            if c.ok(Op.DESCRIBE, TXN, s["transactional_id"], log_denied=False)
-        ]
-        return out
-
-    return req, visible
+    return req, describable_only(c, "transaction_states", TXN, "transactional_id")
