@@ -8,6 +8,7 @@
     topics/<topic>/<partition>/segments/<base:20d>-<id>.index  immutable, never rewritten
     ...                                                        (.timeindex, .txnindex,
                                                                 .snapshot)
+    groups/offsets.json                                        committed group offsets
 
 ``<id>`` is a fresh UUID per upload (Kafka's ``RemoteLogSegmentId``), so a retried or a
 re-cleaned upload of the same base offset never overwrites an object a manifest names.
@@ -20,6 +21,7 @@ TOPICS = "topics"
 TOPIC_OBJECT = "topic.json"
 MANIFEST_OBJECT = "manifest.json"
 SEGMENTS = "segments"
+GROUP_OFFSETS = "groups/offsets.json"  # the group coordinator's committed offsets
 
 
 def topic_folder(topic: str) -> str:
