@@ -20,6 +20,11 @@ Crash safety is the remote tier's order of writes (docs/tiered-storage.md):
    :meth:`RemoteCleaner.delete_due`; a crash before leaves orphans for the sweep.
 
 A failure at any step leaves the old manifest, which names only existing objects.
+
+Two engines make the cleaned segments (steps up to 1): this module's in-process one, and
+the Spark one (:mod:`kompakt.pipeline.remote_engine`, executors reading and writing the
+bucket), handed in as a :class:`RemoteCleanEngine`; both upload with
+:func:`upload_cleaned` and both are committed by :meth:`RemoteCleaner.commit`.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 from kompakt.cleaner.cleaner import Cleaner
 from kompakt.log.manager import LogManager
@@ -90,6 +96,61 @@ class RemoteCleanResult:
 
 
 @dataclass
+class CleanedSegment:
+    """A cleaned segment uploaded as new objects, and the remote segments it replaces."""
+
+    covered: list[RemoteSegment]
+    remote: RemoteSegment
+
+
+@dataclass
+class CleanedRange:
+    """What an engine made of a remote range: its cleaned segments (none: nothing
+    changed) and the clean point they reach."""
+
+    pieces: list[CleanedSegment]
+    clean_point: int
+
+
+class RemoteCleanEngine(Protocol):
+    """Makes the cleaned segments of a remote range and uploads them (steps up to 1 of
+    the module doc); calls ``fault`` with :data:`FETCHED`, :data:`CLEANED` and
+    :data:`UPLOADED` as it passes them. None: nothing to clean."""
+
+    name: str
+
+    def clean_range(
+        self,
+        m: PartitionManifest,
+        overrides: Mapping[str, str],
+        force: bool,
+        fault: Callable[[str], None],
+    ) -> CleanedRange | None: ...
+
+
+def upload_cleaned(
+    segments: RemoteStorageManager,
+    topic: str,
+    partition: int,
+    base_offset: int,
+    covered: list[RemoteSegment],
+    max_timestamp_ms: int,
+    files: Mapping[str, Path],
+) -> CleanedSegment:
+    """A cleaned segment's files up as new objects (a fresh segment id), spanning the
+    offsets of the remote segments it replaces, with its earliest KIP-534 delete horizon."""
+    horizon = earliest_delete_horizon(files[LOG_SUFFIX].read_bytes())
+    last = max(s.last_offset for s in covered)
+    remote = segments.copy_segment(
+        topic,
+        partition,
+        LocalSegmentFiles(base_offset, last, max_timestamp_ms, files, horizon),
+    )
+    # the manifest's range of the first segment replaced (a log start inside it)
+    return CleanedSegment(covered, replace(remote, base_offset=covered[0].base_offset))
+
+
+@dataclass
 class _Pending:
     due_ms: int
     segments: list[RemoteSegment]
@@ -116,8 +177,10 @@ class RemoteCleaner:
         clock: Clock,
         broker_config: Mapping[str, str] | None = None,
         work_dir: Path | None = None,
+        engine: RemoteCleanEngine | None = None,
     ):
         self.segments = segments
+        self.engine = engine  # None: the in-process engine (this class's own steps)
         self.metadata = metadata
         self.clock = clock
         self.broker_config = dict(broker_config or {})
@@ -145,21 +208,23 @@ class RemoteCleaner:
         m = current.value
         if not m.segments:
             return None
-        if self.work_dir is not None:
-            self.work_dir.mkdir(parents=True, exist_ok=True)
-        tmp = Path(
-            tempfile.mkdtemp(prefix=f"remote-clean-{m.topic}-{m.partition}-", dir=self.work_dir)
-        )
-        try:
-            planned, clean_point = self._clean_copy(m, overrides, tmp, force)
-            self.fault(CLEANED)
-            if not planned:
-                return None
-            cleaned = [self._upload(m, p) for p in planned]
-            self.fault(UPLOADED)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        new = self._successor(m, planned, cleaned, clean_point, self.clock())
+        if self.engine is not None:
+            made = self.engine.clean_range(m, overrides, force, self.fault)
+        else:
+            made = self._clean_in_process(m, overrides, force)
+        if made is None or not made.pieces:
+            return None
+        return self.commit(current, made, delete_delay_ms)
+
+    def commit(
+        self, current: Versioned[PartitionManifest], made: CleanedRange, delete_delay_ms: int
+    ) -> RemoteCleanResult | None:
+        """Steps 2 and 3 for either engine: ONE compare-and-swap of the manifest naming
+        the cleaned segments, then the replaced ones queued for deletion after
+        ``delete_delay_ms``; None when another writer's commit won (the upload is left
+        to the orphan sweep)."""
+        m = current.value
+        new = self._successor(m, made.pieces, made.clean_point, self.clock())
         try:
             committed = self.metadata.commit_partition(new, current, delete_dropped=False)
         except ManifestConflictError:
@@ -174,15 +239,47 @@ class RemoteCleaner:
         with self._lock:
             self._pending.append(_Pending(self.clock() + delete_delay_ms, replaced))
         self.fault(COMMITTED)
+        cleaned = [p.remote for p in made.pieces]
         log.info(
             "%s-%d: cleaned %d remote segments into %d, clean point %d",
             m.topic,
             m.partition,
             len(replaced),
             len(cleaned),
-            clean_point,
+            made.clean_point,
         )
         return RemoteCleanResult(committed, replaced, cleaned)
+
+    def _clean_in_process(
+        self, m: PartitionManifest, overrides: Mapping[str, str], force: bool
+    ) -> CleanedRange | None:
+        """Steps up to 1 with the in-process engine, in a private temporary log dir."""
+        if self.work_dir is not None:
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+        tmp = Path(
+            tempfile.mkdtemp(prefix=f"remote-clean-{m.topic}-{m.partition}-", dir=self.work_dir)
+        )
+        try:
+            planned, clean_point = self._clean_copy(m, overrides, tmp, force)
+            self.fault(CLEANED)
+            if not planned:
+                return None
+            pieces = [
+                upload_cleaned(
+                    self.segments,
+                    m.topic,
+                    m.partition,
+                    p.local.base_offset,
+                    p.covered,
+                    p.max_timestamp_ms,
+                    p.files,
+                )
+                for p in planned
+            ]
+            self.fault(UPLOADED)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return CleanedRange(pieces, clean_point)
 
     def delete_due(self, now_ms: int | None = None) -> int:
         """Delete the replaced segments whose ``file.delete.delay.ms`` has passed (their
@@ -262,27 +359,12 @@ class RemoteCleaner:
             logs.close()  # trims the indexes of the cleaned segments
         return planned, max(clean_point, m.clean_point)
 
-    def _upload(self, m: PartitionManifest, p: _Planned) -> RemoteSegment:
-        """A cleaned segment up as new objects, spanning the offsets it replaces."""
-        horizon = earliest_delete_horizon(p.files[LOG_SUFFIX].read_bytes())
-        last = max(s.last_offset for s in p.covered)
-        remote = self.segments.copy_segment(
-            m.topic,
-            m.partition,
-            LocalSegmentFiles(p.local.base_offset, last, p.max_timestamp_ms, p.files, horizon),
-        )
-        # the manifest's range of the first segment replaced (a log start inside it)
-        return replace(remote, base_offset=p.covered[0].base_offset)
-
     @staticmethod
     def _successor(
-        m: PartitionManifest,
-        planned: list[_Planned],
-        cleaned: list[RemoteSegment],
-        clean_point: int,
-        now_ms: int,
+        m: PartitionManifest, pieces: list[CleanedSegment], clean_point: int, now_ms: int
     ) -> PartitionManifest:
-        gone = {s.segment_id: c for p, c in zip(planned, cleaned, strict=True) for s in p.covered}
+        """``m`` with each cleaned segment in place of the segments it covers."""
+        gone = {s.segment_id: p.remote for p in pieces for s in p.covered}
         out: list[RemoteSegment] = []
         for s in m.segments:
             c = gone.get(s.segment_id)
