@@ -291,9 +291,9 @@ class _RemoteCollector:
     remote call. Kafka's ``kafka.server:type=BrokerTopicMetrics`` meters as counters:
     ``RemoteCopyBytesPerSec`` -> ``kompakt_remote_copy_bytes_total``,
     ``RemoteFetchBytesPerSec`` -> ``kompakt_remote_fetch_bytes_total``, plus the bytes
-    deleted; the store requests by kind (``put``, ``get``, ``delete``: what an object
-    store bills; Kafka's ``Remote*RequestsPerSec`` count segments, these count objects,
-    and the manifest reads and writes are not in them); the chunk cache's hits and
+    deleted; the store requests by kind (``put``, ``get``, ``list``, ``delete``: what an
+    object store bills, manifests and topic records included; Kafka's
+    ``Remote*RequestsPerSec`` count segments, these count objects); the chunk cache's hits and
     misses (Kafka has no such cache: ``kompakt_remote_cache_*``); and per partition
     KIP-963's ``RemoteCopyLagBytes`` / ``RemoteCopyLagSegments`` (rolled segments not
     tiered yet), ``RemoteLogSizeBytes`` and the remote segment count."""
@@ -324,10 +324,10 @@ class _RemoteCollector:
             yield c
         requests = CounterMetricFamily(
             "kompakt_remote_requests",
-            "Object store requests for segment objects, by kind (put, get, delete)",
+            "Object store requests, by kind (put, get, list, delete)",
             labels=["kind"],
         )
-        for kind in ("put", "get", "delete"):
+        for kind in ("put", "get", "list", "delete"):
             requests.add_metric([kind], stats.by_kind.get(kind, 0))
         yield requests
         yield from self._cache(t)

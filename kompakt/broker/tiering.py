@@ -312,7 +312,7 @@ class Tiering:
                 plog.name,
                 current.value.topic_id,
             )
-            self.tier.store.delete(manifest_key(*key))
+            self.tier.metadata.delete(manifest_key(*key))
             self.tier.metadata.delete_segments(list(current.value.segments))
             self._remember(key, None)
             current = None
@@ -495,12 +495,12 @@ class Tiering:
             record = self.tier.metadata.load_topic(topic)
             if record is None or record.value.topic_id != topic_id:
                 return
-            store = self.tier.store
-            store.delete(topic_key(topic))
-            keys = [o.key for o in store.list(topic_folder(topic))]
-            for key in sorted(keys, key=lambda k: not k.endswith(MANIFEST_OBJECT)):
-                store.delete(key)
-            log.info("%s: deleted its %d objects from the remote tier", topic, len(keys) + 1)
+            meta = self.tier.metadata
+            meta.delete(topic_key(topic))
+            objects = meta.list(topic_folder(topic))
+            for o in sorted(objects, key=lambda o: not o.key.endswith(MANIFEST_OBJECT)):
+                meta.delete(o.key, o.size)
+            log.info("%s: deleted its %d objects from the remote tier", topic, len(objects) + 1)
         except RemoteStorageError as exc:
             log.warning("%s: remote data left for the orphan sweep: %s", topic, exc)
 

@@ -56,6 +56,7 @@ class RemoteTier:
     def open(cls, settings: RemoteSettings) -> RemoteTier:
         store = open_store(settings.storage_url, settings.s3_endpoint_url)
         cache = ChunkCache(settings.cache_bytes)
-        return cls(
-            store, RemoteStorageManager(store, cache), RemoteLogMetadataManager(store), cache
-        )
+        segments = RemoteStorageManager(store, cache)
+        # one count of every store request, segment objects and metadata alike
+        metadata = RemoteLogMetadataManager(store, stats=segments.stats)
+        return cls(store, segments, metadata, cache)

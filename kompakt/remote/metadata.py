@@ -46,7 +46,9 @@ from kompakt.remote.layout import (
     topic_of_topic_key,
 )
 from kompakt.remote.manifest import PartitionManifest, RemoteSegment, TopicRecord
+from kompakt.remote.storage import TransferStats
 from kompakt.remote.store import (
+    ObjectInfo,
     ObjectNotFoundError,
     ObjectStore,
     PreconditionFailedError,
@@ -75,22 +77,31 @@ class Versioned(Generic[T]):
 
 
 class RemoteLogMetadataManager:
-    """Reads and commits partition manifests and topic records; sweeps orphans."""
+    """Reads and commits partition manifests and topic records; sweeps orphans.
+
+    Every store request it makes is counted in ``stats`` (the segment manager's, in a
+    broker, so ``/metrics`` and a user pricing the tier see one total): manifest and
+    topic-record reads and writes as ``get``/``put`` without bytes (the byte counters
+    are segment bytes, Kafka's ``RemoteCopyBytesPerSec``), listings as ``list``, and
+    deleted objects as ``delete`` with their size."""
 
     def __init__(
         self,
         store: ObjectStore,
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
         clock: Callable[[], float] = time.time,
+        stats: TransferStats | None = None,
     ):
         self.store = store
         self.orphan_grace_ms = orphan_grace_ms
         self.clock = clock
+        self.stats = stats if stats is not None else TransferStats()
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     def _read(self, key: str, parse: Callable[[bytes, str], T]) -> Versioned[T] | None:
+        self.stats.count("get")
         try:
             data, version = self.store.get(key)
         except ObjectNotFoundError:
@@ -99,6 +110,7 @@ class RemoteLogMetadataManager:
 
     def _swap(self, key: str, data: bytes, expected: Versioned[object] | None) -> str:
         """Put ``data`` if the object is still ``expected`` (absent when None)."""
+        self.stats.count("put")
         try:
             if expected is None:
                 return self.store.put(key, data, create=True)
@@ -140,11 +152,23 @@ class RemoteLogMetadataManager:
     def delete_segments(self, segments: list[RemoteSegment]) -> None:
         """Delete these segments' objects; a failure leaves them to the orphan sweep."""
         for s in segments:
-            for k in s.keys():
+            for f in s.files.values():
                 try:
-                    self.store.delete(k)
+                    self.delete(f.key, f.size)
                 except RemoteStorageError as e:
-                    log.warning("left %s for the orphan sweep: %s", k, e)
+                    log.warning("left %s for the orphan sweep: %s", f.key, e)
+
+    def delete(self, key: str, size: int = 0) -> None:
+        """Delete one object (idempotent), counted with its ``size``; the one way this
+        manager and the remote log manager delete a manifest, a topic record or an
+        object no manifest names."""
+        self.store.delete(key)
+        self.stats.count("delete", size)
+
+    def list(self, under: str) -> list[ObjectInfo]:
+        """The objects below the folder ``under``, counted as one request."""
+        self.stats.count("list")
+        return self.store.list(under)
 
     @staticmethod
     def _check_successor(new: PartitionManifest, old: PartitionManifest | None) -> None:
@@ -178,7 +202,7 @@ class RemoteLogMetadataManager:
                     f"{now - s.uploaded_ms} ms ago, over half the orphan grace period "
                     f"({self.orphan_grace_ms} ms); the sweep may delete it: upload it again"
                 )
-        present = {o.key: o.size for o in self.store.list(segments_folder(m.topic, m.partition))}
+        present = {o.key: o.size for o in self.list(segments_folder(m.topic, m.partition))}
         for s in added:
             for f in s.files.values():
                 if present.get(f.key) != f.size:
@@ -206,7 +230,7 @@ class RemoteLogMetadataManager:
 
     def topics(self) -> list[str]:
         """Every topic with a topic record: what a broker with an empty disk rebuilds."""
-        names = (topic_of_topic_key(o.key) for o in self.store.list(TOPICS))
+        names = (topic_of_topic_key(o.key) for o in self.list(TOPICS))
         return sorted(n for n in names if n is not None)
 
     # -- orphans ----------------------------------------------------------------------
@@ -215,21 +239,21 @@ class RemoteLogMetadataManager:
         """Delete segment objects no manifest names, older than the grace period;
         return their keys. Lists first, reads each manifest after (module docstring)."""
         now = self._now_ms() if now_ms is None else now_ms
-        old_enough: dict[tuple[str, int], list[str]] = {}
-        for o in self.store.list(TOPICS):
+        old_enough: dict[tuple[str, int], list[ObjectInfo]] = {}
+        for o in self.list(TOPICS):
             where = partition_of_key(o.key)
             if where is None or not o.key.startswith(segments_folder(*where) + "/"):
                 continue
             if now - o.modified_ms > self.orphan_grace_ms:
-                old_enough.setdefault(where, []).append(o.key)
+                old_enough.setdefault(where, []).append(o)
         deleted = []
-        for (topic, partition), keys in sorted(old_enough.items()):
+        for (topic, partition), objects in sorted(old_enough.items()):
             current = self.load_partition(topic, partition)
             named = current.value.keys() if current is not None else set()
-            for k in keys:
-                if k not in named:
-                    self.store.delete(k)
-                    deleted.append(k)
+            for o in objects:
+                if o.key not in named:
+                    self.delete(o.key, o.size)
+                    deleted.append(o.key)
         if deleted:
             log.info("orphan sweep deleted %d objects no manifest names", len(deleted))
         return deleted

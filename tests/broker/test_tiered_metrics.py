@@ -1,0 +1,66 @@
+"""The remote tier's deletes and metadata requests on ``/metrics`` of a real broker:
+objects the remote log manager deletes through the metadata manager (segments a
+DeleteRecords drops, a deleted topic's objects) move ``kompakt_remote_delete_bytes`` and
+the ``delete`` requests as the cleaner's deletions do (Kafka's
+``RemoteDeleteRequestsPerSec``, counted per object), and manifest writes and listings
+are counted requests (what an object store bills)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from kompakt.broker.tiering import tiering_of
+from kompakt.remote.layout import manifest_key
+from tests.broker.test_remote_metrics import remote_samples
+from tests.broker.test_tiered import TIERED, produce, start, tiered_down
+from tests.remote.broker_kit import TIMEOUT, create_topic
+
+DELETES = 'kompakt_remote_requests_total{kind="delete"}'
+
+
+def test_delete_records_and_topic_deletion_count_the_objects_they_delete(tmp_path: Path) -> None:
+    """Kafka's DeleteRecords on a tiered partition drops the remote segments below the
+    new log start (RemoteLogManager deletes them, counting RemoteDeleteRequestsPerSec):
+    every object of every dropped segment is counted with its bytes; then deleting the
+    topic counts its remaining objects, the manifest and the topic record too."""
+    b = start(tmp_path / "data")
+    try:
+        # DeleteRecords needs delete in the policy (Kafka's POLICY_VIOLATION otherwise)
+        create_topic(b, "tiered", {**TIERED, "cleanup.policy": "compact,delete"})
+        produce(b.bootstrap, ["tiered"])
+        tiered_down(b, "tiered")
+        plog = b.logs.get_log("tiered", 0)
+        tiering = tiering_of(b.broker.state)
+        assert tiering is not None
+        m = tiering.manifest(plog)
+        assert m is not None and len(m.segments) > 2
+        dropped = m.segments[:2]
+        before = remote_samples(b.admin_port)
+        assert before['kompakt_remote_requests_total{kind="put"}'] > 0
+        assert before['kompakt_remote_requests_total{kind="list"}'] > 0
+
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        tp = TopicPartition("tiered", 0, dropped[-1].last_offset + 1)
+        admin.delete_records([tp])[tp].result(TIMEOUT)
+        after = remote_samples(b.admin_port)
+        objects = [f for s in dropped for f in s.files.values()]
+        assert after[DELETES] - before[DELETES] == len(objects)
+        assert after["kompakt_remote_delete_bytes_total"] - before[
+            "kompakt_remote_delete_bytes_total"
+        ] == sum(f.size for f in objects)
+
+        left = tiering.manifest(plog)
+        assert left is not None
+        manifest_bytes = len(tiering.tier.store.get(manifest_key("tiered", 0))[0])
+        admin.delete_topics(["tiered"])["tiered"].result(TIMEOUT)
+        gone = remote_samples(b.admin_port)
+        # each remaining segment's objects, the manifest and the topic record
+        assert gone[DELETES] - after[DELETES] == len(left.keys()) + 2
+        assert gone["kompakt_remote_delete_bytes_total"] - after[
+            "kompakt_remote_delete_bytes_total"
+        ] == manifest_bytes + sum(f.size for s in left.segments for f in s.files.values())
+    finally:
+        b.stop()
