@@ -3,13 +3,16 @@
 kompakt is one node, so acks=all (every in-sync replica has the write) means the write
 is on disk: a Produce with acks=-1 is answered only once an fsync of its partition
 covers the batch it appended. The handler appends under the log's lock, releases it,
-then calls :func:`flush_covering` on its worker thread.
+then calls :func:`flush_covering` on its worker thread. Only the ``.log`` files are
+fsynced, without the log's lock (Kafka's ``LocalLog.flush`` runs outside it too), so
+appends go on during the fsync; the indexes are left to the periodic flush and the roll,
+and a crash's recovery rebuilds them from the recovery point.
 
 Per partition log there is one flush in flight at a time. Requests that append while it
 runs (other connections' handlers) wait behind it; the first of them then flushes for
-all of them at once (the log's flush moves the recovery point to the log end offset it
-sees) and the others find their batch covered, so n requests in the time of one fsync
-cost one more fsync, not n: a database's group commit. Durability is unchanged: nothing
+all of them at once (the flush moves the log's ``durable_offset`` to the log end
+offset it saw) and the others find their batch covered, so n requests in the time of
+one fsync cost one more fsync, not n: a database's group commit. Durability is unchanged: nothing
 is answered before an fsync that covers it returned. A failed fsync fails the request
 that ran it with KAFKA_STORAGE_ERROR (the log marks its dir offline); the ones waiting
 behind it try their own and fail the same way.
@@ -30,10 +33,11 @@ _locks_guard = threading.Lock()
 
 
 def flush_log(plog: PartitionLog) -> None:
-    """fsync ``plog`` up to its log end offset; a failed fsync is the KafkaStorageError
-    the client is answered with (the write is not durable)."""
+    """fsync ``plog``'s records up to its log end offset (its ``.log`` files: the
+    indexes are rebuilt by recovery, :meth:`PartitionLog.flush_records`); a failed
+    fsync is the KafkaStorageError the client is answered with (not durable)."""
     try:
-        plog.flush()
+        plog.flush_records()
     except OSError as exc:
         raise KafkaStorageError(f"cannot flush {plog.name}: {exc}") from exc
 
@@ -46,7 +50,7 @@ def flush_covering(
     this thread runs for everyone who appended meanwhile. Inside
     :func:`deferred_flushes` with ``on_failure`` given, the flush waits for its end
     and a failure is handed to ``on_failure`` instead of raised."""
-    if plog.recovery_point >= offset:
+    if plog.durable_offset >= offset:
         return
     pending = getattr(_deferred, "pending", None)
     if pending is not None and on_failure is not None:
@@ -59,7 +63,7 @@ def flush_covering(
         if lock is None:
             lock = _locks[plog] = threading.Lock()
     with lock:
-        if plog.recovery_point >= offset:  # the flush this thread waited out covered it
+        if plog.durable_offset >= offset:  # the flush this thread waited out covered it
             return
         flush_log(plog)
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Self
 
 from kompakt.errors import CorruptRecordError
+from kompakt.log.syncs import Claim, Unsynced, claim, fsync_claims
 
 _ZERO_BLOCK_SIZE = 1 << 16
 _ZERO_BLOCK = bytes(_ZERO_BLOCK_SIZE)
@@ -105,8 +106,7 @@ class AbstractIndex:
         self._mmap = None
         self._entries: int | None = None  # known from the first open on
         self._length: int | None = None  # the file's length, likewise
-        self.dirty = False
-        """Written since the last :meth:`flush`."""
+        self._sync = Unsynced()  # writes against the fsyncs that covered them
         self._closed = False
         if not lazy:
             with self._lock:
@@ -224,7 +224,7 @@ class AbstractIndex:
         index._lock = threading.RLock()
         index._on_open = None
         index.writable = False
-        index.dirty = False
+        index._sync = Unsynced()
         index._closed = False
         index._mmap = data[:length] if length else None
         index._entries = index._trailing_entries(length // cls.ENTRY_SIZE)
@@ -298,7 +298,7 @@ class AbstractIndex:
         # pwrite, not a store into the mmap: on a full disk a store into a sparse page
         # raises SIGBUS and kills the broker, while pwrite fails with ENOSPC.
         self._pwrite(self._ENTRY.pack(*values), self.entries * self.ENTRY_SIZE)
-        self.dirty = True
+        self._sync.wrote()
         self.entries += 1
 
     def _search(self, target: int, key_of: int) -> int:
@@ -323,22 +323,34 @@ class AbstractIndex:
         end = self.entries * self.ENTRY_SIZE
         if end > start:
             self._pwrite(bytes(end - start), start)
-            self.dirty = True
+            self._sync.wrote()
         self.entries = n
 
     def reset(self) -> None:
         self.truncate_entries(0)
 
-    def flush(self) -> None:
-        """fsync what was written since the last flush (nothing to do when clean: an
-        index closed by the cap is not reopened for it)."""
+    @property
+    def dirty(self) -> bool:
+        """Written since the last fsync that completed."""
+        return self._sync.dirty
+
+    def claim_sync(self) -> Claim | None:
+        """What :meth:`flush` would fsync, claimed under the owner's lock for an fsync
+        outside it (:mod:`kompakt.log.syncs`); None when clean (an index closed by the
+        cap is not reopened for it) or in memory."""
         with self._lock:
-            if not self.dirty or self._read_only:
-                return
+            if not self._sync.dirty or self._read_only:
+                return None
             if self._file is None:
                 self._open()
-            os.fsync(self._fd())
-            self.dirty = False
+            return claim(self._sync, self._fd())
+
+    def flush(self) -> None:
+        """fsync what was written since the last flush; the fsync runs without the
+        owner's lock."""
+        found = self.claim_sync()
+        if found is not None:
+            fsync_claims([found], self._lock)
 
     def trim_to_valid_size(self) -> None:
         """Shrink the file to the used entries (on roll and close, like Kafka); an index
@@ -373,9 +385,9 @@ class AbstractIndex:
     def close(self) -> None:
         """Flush and close for good (the segment is closed or deleted)."""
         with self._lock:
-            if self.dirty and self.is_open:
+            if self._sync.dirty and self.is_open:
                 os.fsync(self._fd())
-                self.dirty = False
+                self._sync.mark_clean()
             self.close_files()
             self._closed = True
 

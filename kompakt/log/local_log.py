@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kompakt.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
+from kompakt.log.checkpoint import fsync_dir
 from kompakt.log.clock import Clock
 from kompakt.log.config import TopicConfig
 from kompakt.log.loader import LogLoader
@@ -41,6 +42,7 @@ class LocalLog:
     _bases: list[int]
     log_start_offset: int
     recovery_point: int
+    durable_offset: int  # the .log files are fsynced below it (>= recovery_point)
     last_flush_ms: int
     offline: str | None
     on_io_error: Callable[..., None] | None
@@ -126,8 +128,15 @@ class LocalLog:
             if old.size == 0 and old.base_offset == base:
                 return old
             try:
-                old.flush()
                 old.on_become_inactive()
+            except OSError as exc:
+                self.io_failed(exc, f"rolling {self.name}")
+                raise
+            # Kafka's roll flushes up to the new segment's base (flushUptoOffsetExclusive):
+            # every segment before it is then whole on disk, indexes too, and the recovery
+            # point moves there; acks=all fsyncs only the .log and leaves it
+            self._sync(True)
+            try:
                 self._before_roll(base)
                 seg = LogSegment(
                     self.dir,
@@ -144,20 +153,49 @@ class LocalLog:
             return seg
 
     def flush(self, now_ms: int | None = None) -> None:
-        """fsync every segment with data past the recovery point, which then moves to
-        the log end offset (Kafka's ``UnifiedLog.flush``)."""
+        """fsync every segment with data past the recovery point, its indexes too, then
+        move the recovery point to the log end offset (Kafka's ``UnifiedLog.flush``)."""
+        self._sync(True)
         with self.lock:
-            try:
-                # segments before the one holding the recovery point end below it; a
-                # segment nobody wrote to is not even opened (LogSegment.flush)
-                first = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
-                for seg in self.segments[first:]:
-                    seg.flush()
-            except OSError as exc:
-                self.io_failed(exc, f"flushing {self.name}")
-                raise
-            self.recovery_point = self.log_end_offset
             self.last_flush_ms = self.clock() if now_ms is None else now_ms
+
+    def flush_records(self) -> None:
+        """fsync the ``.log`` files up to the log end offset, which :attr:`durable_offset`
+        then reaches: what acks=all needs. The indexes are not fsynced and the recovery
+        point stays, so a crash's recovery rebuilds them from the records (Kafka's
+        ``LogLoader.recoverLog`` re-validates every segment from the recovery point)."""
+        self._sync(False)
+
+    def _sync(self, indexes: bool) -> None:
+        """Kafka's ``UnifiedLog.flush`` / ``LocalLog.flush``: the log's lock is held only
+        to pick the segments past the flushed point and to move the point; the fsyncs
+        run without it (:meth:`LogSegment.flush`), so appends go on meanwhile. A segment
+        made since the flushed point also gets its directory entry fsynced
+        (``Utils.flushDirIfExists``: a new file needs it to survive a power loss)."""
+        with self.lock:
+            end = self.log_end_offset
+            since = self.recovery_point if indexes else self.durable_offset
+            # segments before the one holding the flushed point end below it
+            first = max(0, bisect.bisect_right(self._bases, since) - 1)
+            segments = self.segments[first:]
+            new_files = end > since and any(s.base_offset >= since for s in segments)
+        try:
+            for seg in segments:
+                seg.flush(indexes)
+            if new_files:
+                fsync_dir(self.dir)
+        except FileNotFoundError:
+            # the topic's folder renamed for deletion meanwhile (Kafka's flushDirIfExists
+            # lets it go): nothing of it needs to survive
+            if self.dir.exists():
+                raise
+        except OSError as exc:
+            self.io_failed(exc, f"flushing {self.name}")
+            raise
+        with self.lock:
+            self.durable_offset = max(self.durable_offset, end)
+            if indexes:
+                self.recovery_point = max(self.recovery_point, end)
 
     def _flush_if_due(self, now: int) -> None:
         """Kafka's two flush triggers, both checked after an append: ``flush.messages``

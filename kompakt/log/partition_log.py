@@ -122,10 +122,12 @@ class PartitionLog(LocalLog):
             if self.log_start_offset > self.log_end_offset:
                 self.log_start_offset = self.segments[0].base_offset  # guarded by lock
             self.recovery_point = self.log_end_offset  # guarded by lock
+            self.durable_offset = self.recovery_point  # guarded by lock
         else:
             self._transactions_loaded = True  # guarded by lock; nothing to read
             # guarded by lock
             self.log_start_offset = self.recovery_point = log_start_offset
+            self.durable_offset = log_start_offset  # guarded by lock
         self.last_flush_ms = clock()  # guarded by lock
         # owned by the cleaner manager: written only under its lock
         # (LogCleanerManager.mark_uncleanable), read as one value by status pages

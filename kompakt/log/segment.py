@@ -17,8 +17,6 @@ import os
 import threading
 from pathlib import Path
 
-import numpy as np
-
 from kompakt.log.index import IndexCorruptError, OffsetIndex, TimeIndex
 from kompakt.log.open_segments import OpenSegments
 from kompakt.log.segment_files import (
@@ -39,11 +37,11 @@ from kompakt.log.segment_files import (
     segment_files,
 )
 from kompakt.log.segment_reads import SegmentReads
+from kompakt.log.syncs import Claim, Unsynced, claim, fsync_claims
 from kompakt.log.txn_index import AbortedTxn, TransactionIndex
 from kompakt.record.header import (
     Header,
 )
-from kompakt.record.scan import scan_records
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +109,7 @@ class LogSegment(SegmentReads):
         self.log_path = segment_file(self.dir, base_offset, LOG_SUFFIX, suffix)
         self._fd: int | None = None
         self._closed = False
-        self._unflushed = False
+        self._log_sync = Unsynced()  # writes to the .log against the fsyncs covering them
         self._max_index_size = max_index_size
         self._lazy = lazy
         # the index objects themselves are made on first use too: a segment nobody reads
@@ -333,24 +331,6 @@ class LogSegment(SegmentReads):
         self._times()
         return self._shallow_offset_of_max_timestamp
 
-    def max_timestamp_and_offset(self) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record holding :attr:`max_timestamp`, or None
-        without one (ListOffsets MAX_TIMESTAMP since KAFKA-16310, Kafka 3.8: the batch
-        from :attr:`shallow_offset_of_max_timestamp` whose maxTimestamp matches, then its
-        first record with that timestamp, ``RecordBatch.offsetOfMaxTimestamp``). Control
-        records count, as Kafka's walk of the batch does."""
-        with self.lock:
-            ts = self.max_timestamp
-            if ts < 0:
-                return None
-            _o, pos = self.offset_index.lookup(self._shallow_offset_of_max_timestamp)
-        for b in self.iter_batches(pos):
-            if b.header.max_timestamp == ts:
-                scan = scan_records(b.buffer, verify_crc=False, include_control=True)
-                hits = np.flatnonzero(scan.timestamp == ts)
-                return (int(scan.offset[hits[0]]), ts) if len(hits) else None
-        return None
-
     @property
     def rolling_timestamp(self) -> int | None:
         self._times()
@@ -452,7 +432,7 @@ class LogSegment(SegmentReads):
             view = memoryview(data)
             try:
                 fd = self._log_fd()
-                self._unflushed = True
+                self._log_sync.wrote()
                 written = 0
                 while written < len(view):
                     written += os.pwrite(fd, view[written:], start + written)
@@ -496,15 +476,32 @@ class LogSegment(SegmentReads):
         ``LogSegment.updateTxnIndex``); the ``.txnindex`` is created on the first one."""
         self.txn_index.append(txn)
 
-    def flush(self) -> None:
-        """fsync what was written since the last flush; a segment nobody wrote to since
-        is not opened for it (a clean shutdown of 10,000 partitions fsyncs only theirs)."""
+    def claim_sync(self, indexes: bool = True) -> list[Claim]:
+        """The files :meth:`flush` would fsync (the ``.log``, and its offset and time
+        indexes unless ``indexes`` is false), claimed under the segment's lock for
+        fsyncs outside it (:mod:`kompakt.log.syncs`); a segment nobody wrote to since
+        is not opened for it (a clean shutdown of 10,000 partitions fsyncs only theirs).
+        A closed segment has nothing to claim: retention or a clean removed it while
+        its log's flush ran, and a cleaned segment arrives fsynced."""
         with self.lock:
-            if self._unflushed:
-                os.fsync(self._log_fd())
-                self._unflushed = False
-            for idx in self._indexes():
-                idx.flush()
+            if self._closed:
+                return []
+            found = [claim(self._log_sync, self._log_fd())] if self._log_sync.dirty else []
+            if indexes:
+                found += [idx.claim_sync() for idx in self._indexes()]
+        return [c for c in found if c is not None]
+
+    def flush(self, indexes: bool = True) -> None:
+        """fsync what was written since the last flush (Kafka's ``LogSegment.flush``:
+        the ``.log``, the indexes and the ``.txnindex``; only the ``.log`` when
+        ``indexes`` is false). The fsyncs run without the segment's lock, so appends
+        and reads go on meanwhile."""
+        fsync_claims(self.claim_sync(indexes), self.lock)
+        if indexes:
+            self.flush_txn_index()
+
+    def flush_txn_index(self) -> None:
+        """fsync the ``.txnindex`` if it was written since (not made for it)."""
         if self._txn_index is not None:
             self._txn_index.flush()
 
@@ -532,7 +529,7 @@ class LogSegment(SegmentReads):
                 self.size = min(self.size, position)
                 return
             os.ftruncate(self._log_fd(), position)
-            self._unflushed = True
+            self._log_sync.wrote()
             self.size = position
 
     # -- files ---------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import os
 
+import numpy as np
+
 from kompakt.errors import CorruptRecordError
 from kompakt.log.index import IndexCorruptError
 from kompakt.record.decode import RecordBatch, iter_batches
@@ -17,6 +19,7 @@ from kompakt.record.header import (
     batch_size,
     read_header,
 )
+from kompakt.record.scan import scan_records
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +27,24 @@ log = logging.getLogger(__name__)
 class SegmentReads:
     """Reading and recovery of :class:`~kompakt.log.segment.LogSegment`, which is one
     (its state: ``size``, the indexes and the ``.log`` descriptor, guarded by ``lock``)."""
+
+    def max_timestamp_and_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record holding :attr:`max_timestamp`, or None
+        without one (ListOffsets MAX_TIMESTAMP since KAFKA-16310, Kafka 3.8: the batch
+        from :attr:`shallow_offset_of_max_timestamp` whose maxTimestamp matches, then its
+        first record with that timestamp, ``RecordBatch.offsetOfMaxTimestamp``). Control
+        records count, as Kafka's walk of the batch does."""
+        with self.lock:
+            ts = self.max_timestamp
+            if ts < 0:
+                return None
+            _o, pos = self.offset_index.lookup(self._shallow_offset_of_max_timestamp)
+        for b in self.iter_batches(pos):
+            if b.header.max_timestamp == ts:
+                scan = scan_records(b.buffer, verify_crc=False, include_control=True)
+                hits = np.flatnonzero(scan.timestamp == ts)
+                return (int(scan.offset[hits[0]]), ts) if len(hits) else None
+        return None
 
     def read_at(self, position: int, size: int) -> bytes:
         with self.lock:

@@ -92,6 +92,7 @@ class TransactionIndex:
         self.read_only = read_only
         self._entries: list[AbortedTxn] | None = None  # read on first use
         self._absent = False  # the loader saw no file: nothing to read or check
+        self._unsynced = False  # written since the last fsync began
 
     def mark_absent(self) -> None:
         """The loader's directory listing has no such file (most segments never see an
@@ -152,6 +153,7 @@ class TransactionIndex:
             except OSError:  # a full disk: no torn entry for the next append to follow
                 f.truncate(len(entries) * ENTRY_SIZE)
                 raise
+        self._unsynced = True
         entries.append(txn)
 
     def replace(self, entries: list[AbortedTxn]) -> None:
@@ -166,6 +168,7 @@ class TransactionIndex:
             tmp = self.path.with_name(self.path.name + ".tmp")
             tmp.write_bytes(b"".join(e.pack() for e in entries))
             os.replace(tmp, self.path)
+            self._unsynced = True
         self._entries = list(entries)
 
     def truncate_to(self, offset: int) -> None:
@@ -175,12 +178,22 @@ class TransactionIndex:
             self.replace(kept)
 
     def flush(self) -> None:
-        if not self.read_only and not self._absent and self.path.exists():
+        """fsync the file if it was written since the last flush began (an entry
+        appended during the fsync marks it again)."""
+        if self.read_only or self._absent or not self._unsynced:
+            return
+        self._unsynced = False
+        try:
             fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        except FileNotFoundError:  # renamed away by a swap or a deletion meanwhile
+            return
+        try:
+            os.fsync(fd)
+        except OSError:
+            self._unsynced = True
+            raise
+        finally:
+            os.close(fd)
 
     def rename(self, new_path: Path) -> None:
         """Follow the segment through the swap protocol (the file may not exist)."""

@@ -28,7 +28,7 @@ TIMEOUT = 30
 class StalledDisk:
     """A one-partition topic whose flush (its fsync) waits for :attr:`gate`, as a
     stalling disk would; :attr:`calls` has the log end offset each flush saw, and
-    :attr:`seen` each delivery's (offset, recovery point when it was reported)."""
+    :attr:`seen` each delivery's (offset, durable offset when it was reported)."""
 
     def __init__(self, broker, topic: str):
         broker.logs.create_topic(topic, 1)
@@ -36,24 +36,24 @@ class StalledDisk:
         self.gate = threading.Event()
         self.calls: list[int] = []
         self.seen: list[tuple[int, int]] = []
-        flush = plog.flush
+        flush = plog.flush_records
 
         def stalled(*args, **kwargs):
             self.calls.append(plog.log_end_offset)
             self.gate.wait(TIMEOUT)
             return flush(*args, **kwargs)
 
-        plog.flush = stalled
+        plog.flush_records = stalled
 
     def delivered(self, err, msg) -> None:
         assert err is None, err
-        self.seen.append((msg.offset(), self.plog.recovery_point))
+        self.seen.append((msg.offset(), self.plog.durable_offset))
 
 
 def test_acks_all_answer_comes_after_the_fsync_that_covers_the_record(tmp_path):
     """Kafka's acks=-1: the answer means the write is durable. With the fsync stalled,
     no delivery report arrives; once it completes, each report finds its offset below
-    the recovery point (the fsynced end of the log)."""
+    the durable offset (the end of the fsynced records)."""
     b = start_test_broker(tmp_path)
     try:
         disk = StalledDisk(b, "durable")
@@ -93,7 +93,7 @@ def test_acks_all_requests_that_append_during_an_fsync_share_the_next_one(tmp_pa
         assert all(off < rp for off, rp in disk.seen)
         # one flush, started when the log ended at offset 1, covered all five records
         assert disk.calls == [1]
-        assert disk.plog.recovery_point == 5
+        assert disk.plog.durable_offset == 5
     finally:
         b.stop()
 
@@ -129,4 +129,4 @@ def test_pipelined_produce_requests_are_answered_in_order_after_one_fsync(broker
     parts = [a.responses[0].partition_responses[0] for _, a in answers[:8]]
     assert [p.error_code for p in parts] == [ErrorCode.none] * 8
     assert [p.base_offset for p in parts] == list(range(8))
-    assert plog.recovery_point == 8  # fsynced before the answers went out
+    assert plog.durable_offset == 8  # fsynced before the answers went out

@@ -417,10 +417,13 @@ def test_flush_ms_fsyncs_an_append_that_comes_that_long_after_the_last_flush(man
 
 
 def test_default_flush_settings_leave_appends_to_the_periodic_flush(manager, clock):
-    """flush.messages and flush.ms default to Long.MAX_VALUE, as Kafka's."""
+    """flush.messages and flush.ms default to Long.MAX_VALUE, as Kafka's: however long
+    between appends, the only flush is each roll's (segment.ms here), which moves the
+    recovery point to the new segment's base (Kafka's roll: flushUptoOffsetExclusive)."""
     manager.create_topic("t", 1)
     plog = manager.get_log("t", 0)
     for i in range(5):
         clock.advance(10**9)
         plog.append(batch((b"k%d" % i, b"v")))
-    assert plog.recovery_point == 0
+        assert plog.recovery_point == plog.active_segment.base_offset == i
+    assert len(plog.segments) == 5

@@ -432,10 +432,10 @@ def test_acks_all_fsync_failure_answers_storage_error(
     real_flush = LogSegment.flush
     failing = {"on": False}
 
-    def flush(self):
+    def flush(self, *args):
         if failing["on"] and "durable-0" in str(self.log_path):
             _enospc()
-        return real_flush(self)
+        return real_flush(self, *args)
 
     monkeypatch.setattr(LogSegment, "flush", flush)
     broker = start_test_broker(tmp_path, log_cleaner_enable="false")
