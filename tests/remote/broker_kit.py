@@ -35,9 +35,9 @@ class HasPort(Protocol):
     port: int
 
 
-def list_offset(b: HasPort, topic: str, timestamp: int) -> int:
-    """ListOffsets v9 (the first with LATEST_TIERED) of partition 0."""
-    part = {"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}
+def list_offset(b: HasPort, topic: str, timestamp: int, partition: int = 0) -> int:
+    """ListOffsets v9 (the first with LATEST_TIERED) of one partition."""
+    part = {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}
     body = {
         "replica_id": -1,
         "isolation_level": 0,
@@ -48,10 +48,10 @@ def list_offset(b: HasPort, topic: str, timestamp: int) -> int:
     return p.offset
 
 
-def fetch(b: HasPort, topic: str, offset: int, committed: bool = False) -> Any:
-    """One Fetch v12 of partition 0 at ``offset`` (64 KiB at most)."""
+def fetch(b: HasPort, topic: str, offset: int, committed: bool = False, partition: int = 0) -> Any:
+    """One Fetch v12 of one partition at ``offset`` (64 KiB at most)."""
     part = {
-        "partition": 0,
+        "partition": partition,
         "current_leader_epoch": -1,
         "fetch_offset": offset,
         "last_fetched_epoch": -1,
