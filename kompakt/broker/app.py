@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from kompakt.broker import authz, tiering
+from kompakt.broker import authz, remote_groups, tiering
 from kompakt.broker.acls import build_authorizer
 from kompakt.broker.admin_http import AdminApi, AdminServer, parse_listener
 from kompakt.broker.background import BackgroundTasks, PeriodicThread
@@ -189,6 +189,7 @@ class Broker:
                 )
             )
             tiering.install(self)  # the remote log manager's task, when the tier is on
+            remote_groups.install(cfg, self.state, self.background, tiering.tiering_of(self.state))
             self.background.start()
             cfg.listeners_on_change.append(self._reconfigure)
             if self.logs.has_topic(OFFSETS_TOPIC):

@@ -9,17 +9,39 @@ empty at the remote log's end: offsets below it are served from the tier, new re
 get the offsets after it. Only an empty data dir is rebuilt: a topic missing from a
 data dir that has others was deleted there, and must not come back.
 
-Not restored: idempotent producers' state (a retried batch from before the loss is not
-recognized as a duplicate) and topics that were never tiered (consumer group offsets
-among them unless ``__consumer_offsets`` was tiered).
+Also restored:
+
+- the idempotent producers' state at the remote end: the manifest's producer snapshot
+  (the last segment's ``.snapshot``, checked against its SHA-256) becomes the local
+  log's ``<end>.snapshot``, which the log loads as Kafka's ``ProducerStateManager``
+  loads its latest snapshot, so a producer retrying its last batch gets the original's
+  offset and a stale epoch is fenced, as before the loss. A transaction the snapshot
+  shows open is dropped from it (its marker and its coordinator's state were on the
+  lost disk; kept, it would hold the last stable offset back forever) and logged;
+- the consumer groups' committed offsets of the rebuilt topics
+  (:mod:`kompakt.broker.remote_groups`).
+
+Not restored: topics that were never tiered, and the records of a tiered topic that
+were not tiered yet (its active segment among them), as in Kafka.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
+from kompakt.broker import remote_groups
 from kompakt.log.manager import LogManager
+from kompakt.log.partition_log import PartitionLog
+from kompakt.log.producer_snapshot import (
+    NO_OFFSET,
+    SNAPSHOT_SUFFIX,
+    CorruptSnapshotError,
+    ProducerSnapshotFile,
+    decode,
+)
 from kompakt.remote import RemoteTier
+from kompakt.remote.manifest import PartitionManifest
 
 log = logging.getLogger("kompakt.broker.tiering")
 
@@ -29,21 +51,23 @@ def rebuild_from_tier(logs: LogManager, tier: RemoteTier) -> list[str]:
     if logs.topics():
         return []
     rebuilt = []
+    ends: dict[tuple[str, int], int] = {}
     for name in tier.metadata.topics():
         record = tier.metadata.load_topic(name)
         if record is None:
             continue  # deleted since listed
         r = record.value
         logs.create_topic(name, r.partitions, dict(r.configs), topic_id=r.topic_id)
-        ends = []
         for partition in range(r.partitions):
             v = tier.metadata.load_partition(name, partition)
-            end = v.value.end_offset if v is not None and v.value.topic_id == r.topic_id else 0
-            if end > 0:
+            m = v.value if v is not None and v.value.topic_id == r.topic_id else None
+            end = m.end_offset if m is not None else 0
+            if m is not None and end > 0:
                 plog = logs.get_log(name, partition)
                 plog.roll(base_offset=end)  # the local log goes on at the remote end
+                _restore_producers(plog, tier, m)  # before anything builds the state
                 plog.delete_records_before(end)  # and starts there (Kafka's local start)
-            ends.append(end)
+            ends[(name, partition)] = end
         rebuilt.append(name)
         log.info(
             "recreated topic %s (id %s, %d partitions) from the remote tier; its local "
@@ -51,6 +75,31 @@ def rebuild_from_tier(logs: LogManager, tier: RemoteTier) -> list[str]:
             name,
             r.topic_id,
             r.partitions,
-            ends,
+            [ends[(name, p)] for p in range(r.partitions)],
         )
+    if rebuilt:
+        remote_groups.restore(logs, tier.store, ends)
     return rebuilt
+
+
+def _restore_producers(plog: PartitionLog, tier: RemoteTier, m: PartitionManifest) -> None:
+    """The manifest's producer snapshot as the log's snapshot at the remote end."""
+    if m.producer_snapshot is None:
+        return
+    try:
+        entries = decode(tier.segments.fetch_file(m.segments[-1], SNAPSHOT_SUFFIX))
+    except CorruptSnapshotError as exc:  # checked by SHA-256 first: written corrupt
+        log.warning("%s: the tiered producer snapshot is unusable: %s", plog.name, exc)
+        return
+    open_txns = [e.producer_id for e in entries if e.current_txn_first_offset != NO_OFFSET]
+    if open_txns:
+        log.warning(
+            "%s: producers %s had a transaction open at the remote end %d; its outcome was "
+            "on the lost disk, so it is not restored as open",
+            plog.name,
+            open_txns,
+            m.end_offset,
+        )
+    entries = [replace(e, current_txn_first_offset=NO_OFFSET) for e in entries]
+    ProducerSnapshotFile(plog.dir, m.end_offset).write(entries)
+    log.info("%s: restored %d producers' state at offset %d", plog.name, len(entries), m.end_offset)

@@ -1,0 +1,182 @@
+"""A broker killed (SIGKILL) and its data dir deleted; a new broker on an empty data dir
+with the same bucket rebuilds every tiered topic from it (what Kafka's tiered storage
+cannot do: its remote metadata is a topic on the lost disk).
+
+Checked against what the killed broker served: every tiered partition reads back from
+offset 0 batch for batch, byte for byte, up to the remote end; ListOffsets EARLIEST and
+LATEST answer the remote log start and end; the topics keep their ids' configs and
+partition counts; a consumer group's committed offsets are the ones it committed (one
+committed past the remote end, on records never tiered, comes back as that end); and an
+idempotent producer going on with its producer id, epoch and sequence is treated as
+before the loss (Kafka's ``ProducerStateManager`` loaded from its snapshot): its last
+batch retried is a duplicate answered with the original offset, an older epoch is
+fenced (INVALID_PRODUCER_EPOCH), the next sequence is appended.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
+from raw_kafka import API, call
+from reliability.kit import BrokerProcess, create_topic
+from shared_kit import wait_for
+
+from kompakt.broker import remote_groups
+from kompakt.record.decode import iter_batches
+from kompakt.record.encode import build_simple_batch
+from kompakt.remote import open_store
+from tests.remote import broker_kit
+
+EARLIEST, LATEST, LATEST_TIERED = -2, -1, -5
+INVALID_PRODUCER_EPOCH = 47
+COMPACT, EVENTS, GROUP = "rb-compact", "rb-events", "rb-group"
+BROKER_KEYS = {
+    "remote.log.storage.system.enable": "true",
+    "remote.log.manager.task.interval.ms": "100",
+    "log.cleaner.enable": "false",
+    "offsets.topic.num.partitions": "3",
+}
+SMALL = {"segment.bytes": "1024", "local.retention.bytes": "1024", "remote.storage.enable": "true"}
+
+
+def list_offset(port: int, topic: str, partition: int, timestamp: int) -> int:
+    return broker_kit.list_offset(SimpleNamespace(port=port), topic, timestamp, partition)
+
+
+def fetch_batches(port: int, topic: str, partition: int, end: int) -> list[bytes]:
+    """Every batch from offset 0 up to ``end`` as raw bytes, by Fetch v12."""
+    out: list[bytes] = []
+    offset = 0
+    while offset < end:
+        p = broker_kit.fetch(SimpleNamespace(port=port), topic, offset, partition=partition)
+        assert p.error_code == 0, p
+        batches = [b for b in iter_batches(p.records or b"") if b.header.last_offset < end]
+        assert batches, f"{topic}-{partition}: no batch at {offset} (end {end})"
+        out += [bytes(b.buffer) for b in batches]
+        offset = batches[-1].header.last_offset + 1
+    return out
+
+
+def active_base(data: Path, topic: str, partition: int) -> int:
+    """The base offset of the partition's active segment (its newest ``.log``)."""
+    return max(int(f.stem) for f in (data / f"{topic}-{partition}").glob("*.log"))
+
+
+def topic_configs(bootstrap: str, topic: str) -> dict[str, str | None]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (future,) = admin.describe_configs([ConfigResource("topic", topic)]).values()
+    return {k: v.value for k, v in future.result(30).items()}
+
+
+def produce_raw(port: int, topic: str, batch: bytes) -> tuple[int, int]:
+    """(error code, base offset) of an acks=all Produce of one batch to partition 0."""
+    body = {
+        "acks": -1,
+        "timeout": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+    }
+    (p,) = call(port, API.produce, 9, body).responses[0].partition_responses
+    return p.error_code, p.base_offset
+
+
+def idempotent(pid: int, epoch: int, seq: int, n: int = 3) -> bytes:
+    items = [(b"idem-%d-%d" % (epoch, seq + i), b"v%d" % (seq + i)) for i in range(n)]
+    return build_simple_batch(
+        items,
+        timestamp=int(time.time() * 1000),
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+    )
+
+
+def test_a_broker_on_an_empty_disk_rebuilds_topics_offsets_groups_and_producers(
+    tmp_path: Path,
+) -> None:
+    remote = tmp_path / "remote"
+    keys = {**BROKER_KEYS, "kompakt.remote.storage.url": remote.as_uri()}
+    old = BrokerProcess(tmp_path / "data", keys).start(60)
+    try:
+        create_topic(old.bootstrap, COMPACT, 2, {**SMALL, "cleanup.policy": "compact"})
+        create_topic(old.bootstrap, EVENTS, 1, {**SMALL, "retention.ms": "-1"})
+        pid = call(
+            old.port,
+            API.init_producer_id,
+            4,
+            {"transactional_id": None, "transaction_timeout": 60000},
+        ).producer_id
+        sent = [idempotent(pid, 0, 0), idempotent(pid, 0, 3), idempotent(pid, 1, 0)]
+        answers = [produce_raw(old.port, COMPACT, b) for b in sent]
+        assert [e for e, _ in answers] == [0, 0, 0]
+        last_offset = answers[-1][1]
+        p = Producer({"bootstrap.servers": old.bootstrap, "acks": "all", "linger.ms": 0})
+        for i in range(300):  # batches of 10: segments roll, the idempotent ones' too
+            for topic, part in ((COMPACT, 0), (COMPACT, 1), (EVENTS, 0)):
+                p.produce(topic, b"value-%d-%d" % (part, i), b"k%d" % (i % 40), partition=part)
+            if i % 10 == 9:
+                assert p.flush(30) == 0
+        tps = [(COMPACT, 0), (COMPACT, 1), (EVENTS, 0)]
+        wait_for(
+            lambda: all(list_offset(old.port, t, q, LATEST_TIERED) > 200 for t, q in tps),
+            "every partition tiered past offset 200",
+        )
+        assert list_offset(old.port, COMPACT, 0, LATEST_TIERED) > last_offset
+        c = Consumer({"bootstrap.servers": old.bootstrap, "group.id": GROUP, "log_level": 2})
+        ends = {tp: list_offset(old.port, *tp, LATEST) for tp in tps}
+        commits = {(COMPACT, 0): 120, (EVENTS, 0): 77, (COMPACT, 1): ends[(COMPACT, 1)]}
+        c.commit(
+            offsets=[TopicPartition(t, q, o) for (t, q), o in commits.items()], asynchronous=False
+        )
+        c.close()
+        store = open_store(remote.as_uri())
+
+        def uploaded() -> dict:
+            got = remote_groups.load(store)
+            return {(t, q): om.offset for (g, t, q), om in (got.offsets.items() if got else ())}
+
+        wait_for(lambda: uploaded() == commits, "the group's offsets in the bucket")
+        # every rolled segment tiered: the remote end is the active segment's base
+        tiered = {tp: active_base(old.data_dir, *tp) for tp in tps}
+        wait_for(
+            lambda: all(list_offset(old.port, *tp, LATEST_TIERED) + 1 == tiered[tp] for tp in tps),
+            "every rolled segment tiered",
+        )
+        before = {tp: fetch_batches(old.port, *tp, tiered[tp]) for tp in tps}
+        want_config = topic_configs(old.bootstrap, COMPACT)
+    finally:
+        old.kill()  # SIGKILL: the disk is lost with whatever it held
+    shutil.rmtree(tmp_path / "data")
+
+    new = BrokerProcess(tmp_path / "fresh", keys).start(60)
+    try:
+        assert not (tmp_path / "data").exists()
+        for tp in tps:
+            assert list_offset(new.port, *tp, EARLIEST) == 0
+            assert list_offset(new.port, *tp, LATEST) == tiered[tp]
+            assert fetch_batches(new.port, *tp, tiered[tp]) == before[tp], tp
+        admin = AdminClient({"bootstrap.servers": new.bootstrap})
+        meta = admin.list_topics(timeout=30).topics
+        assert len(meta[COMPACT].partitions) == 2 and len(meta[EVENTS].partitions) == 1
+        assert topic_configs(new.bootstrap, COMPACT) == want_config
+
+        c = Consumer({"bootstrap.servers": new.bootstrap, "group.id": GROUP, "log_level": 2})
+        committed = c.committed([TopicPartition(t, q) for t, q in commits], timeout=30)
+        c.close()
+        # past the remote end (records never tiered, lost with the disk): that end
+        want = {tp: min(o, tiered[tp]) for tp, o in commits.items()}
+        assert {(x.topic, x.partition): x.offset for x in committed} == want
+        assert want[(COMPACT, 1)] < commits[(COMPACT, 1)]
+
+        # the producer goes on: its last batch again is a duplicate, not a second copy
+        end = tiered[(COMPACT, 0)]
+        assert produce_raw(new.port, COMPACT, sent[-1]) == (0, last_offset)
+        assert list_offset(new.port, COMPACT, 0, LATEST) == end
+        assert produce_raw(new.port, COMPACT, idempotent(pid, 0, 6))[0] == INVALID_PRODUCER_EPOCH
+        assert produce_raw(new.port, COMPACT, idempotent(pid, 1, 3)) == (0, end)
+    finally:
+        new.kill()
