@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from kompakt.broker.background import PeriodicThread
 from kompakt.broker.remote_rebuild import rebuild_from_tier
+from kompakt.broker.tiered_reads import RemoteSource
 from kompakt.broker.tiered_retention import local_retention_offset, remote_retention_offset
 from kompakt.cleaner.remote_clean import RemoteCleaner
 from kompakt.errors import OffsetOutOfRangeError
@@ -52,7 +53,6 @@ from kompakt.log.segment import (
     LogSegment,
     segment_file,
 )
-from kompakt.log.txn_index import AbortedTxn
 from kompakt.remote import RemoteTier
 from kompakt.remote.config import RemoteSettings, check_topic
 from kompakt.remote.layout import MANIFEST_OBJECT, manifest_key, topic_folder, topic_key
@@ -60,7 +60,7 @@ from kompakt.remote.manifest import PartitionManifest, RemoteSegment, TopicRecor
 from kompakt.remote.metadata import ManifestConflictError, Versioned
 from kompakt.remote.reads import RemoteSegmentReader
 from kompakt.remote.storage import LocalSegmentFiles
-from kompakt.remote.store import ObjectNotFoundError, RemoteStorageError
+from kompakt.remote.store import RemoteStorageError
 
 if TYPE_CHECKING:
     from kompakt.broker.background import BackgroundTasks
@@ -419,6 +419,13 @@ class Tiering:
         self._remember(key, result.manifest)
         return True
 
+    def compact_remote_now(self, plog: PartitionLog) -> bool:
+        """Clean the partition's remote range now, whatever its dirty ratio ("compact
+        now" for the tier, as the cleaner's ``compact_now`` for a local log); False when
+        there was nothing to clean or another writer's manifest won."""
+        with self._writer((plog.topic, plog.partition)):
+            return self.clean_remote_range(plog, force=True)
+
     def move_remote_start(self, plog: PartitionLog, offset: int) -> None:
         """Commit the partition's manifest with its log start at ``offset`` and without
         the segments wholly below it (their objects go once it is durable): DeleteRecords
@@ -531,43 +538,6 @@ class Tiering:
                 f"offset {offset} is out of range [{start}, {plog.log_end_offset}] for {plog.name}"
             )
         return RemoteSource(self, plog, m)
-
-
-class RemoteSource:
-    """A fetch's view of the remote log, with the two methods a fetch calls on a
-    :class:`PartitionLog` (``read`` and ``collect_aborted_transactions``)."""
-
-    def __init__(self, tiering: Tiering, plog: PartitionLog, manifest: PartitionManifest):
-        self.tiering, self.plog, self.manifest = tiering, plog, manifest
-
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool = True) -> bytes:
-        try:
-            return self._read(offset, max_bytes, min_one_batch)
-        except ObjectNotFoundError:
-            # a newer manifest than the one cached dropped the segment (a writer in
-            # another process): read the manifest again and retry once
-            self.tiering.forget(self.plog.topic, self.plog.partition)
-            source = self.tiering.source_for(self.plog, offset)  # OUT_OF_RANGE now?
-            return source.read(offset, max_bytes, min_one_batch)
-
-    def _read(self, offset: int, max_bytes: int, min_one_batch: bool) -> bytes:
-        seg = self.manifest.segment_for(offset)
-        while seg is not None:
-            data = self.tiering.reader.read(seg, offset, max_bytes, min_one_batch)
-            if data or not min_one_batch:
-                return data
-            # a clean left no batch here at or after offset: the next segment (KAFKA-15388)
-            seg = self.manifest.segment_for(seg.last_offset + 1)
-        # between the remote end and the local start: the next batch
-        return self.plog.read(self.plog.log_start_offset, max_bytes, min_one_batch)
-
-    def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
-        segments = [s for s in self.manifest.segments if s.last_offset >= start_offset]
-        found, complete = self.tiering.reader.aborted(segments, start_offset, upper_bound)
-        local = self.plog.log_start_offset
-        if not complete and upper_bound > local:
-            found += self.plog.collect_aborted_transactions(max(start_offset, local), upper_bound)
-        return found
 
 
 def _stage(seg: LogSegment, staging: Path) -> dict[str, Path]:
