@@ -256,10 +256,9 @@ def remote_clean(tiering: Tiering, plog: PartitionLog) -> dict[str, Any]:
     stats = tiering.tier.segments.stats
     before = stats.snapshot()
     try:
-        with writer(tiering, plog):
-            t0 = time.perf_counter()
-            cleaned = tiering.clean_remote_range(plog, force=True)
-            dt = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cleaned = tiering.compact_remote_now(plog)
+        dt = time.perf_counter() - t0
         cleaner.delete_due(now_ms=int(time.time() * 1000) + 10**12)  # the replaced, now
     finally:
         cleaner.fault = lambda step: None
@@ -355,8 +354,15 @@ def bench(args: argparse.Namespace, work: Path, keys: dict[str, str]) -> dict[st
         b.stop()
 
 
-def local_bytes(folder: Path) -> int:
-    return sum(e.stat().st_size for e in os.scandir(folder) if e.is_file())
+def disk_bytes(folder: Path) -> int:
+    """Bytes the folder's files take on disk (``du``: the preallocated, sparse index
+    files count what they use, not their length)."""
+    return sum(e.stat().st_blocks * 512 for e in os.scandir(folder) if e.is_file())
+
+
+def log_bytes(plog: PartitionLog) -> int:
+    """The local log's ``.log`` bytes: what ``local.retention.bytes`` bounds."""
+    return sum(s.size for s in plog.segments_snapshot())
 
 
 def digests(bootstrap: str, topic: str) -> list[bytes]:
@@ -400,12 +406,13 @@ def twin(args: argparse.Namespace, work: Path, keys: dict[str, str]) -> dict[str
         create_topic(b.bootstrap, "tiered", tiered_cfg)
         create_topic(b.bootstrap, "twin", twin_cfg)
         plog, twin_log = b.logs.get_log("tiered", 0), b.logs.get_log("twin", 0)
-        peak = [0]
+        peak = [0, 0]  # .log bytes, disk bytes
         stop = threading.Event()
 
         def sample() -> None:
             while not stop.wait(0.05):
-                peak[0] = max(peak[0], local_bytes(plog.dir))
+                peak[0] = max(peak[0], log_bytes(plog))
+                peak[1] = max(peak[1], disk_bytes(plog.dir))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -429,9 +436,10 @@ def twin(args: argparse.Namespace, work: Path, keys: dict[str, str]) -> dict[str
             "produce s (both topics)": round(produced_s, 1),
             "local.retention.bytes": local_limit,
             "segment.bytes": seg,
-            "peak local bytes (tiered, files in the partition dir)": peak[0],
-            "final local bytes (tiered)": local_bytes(plog.dir),
-            "twin local bytes": local_bytes(twin_log.dir),
+            "tiered peak local .log bytes": peak[0],
+            "tiered peak local disk bytes (du of the partition dir)": peak[1],
+            "tiered final local .log / disk bytes": (log_bytes(plog), disk_bytes(plog.dir)),
+            "twin final local .log / disk bytes": (log_bytes(twin_log), disk_bytes(twin_log.dir)),
         }
         if not args.no_clean:
             out["remote clean"] = remote_clean(tiering, plog)
