@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from kompakt.broker import remote_groups
 from kompakt.log.manager import LogManager
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.producer_snapshot import (
@@ -78,6 +77,10 @@ def rebuild_from_tier(logs: LogManager, tier: RemoteTier) -> list[str]:
             [ends[(name, p)] for p in range(r.partitions)],
         )
     if rebuilt:
+        # imported here: the coordinator's package imports the request handlers, which
+        # import the remote log manager, which imports this module
+        from kompakt.broker import remote_groups
+
         remote_groups.restore(logs, tier.store, ends)
     return rebuilt
 
