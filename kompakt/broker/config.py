@@ -40,6 +40,10 @@ from kompakt.log.config import (
     read_properties,
     to_string,
 )
+from kompakt.remote.config import (
+    REMOTE_LOG_STORAGE_SYSTEM_ENABLE,
+    check_broker_local_retention,
+)
 
 from kompakt.broker.spark_keys import check_spark_key  # isort: skip
 from kompakt.broker.security.keys import (  # isort: skip
@@ -137,6 +141,8 @@ class BrokerConfig:
             else:
                 raise InvalidConfigError(f"Unknown broker config key: {key}")
         TopicConfig({}, log_config)  # validates every log.* value, naming the key
+        if values.get(REMOTE_LOG_STORAGE_SYSTEM_ENABLE):
+            check_broker_local_retention(log_config)
         for d in KEYS:
             if d.name not in values:
                 values[d.name] = d.default
@@ -397,6 +403,7 @@ class BrokerConfig:
         check_dynamic_keys(per_broker)
         merged = {**self.raw, **_known(default), **_known(per_broker)}
         fresh = BrokerConfig.from_mapping(merged, self.source_file)
+        check_broker_local_retention(_log_keys(merged))  # DynamicLogConfig: always
         fresh.raw = dict(self.raw)
         fresh.dynamic_default = dict(default)
         fresh.dynamic_broker = dict(per_broker)

@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from kompakt.errors import InvalidConfigError
-from kompakt.log.config import CONFIG_DEFS, ConfigKey, at_least, parse_type
+from kompakt.log.config import CONFIG_DEFS, ConfigKey, TopicConfig, at_least, parse_type
 from kompakt.remote.store import parse_storage_url
 
 # -- broker keys ------------------------------------------------------------------------
@@ -130,6 +130,23 @@ def check_topic(values: Mapping[str, Any], system_enabled: bool, was_enabled: bo
             "It is invalid to disable remote storage without deleting remote data: "
             "kompakt deletes a topic's remote data when the topic is deleted."
         )
+
+
+def check_broker_local_retention(log_config: Mapping[str, str]) -> None:
+    """Kafka's rule on the broker's topic defaults: ``log.local.retention.ms`` /
+    ``.bytes`` may be neither -1 nor more than ``log.retention.ms`` / ``.bytes`` when
+    that is limited (-2: follow it). Kafka checks it at start when the remote tier is
+    on (``LogConfig.validateBrokerLogConfigValues`` from ``LogManager.apply``) and on
+    every dynamic change (``DynamicLogConfig.validateReconfiguration``). The rule's one
+    owner is the topic config's local-retention check, applied here to the defaults as a
+    tiered topic without overrides would take them. ``log_config``: the broker's
+    ``log.*`` values (their layers, or a plain map)."""
+    try:
+        TopicConfig({REMOTE_STORAGE_ENABLE: "true"}, log_config)
+    except InvalidConfigError as exc:
+        raise InvalidConfigError(
+            f"{exc} (the broker's log.local.retention.* and log.retention.* defaults)"
+        ) from None
 
 
 def effective_local_retention(local: int, retention: int) -> int:

@@ -4,10 +4,20 @@ keys with its messages; kompakt's own keys checked to one clear line."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
+from kompakt.broker.config import BrokerConfig
 from kompakt.errors import InvalidConfigError
 from kompakt.log.config import TopicConfig
 from kompakt.remote import RemoteTier
@@ -20,6 +30,7 @@ from kompakt.remote.config import (
     parse,
 )
 from kompakt.remote.store import FileObjectStore
+from tests.remote.broker_kit import TIMEOUT, tiered_broker
 
 
 def test_kafka_names_and_defaults() -> None:
@@ -178,3 +189,94 @@ def test_a_tiered_topic_cannot_turn_remote_storage_off() -> None:
         check_topic({"remote.storage.enable": False}, True, was_enabled=True)
     check_topic({"remote.storage.enable": True}, True, was_enabled=True)
     check_topic({"remote.storage.enable": False}, True, was_enabled=False)
+
+
+# -- the broker's defaults: Kafka's LogConfig.validateBrokerLogConfigValues --------------
+ON = {"remote.log.storage.system.enable": "true"}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"log.retention.bytes": "1024", "log.local.retention.bytes": "2048"},
+            "Invalid value 2048 for configuration local.retention.bytes: Value must not be "
+            "more than retention.bytes property value: 1024",
+        ),
+        (
+            {"log.retention.ms": "1000", "log.local.retention.ms": "-1"},
+            "Invalid value -1 for configuration local.retention.ms: Value must not be -1 as "
+            "retention.ms value is set as 1000.",
+        ),
+        (  # log.retention.hours is log.retention.ms's synonym: 1 h
+            {"log.retention.hours": "1", "log.local.retention.ms": "3600001"},
+            "Value must not be more than retention.ms property value: 3600000",
+        ),
+    ],
+)
+def test_broker_local_retention_cannot_exceed_the_brokers_retention(
+    tmp_path: Path, values: dict[str, str], message: str
+) -> None:
+    """Kafka's LogManager.apply runs LogConfig.validateBrokerLogConfigValues with the
+    remote tier on (validateRemoteStorageRetentionSize / ...RetentionTime on the
+    broker's log defaults, KafkaConfigTest.testValidateBrokerLogConfigs): the broker
+    refuses to start, naming the key; with the tier off it starts."""
+    props = {"log.dirs": str(tmp_path), **values}
+    with pytest.raises(InvalidConfigError, match=re.escape(message)):
+        BrokerConfig.from_mapping({**props, **ON})
+    BrokerConfig.from_mapping(props)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"log.retention.bytes": "1024", "log.local.retention.bytes": "1024"},
+        {"log.retention.bytes": "-1", "log.local.retention.bytes": "-1"},
+        {"log.retention.bytes": "-1", "log.local.retention.bytes": str(1 << 40)},
+        {"log.retention.bytes": "1024", "log.local.retention.bytes": "-2"},
+        {"log.retention.ms": "-1", "log.local.retention.ms": "-1"},
+        {"log.retention.ms": "1000", "log.local.retention.ms": "0"},
+    ],
+)
+def test_broker_local_retention_within_or_unlimited_or_following(
+    tmp_path: Path, values: dict[str, str]
+) -> None:
+    """-2 follows log.retention.*; an unlimited (-1) log.retention.* limits nothing."""
+    BrokerConfig.from_mapping({"log.dirs": str(tmp_path), **values, **ON})
+
+
+def test_a_dynamic_change_is_checked_even_with_the_tier_off(tmp_path: Path) -> None:
+    """Kafka's DynamicLogConfig.validateReconfiguration checks log.local.retention.*
+    against log.retention.* on every dynamic change, whether or not the tier is on."""
+    cfg = BrokerConfig.from_mapping({"log.dirs": str(tmp_path), "log.retention.bytes": "1024"})
+    with pytest.raises(InvalidConfigError, match="Value must not be more than retention.bytes"):
+        cfg.with_dynamic({"log.local.retention.bytes": "2048"}, {})
+    with pytest.raises(InvalidConfigError, match="Value must not be -1 as retention.bytes"):
+        cfg.with_dynamic({}, {"log.local.retention.bytes": "-1"})
+    cfg.with_dynamic({"log.local.retention.bytes": "512"}, {})
+    # raising log.retention.bytes above the local value a dynamic layer set is fine
+    low = cfg.with_dynamic({"log.local.retention.bytes": "512"}, {})
+    low.with_dynamic({"log.local.retention.bytes": "512", "log.retention.bytes": "4096"}, {})
+
+
+def test_alter_broker_configs_refuses_local_retention_above_retention(tmp_path: Path) -> None:
+    """Through IncrementalAlterConfigs on the BROKER resource of a real broker with the
+    tier on: INVALID_CONFIG with Kafka's message, and the old value stays."""
+    b = tiered_broker(tmp_path / "data", **{"log.retention.bytes": "1048576"})
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        entry = ConfigEntry(
+            "log.local.retention.bytes", "2097152", incremental_operation=AlterConfigOpType.SET
+        )
+        res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[entry])
+        with pytest.raises(KafkaException, match="Value must not be more than retention.bytes"):
+            admin.incremental_alter_configs([res])[res].result(TIMEOUT)
+        assert "log.local.retention.bytes" not in b.broker.config.log_config
+        entry = ConfigEntry(
+            "log.local.retention.bytes", "524288", incremental_operation=AlterConfigOpType.SET
+        )
+        res = ConfigResource(ResourceType.BROKER, "1", incremental_configs=[entry])
+        admin.incremental_alter_configs([res])[res].result(TIMEOUT)
+        assert b.broker.config.log_config["log.local.retention.bytes"] == "524288"
+    finally:
+        b.stop()
