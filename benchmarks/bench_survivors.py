@@ -105,13 +105,9 @@ def next_stage_id(spark) -> int:
 
 def profile_workers(part_dir: str, base: int, end: int) -> None:
     """cProfile of the map and reduce functions of (b) on one segment, in this process."""
+    from kompakt.pipeline.exchange import by_bucket
     from kompakt.pipeline.layout import segment_path
-    from kompakt.pipeline.survivors import (
-        digest_rows,
-        plan_reads,
-        split_buckets,
-        superseded_bits,
-    )
+    from kompakt.pipeline.survivors import digest_rows, plan_reads, superseded_bits
 
     path = str(segment_path(part_dir, base))
     (task,) = plan_reads(part_dir, [base], task_bytes=1 << 40)
@@ -121,7 +117,7 @@ def profile_workers(part_dir: str, base: int, end: int) -> None:
     prof = cProfile.Profile()
     prof.enable()
     rows = digest_rows(task, 0, 0, end, ())
-    list(split_buckets(rows, 4))
+    by_bucket(rows, 4)
     superseded_bits(rows, 0, end)
     prof.disable()
     out = io.StringIO()

@@ -1,7 +1,7 @@
 """The Spark compaction engine: the cleaner's dedup and rewrite stages as one Spark job.
 
 Dedup: :func:`kompakt.pipeline.survivors.superseded` reads the range to rewrite once and
-shuffles one 128-bit key digest per keyed record (Kafka's ``SkimpyOffsetMap`` keys by a
+exchanges one 128-bit key digest per keyed record (Kafka's ``SkimpyOffsetMap`` keys by a
 16-byte MD5 digest) to mark every record that a later record of its key, fed to the map
 by the cleaner's rule (:func:`kompakt.cleaner.key_map.feeds_key_map`), supersedes — any
 number of keys, one pass, so a round always reaches the first uncleanable offset (no
@@ -100,7 +100,7 @@ class SparkEngine:
         return spark
 
     def clean(self, job: CleanJob) -> EngineRun:
-        """One pass always covers the whole dirty range: the shuffle has no size limit,
+        """One pass always covers the whole dirty range: the exchange has no size limit,
         so the round ends at the first uncleanable offset (no partial clean)."""
         end = job.ltc.first_uncleanable_offset
         groups = job.groups_to(end)

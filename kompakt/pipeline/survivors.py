@@ -1,32 +1,30 @@
-"""Which records of a clean's range are superseded: one read, one shuffle of digests.
+"""Which records of a clean's range are superseded: one read, one exchange of digests.
 
 Kafka's cleaner builds an offset map (key digest -> latest offset) over the dirty range
 and then, record by record, keeps a record only if no later offset of its key is in the
 map (``Cleaner.shouldRetainRecord``). The Spark engine computes the same answer for
-every record of the range it rewrites, ``[start, end)``, in one Spark job:
+every record of the range it rewrites, ``[start, end)``, in two short Spark jobs:
 
-1. **Map** (``mapInArrow`` over a small DataFrame of (segment file, byte range) tasks):
-   each task scans its batches with :func:`kompakt.record.scan.scan_records`, digests
-   the keys with :func:`kompakt.record.digest.key_digests` (128 bits, as Kafka's
+1. **Map** (one task per (segment file, byte range), :func:`plan_reads`): each task
+   scans its batches with :func:`kompakt.record.scan.scan_records`, digests the keys
+   with :func:`kompakt.record.digest.key_digests` (128 bits, as Kafka's
    ``SkimpyOffsetMap`` keys by a 16-byte MD5 digest) and makes one fixed-width row per
    keyed record: ``(hi, lo, offset)``, three int64. A record that does not feed the
    map — before ``first_dirty``, in a control batch or an aborted transaction (decided
    by the cleaner's own :class:`~kompakt.cleaner.transactions.TxnTracker`) — gets
    ``~offset`` (negative): it must learn whether it is superseded but must not
    supersede anything. Unkeyed records get no row (Kafka's map skips them; the
-   rewrite drops them by its own rule). The rows are bucketed by ``hi mod R`` and each
-   bucket leaves the task as one ``(bucket, bytes)`` pair (:func:`split_buckets`).
-2. **One shuffle** by bucket (an RDD ``partitionBy(R)`` whose partitioner is the
-   bucket itself), so every record of a key lands in one partition. Packing matters:
-   Spark's cost is per element it moves, so one element per bucket per task makes the
-   shuffle cost per megabyte (with one row per record, 2M records took 14.0 s here,
-   packed 7.3 s). Why an RDD of opaque byte strings rather than a DataFrame of binary
-   columns (``mapInArrow`` + ``repartition``): the JVM then only moves the bytes, where
-   the DataFrame plan converted them Arrow -> UnsafeRow -> shuffle -> UnsafeRow -> Arrow;
-   measured on 10M records (local[2], load ~4.5, same bits): the DataFrame plan
-   7.5-7.8 s wall and 10.2 s of CPU over the JVM and its Python workers, the RDD plan
-   5.3-5.9 s and 7.1-7.3 s of CPU.
-3. **Reduce** (``mapInArrow`` again): a numba hash table over each bucket's rows keeps
+   rewrite drops them by its own rule). The rows, bucketed by ``hi mod R``, go to a
+   file of the task's own; the task returns the file's name and its rows per bucket
+   (:func:`kompakt.pipeline.exchange.spill`).
+2. **The exchange**: reduce task ``b`` reads bucket ``b``'s slice of every map file
+   (:func:`kompakt.pipeline.exchange.read_bucket`), so every record of a key reaches
+   one task. The rows never pass through the JVM: Spark's shuffle (an RDD
+   ``partitionBy`` of one ``(bucket, bytes)`` element per bucket per map task, before
+   that a DataFrame ``repartition``) pickled them into the JVM and back and
+   compressed them on the way; measured on 10M records (local[2]), that was 2.4 s of
+   the JVM's CPU and ~0.5 s of waiting per map task. See :mod:`kompakt.pipeline.exchange`.
+3. **Reduce**: a numba hash table over each bucket's rows keeps
    each digest's highest feeding offset; a record is superseded iff that is above its own
    offset. The partition sets those bits in a packed bitmap over ``[start, end)`` and
    sends it to the driver lz4-compressed, which ORs them (each bitmap holds about
@@ -40,11 +38,11 @@ superseded offsets, measured at 10M records (1M keys x 10, 9M superseded): sorte
 offsets would be 72 MB to collect; the R = 6 lz4 bitmaps were 6.8 MB together and OR
 into a 1.25 MB bitmap (``benchmarks/bench_survivors.py`` prints both sizes).
 
-A range of at most ``SINGLE_TASK_BYTES`` of segments skips the shuffle:
+A range of at most ``SINGLE_TASK_BYTES`` of segments skips the exchange:
 :func:`superseded_here` runs the same map and reduce functions over all of its rows in
 one task, and the engine rewrites the groups in that same task
 (:func:`kompakt.pipeline.groups.run_groups_in_one_task`). A warm clean of a 3 KB topic
-took 10-22 s with the shuffle plan and 0.6-1.9 s in one task (load average ~19 on 2
+took 10-22 s with the shuffle plan of then and 0.6-1.9 s in one task (load average ~19 on 2
 cores); the bits are the same, so the output is byte-identical (tests/pipeline/
 test_engine.py runs both plans against the in-process engine).
 
@@ -59,7 +57,6 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
 
 import numba
 import numpy as np
@@ -71,15 +68,15 @@ from kompakt.cleaner.throttle import Throttler
 from kompakt.cleaner.transactions import AbortedTxn, TxnTracker
 from kompakt.log.index import OffsetIndex
 from kompakt.log.segment import INDEX_SUFFIX, segment_file
+from kompakt.pipeline import exchange
 from kompakt.pipeline.layout import segment_path
 from kompakt.record.digest import key_digests
 from kompakt.record.header import HEADER_SIZE, read_header
 from kompakt.record.scan import RecordScan, scan_batch_headers, scan_records
 
 TASK_BYTES = 64 << 20  # segment bytes per map task (split at offset index entries)
-SINGLE_TASK_BYTES = 8 << 20  # a range this small is decided in one task, no shuffle
-ROWS_PER_REDUCE = 2_000_000  # shuffled rows per reduce partition: ~150 MB of worker memory
-ROW_BYTES = 24  # hi, lo, offset: three int64
+SINGLE_TASK_BYTES = 8 << 20  # a range this small is decided in one task, no exchange
+ROWS_PER_REDUCE = 2_000_000  # exchanged rows per reduce task: ~150 MB of worker memory
 NO_OFFSET = 1 << 62
 _CODEC = "lz4"
 
@@ -109,7 +106,7 @@ class Superseded:
     start: int
     end: int
     bits: np.ndarray  # uint8, ceil((end - start) / 8)
-    rows: int = 0  # keyed records shuffled to compute them
+    rows: int = 0  # keyed records exchanged to compute them
     collected_bytes: int = 0  # compressed bitmaps the driver received
 
     def mask(self, offsets: np.ndarray) -> np.ndarray:
@@ -231,105 +228,78 @@ def digest_rows(
     return rows
 
 
-@numba.njit(cache=True, nogil=True)
-def _scatter_by_bucket(rows, n, out):
-    """Counting sort of ``rows`` by ``hi mod n`` (unsigned) into ``out``, keeping their
-    order within a bucket; returns the rows per bucket. O(rows): the ``argsort`` it
-    replaces took 415 ms of a 62 MB segment's 1.25 s map side (load ~14)."""
-    counts = np.zeros(n, np.int64)
-    buckets = np.empty(rows.shape[0], np.int64)
-    for i in range(rows.shape[0]):
-        b = np.int64(np.uint64(rows[i, 0]) % np.uint64(n))
-        buckets[i] = b
-        counts[b] += 1
-    at = np.zeros(n, np.int64)
-    for b in range(1, n):
-        at[b] = at[b - 1] + counts[b - 1]
-    for i in range(rows.shape[0]):
-        b = buckets[i]
-        j = at[b]
-        out[j, 0] = rows[i, 0]
-        out[j, 1] = rows[i, 1]
-        out[j, 2] = rows[i, 2]
-        at[b] = j + 1
-    return counts
-
-
-def split_buckets(rows: np.ndarray, n: int) -> Iterator[tuple[int, bytes]]:
-    """``(bucket, its rows as bytes)`` for each non-empty bucket ``hi mod n`` (unsigned)
-    of ``rows``: one shuffle element per bucket, whatever its number of rows."""
-    packed = np.empty((len(rows), 3), np.int64)
-    counts = _scatter_by_bucket(np.ascontiguousarray(rows, np.int64), n, packed)
-    at = 0
-    for bucket in range(n):
-        k = int(counts[bucket])
-        if k:
-            yield bucket, packed[at : at + k].tobytes()
-        at += k
-
-
 def _mapper(
     start: int,
     first_dirty: int,
     end: int,
     aborted: Sequence[AbortedTxn],
     reduces: int,
+    folder: str,
     throttle: Throttler | None = None,
-) -> Callable[[Iterator[ReadTask]], Iterator[tuple[int, bytes]]]:
-    def run(tasks: Iterator[ReadTask]) -> Iterator[tuple[int, bytes]]:
+) -> Callable[[Iterator[ReadTask]], Iterator[exchange.Spill]]:
+    def run(tasks: Iterator[ReadTask]) -> Iterator[exchange.Spill]:
         for task in tasks:  # one task per Spark partition
             rows = digest_rows(task, start, first_dirty, end, aborted)
             if throttle is not None:  # Kafka's buildOffsetMap reports its reads
                 throttle.maybe_throttle(task.hi_position - task.lo_position)
-            yield from split_buckets(rows, reduces)
+            yield exchange.spill(rows, reduces, folder)
         if throttle is not None:
             throttle.settle()  # a map task is short: its share is settled at its end
 
     return run
 
 
-def _bucket_partition(bucket: int) -> int:
-    """The shuffle partition of a bucket: the bucket (``partitionBy`` takes it mod R)."""
-    return bucket
-
-
 # -- reduce side (workers) --------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def _empty_table(cap):
+    table = np.empty((cap, 3), np.int64)  # hi, lo, highest feeding offset
+    table[:, 2] = -2  # -2: empty slot, -1: key seen, nothing feeds
+    return table
+
+
+@numba.njit(cache=True, nogil=True)
+def _slot(table, hi, lo):
+    """The slot of digest (hi, lo): its own, or the empty one it would take."""
+    mask = table.shape[0] - 1
+    s = lo & mask
+    while table[s, 2] != -2 and (table[s, 0] != hi or table[s, 1] != lo):
+        s = (s + 1) & mask
+    return s
 
 
 @numba.njit(cache=True, nogil=True)
 def _mark_superseded(rows, start, bits):
     """Hash (hi, lo) -> highest feeding offset, then set the bit of every row below it.
     A slot's digest and offset sit side by side (one ``(cap, 3)`` table), so a probe
-    costs one cache miss, not three: the table of a reduce task's ~2M rows is ~100 MB,
-    every probe a miss (the reduce stage of a 10M-record clean spent most of its time
-    here)."""
-    n = rows.shape[0]
-    cap = 16
-    while cap < 2 * n:
-        cap <<= 1
-    mask = cap - 1
-    table = np.empty((cap, 3), np.int64)  # hi, lo, highest feeding offset
-    table[:, 2] = -2  # -2: empty slot, -1: key seen, nothing feeds
-    slot_of = np.empty(n, np.int64)
-    for i in range(n):
-        hi, lo, offset = rows[i, 0], rows[i, 1], rows[i, 2]
-        s = lo & mask
-        while True:
-            if table[s, 2] == -2:
-                table[s, 0] = hi
-                table[s, 1] = lo
-                table[s, 2] = -1
-                break
-            if table[s, 0] == hi and table[s, 1] == lo:
-                break
-            s = (s + 1) & mask
-        slot_of[i] = s
-        if offset > table[s, 2]:
-            table[s, 2] = offset
+    costs one cache miss, not three. The table grows with the distinct digests (at
+    most half full), not with the rows: a reduce task of a 10M-record clean has ~2M
+    rows of ~170k keys, and a table sized by its rows (~100 MB, every probe a miss,
+    two such tasks sharing the cache) took 1.0-1.9 s of the reduce side's CPU where
+    one sized by its keys (~8 MB) takes 0.6-0.8 s."""
+    table = _empty_table(1 << 12)
+    used = 0
+    for i in range(rows.shape[0]):
+        s = _slot(table, rows[i, 0], rows[i, 1])
+        if table[s, 2] == -2:
+            if 2 * (used + 1) > table.shape[0]:
+                bigger = _empty_table(2 * table.shape[0])
+                for t in range(table.shape[0]):
+                    if table[t, 2] != -2:
+                        bigger[_slot(bigger, table[t, 0], table[t, 1])] = table[t]
+                table = bigger
+                s = _slot(table, rows[i, 0], rows[i, 1])
+            table[s, 0] = rows[i, 0]
+            table[s, 1] = rows[i, 1]
+            table[s, 2] = -1
+            used += 1
+        if rows[i, 2] > table[s, 2]:
+            table[s, 2] = rows[i, 2]
     marked = 0
-    for i in range(n):
+    for i in range(rows.shape[0]):
         o = rows[i, 2] if rows[i, 2] >= 0 else ~rows[i, 2]
-        if table[slot_of[i], 2] > o:
+        if table[_slot(table, rows[i, 0], rows[i, 1]), 2] > o:
             r = o - start
             bits[r >> 3] |= np.uint8(0x80 >> (r & 7))
             marked += 1
@@ -349,21 +319,12 @@ def superseded_bits(
     return bits
 
 
-def _reducer(start: int, end: int) -> Callable[[Iterator[tuple[int, bytes]]], Iterator[Any]]:
-    def run(pairs: Iterator[tuple[int, bytes]]) -> Iterator[tuple[bytes, int]]:
-        by_bucket: dict[int, list[np.ndarray]] = {}
-        for bucket, blob in pairs:
-            by_bucket.setdefault(bucket, []).append(np.frombuffer(blob, np.int64))
-        if not by_bucket:
-            return
-        bits = np.zeros((end - start + 7) // 8, np.uint8)
-        rows = 0
-        for parts in by_bucket.values():  # a bucket holds every row of its digests
-            table = np.concatenate(parts).reshape(-1, 3)
-            superseded_bits(table, start, end, bits)
-            rows += len(table)
+def _reducer(start: int, end: int) -> Callable[[list[exchange.BucketPart]], tuple[bytes, int]]:
+    def run(parts: list[exchange.BucketPart]) -> tuple[bytes, int]:
+        rows = exchange.read_bucket(parts)  # every row of the bucket's digests
+        bits = superseded_bits(rows, start, end)
         packed = pa.compress(bits, codec=_CODEC, asbytes=True) if len(bits) else b""
-        yield packed, rows
+        return packed, len(rows)
 
     return run
 
@@ -386,8 +347,8 @@ def superseded_here(
 ) -> Superseded:
     """The same answer as :func:`superseded`, computed in the calling process: the map
     side's rows of every task, then the reduce side's kernel over all of them at once
-    (one bucket). For a range small enough to be one task's work, where a shuffle's
-    fixed cost (two stages, a DataFrame plan, Arrow round trips) is all the time."""
+    (one bucket). For a range small enough to be one task's work, where an exchange's
+    fixed cost (two jobs, their tasks and files) is all the time."""
     width = max(0, end - start)
     bits = np.zeros((width + 7) // 8, np.uint8)
     aborted = [t for t in aborted if t.last_offset >= start and t.first_offset < end]
@@ -419,7 +380,7 @@ def superseded(
     offsets, the cleaner's segment groups), whether a later record of its key feeds the
     map from the dirty range ``[first_dirty, end)``. ``aborted`` are the partition's
     aborted transactions (``ProducerSummary.aborted``; those overlapping the range
-    suffice). One read of the segments, one shuffle of 24-byte rows. ``throttle`` is
+    suffice). One read of the segments, one exchange of 24-byte rows (two jobs). ``throttle`` is
     one map task's share of the cleaner's I/O limit."""
     width = max(0, end - start)
     tasks = plan_reads(part_dir, [b for g in groups for b in g], task_bytes)
@@ -429,13 +390,11 @@ def superseded(
     sc = spark.sparkContext
     cores = max(1, sc.defaultParallelism)  # whole waves of reduce tasks
     reduces = cores * math.ceil(width / (rows_per_reduce * cores))
-    out = (
-        sc.parallelize(tasks, len(tasks))
-        .mapPartitions(_mapper(start, first_dirty, end, aborted, reduces, throttle))
-        .partitionBy(reduces, _bucket_partition)
-        .mapPartitions(_reducer(start, end))
-        .collect()
-    )
+    with exchange.scratch(part_dir) as folder:
+        mapper = _mapper(start, first_dirty, end, aborted, reduces, str(folder), throttle)
+        spills = sc.parallelize(tasks, len(tasks)).mapPartitions(mapper).collect()
+        buckets = [p for p in exchange.bucket_parts(spills, reduces) if p]
+        out = sc.parallelize(buckets, max(1, len(buckets))).map(_reducer(start, end)).collect()
     bits = np.zeros((width + 7) // 8, np.uint8)
     for blob, _rows in out:
         if len(bits):

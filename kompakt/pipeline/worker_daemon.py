@@ -42,7 +42,7 @@ def preload() -> None:
 
     from kompakt.cleaner import Cleaner, LocalEngine
     from kompakt.log.manager import LogManager
-    from kompakt.pipeline import groups, survivors  # noqa: F401  (task-side imports)
+    from kompakt.pipeline import exchange, groups, survivors  # noqa: F401  (task-side imports)
     from kompakt.pipeline.engine import throwaway_topic
 
     with tempfile.TemporaryDirectory(prefix="kompakt-worker-preload-") as tmp:
@@ -51,7 +51,7 @@ def preload() -> None:
             bases = [s.base_offset for s in plog.segments_snapshot()]
             reads = survivors.plan_reads(plog.dir, bases)
             rows = np.concatenate([survivors.digest_rows(t, 0, 0, 40, []) for t in reads])
-            list(survivors.split_buckets(rows, 2))
+            exchange.by_bucket(rows, 2)
             survivors.superseded_bits(rows, 0, 40)
             Cleaner(logs, engine=LocalEngine()).compact_now("preload")  # the rewrite kernels
 

@@ -21,13 +21,13 @@ from kompakt.cleaner import rule
 from kompakt.cleaner.rewrite import RoundContext, clean_group
 from kompakt.cleaner.segment_io import summarize_producers, tracker_states
 from kompakt.log.manager import LogManager
+from kompakt.pipeline import exchange
 from kompakt.pipeline.layout import segment_path
 from kompakt.pipeline.survivors import (
     ReadTask,
     Superseded,
     digest_rows,
     plan_reads,
-    split_buckets,
     superseded,
     superseded_bits,
 )
@@ -350,18 +350,41 @@ def test_digest_rows_mark_records_that_do_not_feed_the_map(tmp_path: Path):
     assert len(scan_records(data).offset) == 3
 
 
-def test_split_buckets_hold_every_row_once_and_a_digest_in_one_bucket():
+def test_spilled_buckets_hold_every_row_once_and_a_digest_in_one_bucket(tmp_path: Path):
     rng = np.random.default_rng(9)
     rows = rng.integers(-(2**63), 2**63 - 1, (1000, 3), dtype=np.int64)
     rows[500:, :2] = rows[:500, :2]  # every digest twice
+    spills = [exchange.spill(rows[:600], 4, tmp_path), exchange.spill(rows[600:], 4, tmp_path)]
     seen: dict[tuple[int, int], set[int]] = {}
     total = 0
-    for bucket, blob in split_buckets(rows, 4):
-        part = np.frombuffer(blob, np.int64).reshape(-1, 3)
-        assert 0 <= bucket < 4 and len(part)
+    for bucket, parts in enumerate(exchange.bucket_parts(spills, 4)):
+        part = exchange.read_bucket(parts)
         total += len(part)
         for hi, lo, _off in part.tolist():
             assert np.uint64(np.int64(hi)) % np.uint64(4) == bucket  # hi mod n, unsigned
             seen.setdefault((hi, lo), set()).add(bucket)
     assert total == 1000
     assert all(len(b) == 1 for b in seen.values()) and len(seen) == 500
+    assert exchange.spill(rows[:0], 4, tmp_path) == exchange.Spill("", (0, 0, 0, 0))
+
+
+def test_a_truncated_exchange_file_is_a_clear_error_not_fewer_rows(tmp_path: Path):
+    rows = np.arange(30, dtype=np.int64).reshape(10, 3)
+    s = exchange.spill(rows, 1, tmp_path)
+    with open(s.path, "r+b") as f:
+        f.truncate(5 * exchange.ROW_BYTES)
+    with pytest.raises(OSError, match="5 rows at row 0, expected 10"):
+        exchange.read_bucket(exchange.bucket_parts([s], 1)[0])
+
+
+def test_the_exchange_folder_is_removed_after_the_clean_and_leaves_others(tmp_path: Path):
+    part_dir = tmp_path / "data" / "t-0"
+    part_dir.mkdir(parents=True)
+    with exchange.scratch(part_dir) as folder:
+        exchange.spill(np.ones((3, 3), np.int64), 2, folder)
+        assert folder.parent.name == ".kompakt-staging"
+    assert not (tmp_path / "data" / ".kompakt-staging").exists()
+    (tmp_path / "data" / ".kompakt-staging" / "a-write").mkdir(parents=True)
+    with exchange.scratch(part_dir) as folder:
+        pass
+    assert not folder.exists() and (tmp_path / "data" / ".kompakt-staging" / "a-write").exists()
