@@ -106,9 +106,15 @@ def start_broker(data: Path, keys: dict[str, str]) -> tuple[BrokerThread, Tierin
     return b, tiering
 
 
-def topic_configs(segment_bytes: int, local_bytes: int) -> tuple[dict[str, str], dict[str, str]]:
-    """(tiered, twin) topic configs."""
+def topic_configs(
+    segment_bytes: int, local_bytes: int, delete_delay_ms: int | None = None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(tiered, twin) topic configs; ``delete_delay_ms``: the ``file.delete.delay.ms``
+    of both (None: Kafka's default, a minute), how long a deleted segment's renamed
+    ``.deleted`` files stay on disk."""
     twin = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+    if delete_delay_ms is not None:
+        twin["file.delete.delay.ms"] = str(delete_delay_ms)
     tiered = {**twin, "remote.storage.enable": "true", "local.retention.bytes": str(local_bytes)}
     return tiered, twin
 
@@ -402,7 +408,7 @@ def twin(args: argparse.Namespace, work: Path, keys: dict[str, str]) -> dict[str
     local_limit = 2 * seg
     b, tiering = start_broker(work / "data", {**keys, "remote.log.manager.task.interval.ms": "200"})
     try:
-        tiered_cfg, twin_cfg = topic_configs(seg, local_limit)
+        tiered_cfg, twin_cfg = topic_configs(seg, local_limit, args.file_delete_delay_ms)
         create_topic(b.bootstrap, "tiered", tiered_cfg)
         create_topic(b.bootstrap, "twin", twin_cfg)
         plog, twin_log = b.logs.get_log("tiered", 0), b.logs.get_log("twin", 0)
@@ -436,6 +442,7 @@ def twin(args: argparse.Namespace, work: Path, keys: dict[str, str]) -> dict[str
             "produce s (both topics)": round(produced_s, 1),
             "local.retention.bytes": local_limit,
             "segment.bytes": seg,
+            "file.delete.delay.ms": args.file_delete_delay_ms or "default (60000)",
             "tiered peak local .log bytes": peak[0],
             "tiered peak local disk bytes (du of the partition dir)": peak[1],
             "tiered final local .log / disk bytes": (log_bytes(plog), disk_bytes(plog.dir)),
@@ -466,6 +473,11 @@ def main() -> None:
     ap.add_argument("--s3", action="store_true", help="moto's S3 server instead of file://")
     ap.add_argument("--twin", action="store_true", help="local bytes bound + twin comparison")
     ap.add_argument("--no-clean", action="store_true", help="--twin without the cleans")
+    ap.add_argument(
+        "--file-delete-delay-ms",
+        type=int,
+        help="--twin: file.delete.delay.ms of both topics (default: Kafka's, 60000)",
+    )
     ap.add_argument("--spark", action="store_true", help="add a Spark engine remote clean")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-tiered-"))
