@@ -3,7 +3,8 @@ objects the remote log manager deletes through the metadata manager (segments a
 DeleteRecords drops, a deleted topic's objects) move ``kompakt_remote_delete_bytes`` and
 the ``delete`` requests as the cleaner's deletions do (Kafka's
 ``RemoteDeleteRequestsPerSec``, counted per object), and manifest writes and listings
-are counted requests (what an object store bills)."""
+are counted requests (what an object store bills). DescribeLogDirs reports the local
+bytes, the remote ones are on ``/metrics``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
+from raw_kafka import call
 
 from kompakt.broker.tiering import tiering_of
 from kompakt.remote.layout import manifest_key
@@ -62,5 +64,33 @@ def test_delete_records_and_topic_deletion_count_the_objects_they_delete(tmp_pat
         assert gone["kompakt_remote_delete_bytes_total"] - after[
             "kompakt_remote_delete_bytes_total"
         ] == manifest_bytes + sum(f.size for s in left.segments for f in s.files.values())
+    finally:
+        b.stop()
+
+
+def test_describe_log_dirs_reports_local_bytes_and_metrics_the_remote_ones(tmp_path: Path) -> None:
+    """Kafka's ReplicaManager.describeLogDirs answers ``partition_size`` with
+    ``UnifiedLog.size``, the local segments only (KIP-405 adds no remote field): a tiered
+    partition reports the bytes on this broker's disk, and its remote bytes are
+    ``kompakt_remote_log_size_bytes`` (Kafka's RemoteLogSizeBytes)."""
+    b = start(tmp_path / "data")
+    try:
+        create_topic(b, "tiered", TIERED)
+        produce(b.bootstrap, ["tiered"])
+        tiered_down(b, "tiered")
+        plog = b.logs.get_log("tiered", 0)
+        tiering = tiering_of(b.broker.state)
+        assert tiering is not None
+        m = tiering.manifest(plog)
+        assert m is not None and m.size > 0
+        (result,) = call(b.port, 35, 4, {"topics": None}).results
+        sizes = {
+            (t.name, p.partition_index): p.partition_size
+            for t in result.topics
+            for p in t.partitions
+        }
+        assert sizes[("tiered", 0)] == plog.size_bytes() < m.size
+        tp = '{partition="0",topic="tiered"}'
+        assert remote_samples(b.admin_port)[f"kompakt_remote_log_size_bytes{tp}"] == m.size
     finally:
         b.stop()
