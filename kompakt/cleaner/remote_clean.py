@@ -115,7 +115,8 @@ class CleanedRange:
 class RemoteCleanEngine(Protocol):
     """Makes the cleaned segments of a remote range and uploads them (steps up to 1 of
     the module doc); calls ``fault`` with :data:`FETCHED`, :data:`CLEANED` and
-    :data:`UPLOADED` as it passes them. None: nothing to clean."""
+    :data:`UPLOADED` as it passes them; ``now`` is the clean's time (KIP-534 delete
+    horizons, producer expiry). None: nothing to clean."""
 
     name: str
 
@@ -124,6 +125,7 @@ class RemoteCleanEngine(Protocol):
         m: PartitionManifest,
         overrides: Mapping[str, str],
         force: bool,
+        now: int,
         fault: Callable[[str], None],
     ) -> CleanedRange | None: ...
 
@@ -209,7 +211,7 @@ class RemoteCleaner:
         if not m.segments:
             return None
         if self.engine is not None:
-            made = self.engine.clean_range(m, overrides, force, self.fault)
+            made = self.engine.clean_range(m, overrides, force, self.clock(), self.fault)
         else:
             made = self._clean_in_process(m, overrides, force)
         if made is None or not made.pieces:

@@ -1,0 +1,81 @@
+"""The Spark engine cleaning a tiered partition's remote range in executors.
+
+The driver plans from the manifest (:mod:`kompakt.pipeline.remote_plan`: the cleaner's
+own planning over the manifest, the producers from the tiered snapshot and
+``.txnindex``), the executors fetch, clean and upload (:mod:`kompakt.pipeline.remote_tasks`),
+and the driver commits the returned segments by one manifest swap
+(:meth:`kompakt.cleaner.remote_clean.RemoteCleaner.commit`, shared with the in-process
+engine). No shared filesystem: executors read and write the bucket with the same client
+the broker uses, so it runs on a Spark cluster whose workers know nothing of the
+broker's data dir. The output is byte for byte the in-process engine's.
+
+A range is cleaned in one Spark task (as the Spark engine does a small local range,
+:func:`kompakt.pipeline.groups.run_groups_in_one_task`): key map, transaction pass and
+every group's rewrite and upload in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kompakt.cleaner.remote_clean import CLEANED, FETCHED, UPLOADED, CleanedRange
+from kompakt.pipeline.remote_plan import plan
+from kompakt.pipeline.remote_tasks import StoreAddress, clean_in_one_task
+from kompakt.remote.manifest import PartitionManifest
+from kompakt.remote.storage import RemoteStorageManager
+
+
+class SparkRemoteEngine:
+    """A :class:`~kompakt.cleaner.remote_clean.RemoteCleanEngine` on
+    :func:`kompakt.pipeline.session` (``config``: the broker's, with its ``spark.*`` keys
+    and ``kompakt.spark.master``). ``segments`` is the driver's own store client (it
+    reads the snapshot and ``.txnindex`` files); ``address`` is the store as the
+    executors open it."""
+
+    name = "spark"
+
+    def __init__(
+        self,
+        segments: RemoteStorageManager,
+        address: StoreAddress,
+        config: Mapping[str, str] | None = None,
+    ):
+        self.segments = segments
+        self.address = address
+        self.config = dict(config or {})
+
+    def clean_range(
+        self,
+        m: PartitionManifest,
+        overrides: Mapping[str, str],
+        force: bool,
+        now: int,
+        fault: Callable[[str], None],
+    ) -> CleanedRange | None:
+        """Plan on the driver, clean and upload in the executors; the cleaned segments
+        (new objects nothing names yet) and the clean point they reach."""
+        p = plan(self.segments, m, overrides, self.config, now, force)
+        if p is None:
+            return None
+        spark = self._session()
+        address = self.address
+
+        def run(_: Any) -> list:
+            return clean_in_one_task(address, p)
+
+        sc = spark.sparkContext
+        sc.setJobGroup(
+            f"kompakt-remote-{m.topic}-{m.partition}",
+            f"kompakt remote clean {m.topic}-{m.partition}",
+        )
+        pieces = sc.parallelize([0], 1).flatMap(run).collect()
+        fault(FETCHED)  # the executors fetched, cleaned and uploaded in one task
+        fault(CLEANED)
+        fault(UPLOADED)
+        return CleanedRange(sorted(pieces, key=lambda c: c.remote.base_offset), p.clean_point)
+
+    def _session(self) -> Any:
+        from kompakt.pipeline import session
+
+        return session(self.config)

@@ -1,0 +1,210 @@
+"""The driver's plan of a Spark remote clean, made from the manifest alone.
+
+A remote clean must reach the same decisions as the in-process engine does on a local
+copy of the remote range (:mod:`kompakt.cleaner.remote_clean`), without the driver
+reading a segment: the cleaner's own planning functions
+(:func:`kompakt.cleaner.cleanable.log_to_clean`, :meth:`CleanJob.groups_to`,
+:meth:`CleanJob.round_context`) run over :class:`RemoteLogView`, the manifest seen as
+the log they expect (segments with their sizes, index sizes and largest timestamps, an
+empty active segment at the remote end, the last stable offset there: the tier holds
+only segments below it). The producers' last batches come from the remote end's
+producer snapshot and the aborted transactions from the tiered ``.txnindex`` files,
+both small files the driver reads whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from kompakt.cleaner import cleanable
+from kompakt.cleaner.engine import CleanJob
+from kompakt.cleaner.rewrite import RoundContext
+from kompakt.cleaner.transactions import ProducerSummary
+from kompakt.log.config.topic import BrokerDefaults, TopicConfig
+from kompakt.log.local_log import LocalLog
+from kompakt.log.producer_snapshot import SNAPSHOT_SUFFIX, decode
+from kompakt.log.producer_state import LastRecord, ProducerStateManager
+from kompakt.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX
+from kompakt.log.txn_index import AbortedTxn, parse_entries
+from kompakt.remote.layout import file_base_offset
+from kompakt.remote.manifest import PartitionManifest, RemoteSegment
+from kompakt.remote.storage import RemoteStorageManager
+
+# topic configs of a tiered topic that a clean of its remote range does not read
+_NOT_CLEANER_CONFIGS = ("remote.storage.enable", "local.retention.ms", "local.retention.bytes")
+
+
+@dataclass(frozen=True)
+class _IndexSize:
+    nbytes: int
+
+    def size_bytes(self) -> int:
+        return self.nbytes
+
+
+@dataclass(eq=False)
+class RemoteSegmentView:
+    """A remote segment as the cleaner's planning reads a segment: base offset (its
+    file's), ``.log`` size, index sizes, largest timestamp."""
+
+    base_offset: int
+    size: int
+    largest_timestamp: int
+    offset_index: _IndexSize
+    time_index: _IndexSize
+    remote: RemoteSegment | None = None  # None: the empty active segment at the end
+    rolling_timestamp: int | None = None  # not in the manifest (max.compaction.lag.ms)
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset if self.remote is None else self.remote.last_offset + 1
+
+    @classmethod
+    def of(cls, s: RemoteSegment) -> RemoteSegmentView:
+        def size(suffix: str) -> int:
+            f = s.files.get(suffix)
+            return f.size if f is not None else 0
+
+        return cls(
+            file_base_offset(s.files[LOG_SUFFIX].key),
+            size(LOG_SUFFIX),
+            s.max_timestamp_ms,
+            _IndexSize(size(INDEX_SUFFIX)),
+            _IndexSize(size(TIMEINDEX_SUFFIX)),
+            s,
+        )
+
+
+class RemoteLogView:
+    """A partition manifest as the log the cleaner's planning functions read."""
+
+    def __init__(
+        self,
+        m: PartitionManifest,
+        overrides: Mapping[str, str],
+        broker_config: Mapping[str, str] | None = None,
+    ):
+        self.topic, self.partition = m.topic, m.partition
+        self.name = f"{m.topic}-{m.partition}"
+        configs = {k: v for k, v in overrides.items() if k not in _NOT_CLEANER_CONFIGS}
+        self.config = TopicConfig(configs, BrokerDefaults.of(dict(broker_config or {})))
+        self.uncleanable_reason: str | None = None
+        segments = [RemoteSegmentView.of(s) for s in m.segments]
+        active = RemoteSegmentView(m.end_offset, 0, -1, _IndexSize(0), _IndexSize(0))
+        self._segments = [*segments, active]
+        first = segments[0].base_offset if segments else m.end_offset
+        self.log_start_offset = max(m.log_start_offset, first)
+        self.log_end_offset = self.last_stable_offset = m.end_offset
+
+    def segments_snapshot(self) -> list[RemoteSegmentView]:
+        return list(self._segments)
+
+    def segment_kwargs(self) -> dict:
+        """The index settings of a cleaned segment, by the log's own rule."""
+        return LocalLog.segment_kwargs(self)  # type: ignore[arg-type]
+
+
+def last_records(snapshot: bytes | None, now: int) -> dict[int, LastRecord]:
+    """The active producers' last batches (Kafka's ``lastRecordsOfActiveProducers``) at
+    the remote end, from its producer snapshot, as a log opened there loads them."""
+    state = ProducerStateManager()
+    state.load_entries(decode(snapshot) if snapshot else [], (), 0, now)
+    return state.last_records_of_active_producers(now)
+
+
+def aborted_transactions(segments: RemoteStorageManager, m: PartitionManifest) -> list[AbortedTxn]:
+    """Every aborted transaction of the remote range, from its tiered ``.txnindex``
+    files (Kafka's ``collectAbortedTransactions`` over the whole log)."""
+    out: list[AbortedTxn] = []
+    for s in m.segments:
+        if TXNINDEX_SUFFIX in s.files:
+            out += parse_entries(segments.fetch_file(s, TXNINDEX_SUFFIX))
+    return sorted(out, key=lambda t: t.first_offset)
+
+
+@dataclass
+class GroupPlan:
+    """One segment group of the remote range: the remote segments one rewrite reads
+    (and the cleaned segment replaces), in order, and the offset the group ends at."""
+
+    index: int
+    segments: list[RemoteSegment]
+    end: int
+
+    @property
+    def bases(self) -> list[int]:
+        return [file_base_offset(s.files[LOG_SUFFIX].key) for s in self.segments]
+
+
+@dataclass
+class RemotePlan:
+    """What the executors need to clean a remote range, and the clean point it reaches."""
+
+    topic: str
+    partition: int
+    groups: list[GroupPlan]
+    start: int  # first offset rewritten
+    first_dirty: int
+    end: int  # first uncleanable offset: the key map's range ends there
+    ctx: RoundContext
+    seg_kwargs: dict
+    aborted: list[AbortedTxn] = field(default_factory=list)  # of [start, end)
+    txn_aborted: list[AbortedTxn] = field(default_factory=list)  # the transaction pass's
+
+    @property
+    def clean_point(self) -> int:
+        return self.end
+
+
+def plan(
+    segments: RemoteStorageManager,
+    m: PartitionManifest,
+    overrides: Mapping[str, str],
+    broker_config: Mapping[str, str] | None,
+    now: int,
+    force: bool,
+    check_done: Callable[[], None] = lambda: None,
+) -> RemotePlan | None:
+    """The plan of a clean of ``m``'s remote range now (None: not eligible, or nothing
+    to rewrite), by the cleaner's rules: the manifest's clean point is the checkpoint,
+    the round reaches the first uncleanable offset (one pass: the Spark engine's
+    dedup has no size limit, as in :class:`kompakt.pipeline.engine.SparkEngine`)."""
+    view = RemoteLogView(m, overrides, broker_config)
+    checkpoint = m.clean_point if m.clean_point > view.log_start_offset else None
+    ltc = cleanable.log_to_clean(view, checkpoint, now)  # type: ignore[arg-type]
+    if not cleanable.is_eligible(ltc, force=force):
+        return None
+    snapshot = None
+    if m.segments and SNAPSHOT_SUFFIX in m.segments[-1].files:
+        snapshot = segments.fetch_file(m.segments[-1], SNAPSHOT_SUFFIX)
+    producers = ProducerSummary(last_records(snapshot, now), aborted_transactions(segments, m))
+    job = CleanJob(
+        ltc,
+        view.segments_snapshot(),  # type: ignore[arg-type]
+        view.log_start_offset,
+        producers,
+        now,
+        False,
+        check_done,
+    )
+    end = ltc.first_uncleanable_offset
+    groups = job.groups_to(end)
+    if not groups:
+        return None
+    start = max(groups[0][0].base_offset, view.log_start_offset)
+    return RemotePlan(
+        m.topic,
+        m.partition,
+        [
+            GroupPlan(i, [s.remote for s in g], g[-1].next_offset)  # type: ignore[attr-defined]
+            for i, g in enumerate(groups)
+        ],
+        start,
+        ltc.first_dirty_offset,
+        end,
+        job.round_context(end),
+        view.segment_kwargs(),
+        producers.aborted_between(start, end),
+        producers.aborted_between(start, groups[-1][-1].next_offset),
+    )

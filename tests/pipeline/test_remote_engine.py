@@ -1,0 +1,165 @@
+"""The Spark engine cleaning a tiered partition's remote range in executors
+(:mod:`kompakt.pipeline.remote_engine`): on the same manifest, every object it uploads
+is byte for byte the in-process engine's (:mod:`kompakt.cleaner.remote_clean`), across
+two cleans (KIP-534 tombstone horizons), with committed and aborted transactions (the
+tiered ``.txnindex``), idempotent producers' last batches (the tiered producer
+snapshot) and a compressed codec; committed by the same one manifest swap."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from cleaner_kit import append
+from test_remote_clean import CONFIGS, tier_of, tiered
+
+from kompakt.cleaner.remote_clean import RemoteCleaner
+from kompakt.log.segment import LOG_SUFFIX
+from kompakt.pipeline.remote_engine import SparkRemoteEngine
+from kompakt.pipeline.remote_tasks import StoreAddress
+from kompakt.record import codecs
+from kompakt.record.decode import iter_batches
+from kompakt.record.encode import build_control_batch, build_simple_batch
+from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
+from kompakt.remote import RemoteTier
+from kompakt.remote.layout import file_base_offset
+from kompakt.remote.manifest import PartitionManifest
+
+TOPIC = "t"
+pytestmark = pytest.mark.slow
+
+
+def fill_mixed(plog) -> dict[bytes, bytes]:
+    """Plain keyed batches with tombstones (some gzip/lz4/zstd compressed), transactions
+    of two producers (every third aborted), an idempotent producer; the table a
+    read_committed reader must see."""
+    with plog.lock:
+        assert plog.producers.keep_snapshots  # a producer snapshot at each roll
+    table: dict[bytes, bytes | None] = {}
+    seq: dict[int, int] = {}
+    codec_cycle = (codecs.NONE, codecs.GZIP, codecs.LZ4, codecs.ZSTD)
+    for i in range(90):
+        k = b"k%d" % (i % 11)
+        v = None if i % 13 == 12 else b"v%d-" % i + b"x" * 16
+        append(plog, [(k, v), (b"j%d" % (i % 5), b"w%d" % i)], compression=codec_cycle[i % 4])
+        table[k] = v
+        table[b"j%d" % (i % 5)] = b"w%d" % i
+        if i % 6 == 0:
+            pid = 100 + (i // 6) % 2
+            items = [(b"t%d" % ((i + j) % 4), b"txn%d-%d" % (i, j)) for j in range(2)]
+            plog.append(
+                build_simple_batch(
+                    items,
+                    timestamp=plog.clock(),
+                    producer_id=pid,
+                    producer_epoch=0,
+                    base_sequence=seq.get(pid, 0),
+                    transactional=True,
+                )
+            )
+            seq[pid] = seq.get(pid, 0) + len(items)
+            abort = (i // 6) % 3 == 2
+            kind = CONTROL_ABORT if abort else CONTROL_COMMIT
+            plog.append(
+                build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=plog.clock())
+            )
+            if not abort:
+                table.update(items)
+        if i % 4 == 1:
+            append(plog, [(b"idem%d" % (i % 3), b"i%d" % i)], producer_id=200, base_sequence=i)
+            table[b"idem%d" % (i % 3)] = b"i%d" % i
+    for k in (b"k3", b"j1"):  # tombstones no later record supersedes
+        append(plog, [(k, None)], compression=codecs.GZIP)
+        table[k] = None
+    plog.roll()
+    return {k: v for k, v in table.items() if v is not None}
+
+
+def remote_state(tier: RemoteTier, m: PartitionManifest) -> dict[bytes, bytes]:
+    """The latest value per key read from the remote log's start. Batches a clean left
+    empty (record count 0, kept for their offsets) are skipped: the record decoder
+    cannot open an empty compressed one."""
+    latest = {
+        r.key: r.value
+        for s in m.segments
+        for b in iter_batches(tier.segments.fetch_file(s, LOG_SUFFIX))
+        if not b.header.is_control and b.header.record_count
+        for r in b.records()
+        if r.offset >= m.log_start_offset
+    }
+    return {k: v for k, v in latest.items() if v is not None}
+
+
+def all_objects(tier: RemoteTier, m: PartitionManifest) -> dict[tuple[int, str], bytes]:
+    """Every file of every remote segment, by (file base offset, suffix)."""
+    return {
+        (file_base_offset(f.key), suffix): tier.segments.fetch_file(s, suffix)
+        for s in m.segments
+        for suffix, f in s.files.items()
+    }
+
+
+def shape(m: PartitionManifest) -> list[tuple]:
+    """The manifest's content apart from segment ids and upload times."""
+    return [
+        (s.base_offset, s.last_offset, s.max_timestamp_ms, s.delete_horizon_ms, sorted(s.files))
+        for s in m.segments
+    ] + [(m.log_start_offset, m.clean_point, m.end_offset)]
+
+
+def spark_cleaner(tier: RemoteTier, url: str, clock, spark) -> RemoteCleaner:
+    engine = SparkRemoteEngine(tier.segments, StoreAddress.here(url))
+    return RemoteCleaner(tier.segments, tier.metadata, clock, engine=engine)
+
+
+def test_spark_remote_clean_is_byte_identical_to_the_in_process_one(spark, tmp_path: Path):
+    """Same manifest, both engines, two cleans (the second after delete.retention.ms,
+    KIP-534: the tombstones stamped by the first go): every uploaded object and the
+    manifests agree, and the remote log reads back the table a consumer must see."""
+    logs, plog, tier, local, clock, want = tiered(tmp_path, fill_mixed)
+    logs.close()
+    twin_url = (tmp_path / "twin").as_uri()
+    shutil.copytree(tmp_path / "remote", tmp_path / "twin")
+    twin = tier_of(twin_url)
+    remote = spark_cleaner(twin, twin_url, clock, spark)
+    before = tier.metadata.load_partition(TOPIC, 0)
+    assert before.value.producer_snapshot is not None
+    assert any(".txnindex" in s.files for s in before.value.segments)
+    for round_ in range(2):
+        a = local.clean(tier.metadata.load_partition(TOPIC, 0), CONFIGS, 0)
+        b = remote.clean(twin.metadata.load_partition(TOPIC, 0), CONFIGS, 0)
+        assert a is not None and b is not None
+        ma, mb = a.manifest.value, b.manifest.value
+        assert shape(ma) == shape(mb)
+        assert all_objects(tier, ma) == all_objects(twin, mb)
+        assert remote_state(twin, mb) == want
+        if round_ == 0:
+            assert any(s.delete_horizon_ms > 0 for s in mb.segments)  # tombstones stamped
+            clock.advance(2000)  # past delete.retention.ms (1000)
+            for t, v in ((tier, a.manifest), (twin, b.manifest)):
+                m = v.value
+                t.metadata.commit_partition(m.next(m.segments, clean_point=0), v)
+    tombstones = [
+        r.key
+        for s in mb.segments
+        for b in iter_batches(twin.segments.fetch_file(s, LOG_SUFFIX))
+        if b.header.record_count
+        for r in b.records()
+        if r.value is None
+    ]
+    assert tombstones == []  # past their horizon: gone
+
+
+def test_nothing_to_clean_commits_nothing(spark, tmp_path: Path):
+    """A clean range (clean point at the end) below min.cleanable.dirty.ratio is not
+    cleaned unless forced (Kafka's cleanableRatio rule from the manifest's clean point)."""
+    logs, plog, tier, local, clock, want = tiered(tmp_path, fill_mixed)
+    logs.close()
+    url = (tmp_path / "remote").as_uri()
+    remote = spark_cleaner(tier, url, clock, spark)
+    first = remote.clean(tier.metadata.load_partition(TOPIC, 0), CONFIGS, 0)
+    assert first is not None
+    v = tier.metadata.load_partition(TOPIC, 0)
+    assert remote.clean(v, CONFIGS, 0, force=False) is None
+    assert tier.metadata.load_partition(TOPIC, 0).value.generation == v.value.generation
