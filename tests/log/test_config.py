@@ -51,6 +51,8 @@ KAFKA_DEFAULTS = {
     "remote.storage.enable": False,
     "local.retention.ms": -2,
     "local.retention.bytes": -2,
+    "remote.log.copy.disable": False,
+    "remote.log.delete.on.disable": False,
 }
 
 

@@ -199,6 +199,11 @@ _define("local.retention.bytes", "long", -2, at_least(-2),
         (BrokerSynonym("log.local.retention.bytes", "long", 1, "-2"),),
         "Local bytes a tiered partition keeps before deleting uploaded segments; "
         "-2: retention.bytes.")
+_define("remote.log.copy.disable", "boolean", False, None, (),
+        "Stop copying segments to the remote tier; what is there stays readable and "
+        "expires by retention.* (KIP-950).")
+_define("remote.log.delete.on.disable", "boolean", False, None, (),
+        "Delete the topic's remote data when remote.storage.enable is turned off (KIP-950).")
 # fmt: on
 
 BROKER_LOG_KEYS: frozenset[str] = frozenset(

@@ -54,6 +54,23 @@ def _check_combination(values: Mapping[str, Any]) -> None:
         )
     if values["remote.storage.enable"]:
         _check_local_retention(values)
+        if values["remote.log.copy.disable"]:
+            _check_copy_disabled_retention(values)
+
+
+def _check_copy_disabled_retention(values: Mapping[str, Any]) -> None:
+    """Kafka's ``validateRetentionConfigsWhenRemoteCopyDisabled``: with nothing more
+    copied, ``local.retention.*`` must follow ``retention.*`` (-2) or equal it."""
+    for local_key, key in (
+        ("local.retention.bytes", "retention.bytes"),
+        ("local.retention.ms", "retention.ms"),
+    ):
+        if values[local_key] not in (-2, values[key]):
+            raise InvalidConfigError(
+                f"When `remote.log.copy.disable` is set to true, the `{local_key}` and "
+                f"`{key}` must be set to the identical value because there will be no "
+                "more logs copied to the remote storage."
+            )
 
 
 def _check_local_retention(values: Mapping[str, Any]) -> None:
@@ -195,6 +212,8 @@ class TopicConfig:
     remote_storage_enable: bool
     local_retention_ms: int
     local_retention_bytes: int
+    remote_log_copy_disable: bool
+    remote_log_delete_on_disable: bool
 
     def __init__(
         self,
