@@ -129,6 +129,27 @@ def build_cleaner(
     )
 
 
+def remote_clean_engine(config: Any, segments: Any, settings: Any) -> Any:
+    """The engine that cleans tiered partitions' remote ranges on a broker whose
+    ``kompakt.cleaner.engine`` is ``spark``: executors read and write the bucket
+    (:class:`kompakt.pipeline.remote_engine.SparkRemoteEngine`); None otherwise (the
+    remote cleaner's in-process engine). ``config`` is the broker's config (its
+    ``get`` and ``spark`` keys), ``segments`` the tier's
+    :class:`~kompakt.remote.storage.RemoteStorageManager`, ``settings`` its
+    :class:`~kompakt.remote.config.RemoteSettings`."""
+    if str(config.get(ENGINE_KEY)) != "spark":
+        return None
+    from kompakt.pipeline.remote_engine import SparkRemoteEngine
+    from kompakt.pipeline.remote_tasks import StoreAddress
+
+    spark = {
+        key: str(config.get(key))
+        for key in (ENGINE_KEY, "kompakt.spark.master", "kompakt.spark.log.level")
+    }
+    address = StoreAddress.here(settings.storage_url, settings.s3_endpoint_url)
+    return SparkRemoteEngine(segments, address, {**spark, **config.spark})
+
+
 def warm_up_spark(
     settings: Mapping[str, str] | None = None, busy: Callable[[], bool] = lambda: False
 ) -> tuple[float, float]:

@@ -40,6 +40,7 @@ from kompakt.broker.remote_rebuild import rebuild_from_tier
 from kompakt.broker.tiered_reads import RemoteSource
 from kompakt.broker.tiered_retention import local_retention_offset, remote_retention_offset
 from kompakt.cleaner.remote_clean import RemoteCleaner
+from kompakt.engines import remote_clean_engine
 from kompakt.errors import OffsetOutOfRangeError
 from kompakt.log.config import TopicConfig
 from kompakt.log.manager import LogManager
@@ -120,6 +121,7 @@ def install(broker: BrokerParts) -> None:
         shutil.rmtree(d.path / STAGING, ignore_errors=True)
     tiering = Tiering(logs, RemoteTier.open(settings), bool(cfg.get("log.cleaner.enable")))
     rebuild_from_tier(logs, tiering.tier)  # an empty data dir: the tiered topics back
+    tiering.remote_cleaner.engine = remote_clean_engine(cfg, tiering.tier.segments, settings)
     broker.state.extra[EXTRA_KEY] = tiering
     broker.background.threads.append(
         PeriodicThread("kompakt-remote-log-manager", settings.task_interval_ms, tiering.run_once)
