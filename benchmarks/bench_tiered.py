@@ -363,7 +363,13 @@ def bench(args: argparse.Namespace, work: Path, keys: dict[str, str]) -> dict[st
 def disk_bytes(folder: Path) -> int:
     """Bytes the folder's files take on disk (``du``: the preallocated, sparse index
     files count what they use, not their length)."""
-    return sum(e.stat().st_blocks * 512 for e in os.scandir(folder) if e.is_file())
+    total = 0
+    for e in os.scandir(folder):
+        try:
+            total += e.stat().st_blocks * 512 if e.is_file() else 0
+        except FileNotFoundError:
+            pass  # deleted since the listing
+    return total
 
 
 def log_bytes(plog: PartitionLog) -> int:
