@@ -9,9 +9,13 @@ engine). No shared filesystem: executors read and write the bucket with the same
 the broker uses, so it runs on a Spark cluster whose workers know nothing of the
 broker's data dir. The output is byte for byte the in-process engine's.
 
-A range is cleaned in one Spark task (as the Spark engine does a small local range,
-:func:`kompakt.pipeline.groups.run_groups_in_one_task`): key map, transaction pass and
-every group's rewrite and upload in order.
+A range of at most ``single_task_bytes`` (the Spark engine's
+:data:`~kompakt.pipeline.survivors.SINGLE_TASK_BYTES`) is cleaned in one Spark task, as
+the Spark engine cleans a small local range
+(:func:`kompakt.pipeline.groups.run_groups_in_one_task`): key map, transaction pass and
+every group's rewrite and upload in order (:func:`remote_tasks.clean_in_one_task`). A
+bigger one is read by a task per segment and rewritten by a task per group
+(:mod:`kompakt.pipeline.remote_spread`). Both give the same bytes.
 """
 
 from __future__ import annotations
@@ -40,10 +44,16 @@ class SparkRemoteEngine:
         segments: RemoteStorageManager,
         address: StoreAddress,
         config: Mapping[str, str] | None = None,
+        single_task_bytes: int | None = None,
     ):
+        from kompakt.pipeline.survivors import SINGLE_TASK_BYTES
+
         self.segments = segments
         self.address = address
         self.config = dict(config or {})
+        self.single_task_bytes = (
+            SINGLE_TASK_BYTES if single_task_bytes is None else single_task_bytes
+        )
 
     def clean_range(
         self,
@@ -60,17 +70,20 @@ class SparkRemoteEngine:
             return None
         spark = self._session()
         address = self.address
-
-        def run(_: Any) -> list:
-            return clean_in_one_task(address, p)
-
+        name = f"{m.topic}-{m.partition}"
         sc = spark.sparkContext
-        sc.setJobGroup(
-            f"kompakt-remote-{m.topic}-{m.partition}",
-            f"kompakt remote clean {m.topic}-{m.partition}",
-        )
-        pieces = sc.parallelize([0], 1).flatMap(run).collect()
-        fault(FETCHED)  # the executors fetched, cleaned and uploaded in one task
+        sc.setJobGroup(f"kompakt-remote-{name}", f"kompakt remote clean {name}")
+        if sum(s.size for g in p.groups for s in g.segments) <= self.single_task_bytes:
+
+            def run(_: Any) -> list:
+                return clean_in_one_task(address, p)
+
+            pieces = sc.parallelize([0], 1).flatMap(run).collect()
+        else:
+            from kompakt.pipeline.remote_spread import clean_spread
+
+            pieces = clean_spread(spark, address, p)
+        fault(FETCHED)  # the executors fetched, cleaned and uploaded
         fault(CLEANED)
         fault(UPLOADED)
         return CleanedRange(sorted(pieces, key=lambda c: c.remote.base_offset), p.clean_point)

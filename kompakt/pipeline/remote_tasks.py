@@ -79,7 +79,7 @@ class _Fetched:
 
 
 @contextmanager
-def _private_dir(prefix: str) -> Iterator[Path]:
+def private_dir(prefix: str) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         yield tmp
@@ -87,7 +87,7 @@ def _private_dir(prefix: str) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _fetch_logs(
+def fetch_logs(
     store: RemoteStorageManager, segments: Sequence[RemoteSegment], bases: Sequence[int], d: Path
 ) -> list[_Fetched]:
     out = []
@@ -104,19 +104,19 @@ def clean_in_one_task(address: StoreAddress, p: RemotePlan) -> list[CleanedSegme
     decide which records are superseded, carry the transaction pass through the
     groups, rewrite and upload each group (the in-process engine's steps, in order)."""
     store = address.open()
-    with _private_dir(f"kompakt-remote-{p.topic}-{p.partition}-") as d:
-        fetched = [_fetch_logs(store, g.segments, g.bases, d) for g in p.groups]
+    with private_dir(f"kompakt-remote-{p.topic}-{p.partition}-") as d:
+        fetched = [fetch_logs(store, g.segments, g.bases, d) for g in p.groups]
         bases = [f.base_offset for g in fetched for f in g]
         reads = survivors.plan_reads(d, bases)
         bits = survivors.superseded_here(reads, p.start, p.first_dirty, p.end, p.aborted)
         states = tracker_states(fetched, p.txn_aborted)  # type: ignore[arg-type]
         return [
-            _rewrite_and_upload(store, p, g, f, bits.slice(f[0].base_offset, g.end), txn, d)
+            rewrite_group(store, p, g, f, bits.slice(f[0].base_offset, g.end), txn, d)
             for g, f, txn in zip(p.groups, fetched, states, strict=True)
         ]
 
 
-def _rewrite_and_upload(
+def rewrite_group(
     store: RemoteStorageManager,
     p: RemotePlan,
     g: GroupPlan,

@@ -108,12 +108,19 @@ def shape(m: PartitionManifest) -> list[tuple]:
     ] + [(m.log_start_offset, m.clean_point, m.end_offset)]
 
 
-def spark_cleaner(tier: RemoteTier, url: str, clock, spark) -> RemoteCleaner:
-    engine = SparkRemoteEngine(tier.segments, StoreAddress.here(url))
+def spark_cleaner(
+    tier: RemoteTier, url: str, clock, spark, single_task_bytes: int | None = None
+) -> RemoteCleaner:
+    """A remote cleaner with the Spark engine; ``single_task_bytes=0``: every range is
+    read by a task per segment and rewritten by a task per group."""
+    engine = SparkRemoteEngine(tier.segments, StoreAddress.here(url), None, single_task_bytes)
     return RemoteCleaner(tier.segments, tier.metadata, clock, engine=engine)
 
 
-def test_spark_remote_clean_is_byte_identical_to_the_in_process_one(spark, tmp_path: Path):
+@pytest.mark.parametrize("single_task_bytes", [None, 0], ids=["one-task", "spread"])
+def test_spark_remote_clean_is_byte_identical_to_the_in_process_one(
+    spark, tmp_path: Path, single_task_bytes: int | None
+):
     """Same manifest, both engines, two cleans (the second after delete.retention.ms,
     KIP-534: the tombstones stamped by the first go): every uploaded object and the
     manifests agree, and the remote log reads back the table a consumer must see."""
@@ -122,7 +129,7 @@ def test_spark_remote_clean_is_byte_identical_to_the_in_process_one(spark, tmp_p
     twin_url = (tmp_path / "twin").as_uri()
     shutil.copytree(tmp_path / "remote", tmp_path / "twin")
     twin = tier_of(twin_url)
-    remote = spark_cleaner(twin, twin_url, clock, spark)
+    remote = spark_cleaner(twin, twin_url, clock, spark, single_task_bytes)
     before = tier.metadata.load_partition(TOPIC, 0)
     assert before.value.producer_snapshot is not None
     assert any(".txnindex" in s.files for s in before.value.segments)
