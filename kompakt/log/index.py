@@ -287,19 +287,21 @@ class AbstractIndex:
             return
         os.pwrite(self._fd(), data, position)
 
-    @_opened
     def _write(self, values: tuple[int, int]) -> None:
+        """Append one entry (the caller is an ``_opened`` method: lock held, file open)."""
         if not self._memory:
             self._fd()
         if self.is_full():
             raise IndexCorruptError(f"index {self.path.name} is full")
-        if (self.entries + 1) * self.ENTRY_SIZE > self.length:
+        n = self._entries
+        assert n is not None and self._length is not None
+        if (n + 1) * self.ENTRY_SIZE > self._length:
             self.resize(self.max_index_size)  # an active index found trimmed at load
         # pwrite, not a store into the mmap: on a full disk a store into a sparse page
         # raises SIGBUS and kills the broker, while pwrite fails with ENOSPC.
-        self._pwrite(self._ENTRY.pack(*values), self.entries * self.ENTRY_SIZE)
+        self._pwrite(self._ENTRY.pack(*values), n * self.ENTRY_SIZE)
         self._sync.wrote()
-        self.entries += 1
+        self._entries = n + 1
 
     def _search(self, target: int, key_of: int) -> int:
         """Index of the largest entry whose ``key_of`` field is <= target, or -1."""
@@ -410,7 +412,8 @@ class OffsetIndex(AbstractIndex):
     @_opened
     def append(self, offset: int, position: int) -> None:
         rel = offset - self.base_offset
-        if self.entries and rel <= self._raw(self.entries - 1)[0]:
+        n = self.entries
+        if n and rel <= self._raw(n - 1)[0]:
             raise IndexCorruptError(
                 f"index entry offset {offset} not larger than last in {self.path.name}"
             )
@@ -487,13 +490,14 @@ class TimeIndex(AbstractIndex):
 
     @_opened
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        n = self.entries
         if not skip_full_check and self.is_full():
             raise IndexCorruptError(f"time index {self.path.name} is full")
-        last_ts, last_off = self.last_entry
-        if self.entries and offset < last_off:
+        last_ts, last_rel = self._raw(n - 1) if n else (-1, 0)
+        if n and offset < self.base_offset + last_rel:
             raise IndexCorruptError(f"time index offset {offset} goes backwards")
         if timestamp > last_ts:
-            if self.entries >= self.max_entries:
+            if n >= self.max_entries:
                 return
             self._write((timestamp, offset - self.base_offset))
 

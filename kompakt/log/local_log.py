@@ -112,7 +112,7 @@ class LocalLog:
     def _jitter(self) -> int:
         """Kafka's ``LogConfig.randomSegmentJitter``: ``% min(segment.jitter.ms,
         segment.ms)``, so the roll time stays above 0 however large the jitter."""
-        jitter = min(self.config.get("segment.jitter.ms") or 0, self.config.segment_ms)
+        jitter = min(self.config.segment_jitter_ms or 0, self.config.segment_ms)
         return (hash((self.topic, self.partition)) % jitter) if jitter > 0 else 0
 
     def _maybe_roll(self, size: int, max_offset: int, first_offset: int, now: int) -> LogSegment:
@@ -197,14 +197,17 @@ class LocalLog:
             if indexes:
                 self.recovery_point = max(self.recovery_point, end)
 
-    def _flush_if_due(self, now: int) -> None:
-        """Kafka's two flush triggers, both checked after an append: ``flush.messages``
-        unflushed offsets (``UnifiedLog.append``: ``unflushedMessages >= flushInterval``)
-        and ``flush.ms`` since the last flush (``LogManager.flushDirtyLogs``, which Kafka
-        runs on a timer). Both default to Long.MAX_VALUE: no flush but the periodic one."""
+    def _flush_if_due(self, now: int, end: int) -> None:
+        """Kafka's two flush triggers, both checked after an append that ended at
+        ``end``: ``flush.messages`` unflushed offsets (``UnifiedLog.append``:
+        ``unflushedMessages >= flushInterval``) and ``flush.ms`` since the last flush
+        (``LogManager.flushDirtyLogs``, which Kafka runs on a timer). Both default to
+        Long.MAX_VALUE: no flush but the periodic one."""
         cfg = self.config
-        unflushed = self.log_end_offset - self.recovery_point
-        if unflushed >= cfg.flush_messages or now - self.last_flush_ms >= cfg.flush_ms:
+        if (
+            end - self.recovery_point >= cfg.flush_messages
+            or now - self.last_flush_ms >= cfg.flush_ms
+        ):
             self.flush(now)
 
     def read(self, offset: int, max_bytes: int, min_one_batch: bool = True) -> bytes:

@@ -327,10 +327,11 @@ class PartitionLog(LocalLog):
         (:mod:`kompakt.log.validator`), then flush if ``flush.messages`` or
         ``flush.ms`` says so."""
         now = self.clock() if now_ms is None else now_ms
-        buf = bytearray(records)
-        batches, maxes = validator.validate(buf, self.config, self.name, now)
-        buf, batches = validator.to_topic_codec(buf, batches, self.config)
-        log_append = self.config.message_timestamp_type == "LogAppendTime"
+        cfg = self.config
+        # read in place: the stamp writes new headers beside it, not into a copy
+        batches, maxes = validator.validate(records, cfg, self.name, now)
+        buf, batches = validator.to_topic_codec(records, batches, cfg)
+        log_append = cfg.message_timestamp_type == "LogAppendTime"
         with self.lock:
             self.check_online()
             _ = self.transactions  # rebuilt from the log as it was before this append
@@ -340,12 +341,12 @@ class PartitionLog(LocalLog):
             )
             try:
                 seg = self._maybe_roll(len(buf), stamped.next_offset - 1, first, now)
-                seg.append(buf, stamped.headers)
+                seg.append(stamped.pieces, stamped.headers)
                 self._update_transactions(seg, buf, stamped.headers)
             except OSError as exc:  # the segment has cut itself back to `before`
                 self.io_failed(exc, f"appending to {self.name}")
                 raise KafkaStorageError(f"cannot append to {self.name}: {exc.strerror}") from exc
-            self._flush_if_due(now)
+            self._flush_if_due(now, stamped.next_offset)
         for listener in list(self.append_listeners):
             listener(self)
         return AppendInfo(
@@ -358,7 +359,9 @@ class PartitionLog(LocalLog):
             batch_count=len(stamped.headers),
         )
 
-    def _update_transactions(self, seg: LogSegment, buf: bytearray, headers: list) -> None:
+    def _update_transactions(
+        self, seg: LogSegment, buf: bytes | bytearray | memoryview, headers: list
+    ) -> None:
         """Feed the appended batches to the producer state (its producers' batches once
         built, :attr:`producers`); an ABORT marker's transaction goes to the
         ``.txnindex`` of the segment it was appended to (Kafka's ``UnifiedLog.append``:

@@ -37,7 +37,7 @@ from kompakt.log.segment_files import (
     segment_files,
 )
 from kompakt.log.segment_reads import SegmentReads
-from kompakt.log.syncs import Claim, Unsynced, claim, fsync_claims
+from kompakt.log.syncs import Claim, Unsynced, claim, fsync_claims, pwrite_all
 from kompakt.log.txn_index import AbortedTxn, TransactionIndex
 from kompakt.record.header import (
     Header,
@@ -401,7 +401,8 @@ class LogSegment(SegmentReads):
         """Kafka's ``LogSegment.shouldRoll``: size, age, full index, offset overflow."""
         if self.size == 0:
             return False
-        age_base = self.rolling_timestamp if self.rolling_timestamp is not None else self.created_ms
+        rolling = self.rolling_timestamp
+        age_base = rolling if rolling is not None else self.created_ms
         return (
             self.size > max_segment_bytes - batch_size
             or now_ms - age_base > roll_ms
@@ -411,12 +412,19 @@ class LogSegment(SegmentReads):
         )
 
     # -- writing -------------------------------------------------------------------------
-    def append(self, data: bytes | memoryview, headers: list[tuple[int, Header]]) -> None:
+    def append(
+        self,
+        data: bytes | bytearray | memoryview | list[bytes | bytearray | memoryview],
+        headers: list[tuple[int, Header]],
+    ) -> None:
         """Append whole, validated batches; ``headers`` gives (relative position, header).
+        ``data`` is the bytes, or a list of pieces written back to back in one
+        ``pwritev`` (new batch headers beside the records they came with).
 
         All or nothing: if a write fails (full disk), the log and both indexes are cut
         back to where they were and the in-memory state is unchanged.
         """
+        pieces = data if isinstance(data, list) else [data]
         with self.lock:
             self._times()
             start = self.size
@@ -429,13 +437,10 @@ class LogSegment(SegmentReads):
                 self.offset_index.entries,
                 self.time_index.entries,
             )
-            view = memoryview(data)
             try:
                 fd = self._log_fd()
                 self._log_sync.wrote()
-                written = 0
-                while written < len(view):
-                    written += os.pwrite(fd, view[written:], start + written)
+                length = pwrite_all(fd, pieces, start)
                 for rel_pos, h in headers:
                     if self._rolling_timestamp is None and h.max_timestamp >= 0:
                         self._rolling_timestamp = h.max_timestamp
@@ -469,7 +474,7 @@ class LogSegment(SegmentReads):
                 except OSError:
                     log.exception("%s: cannot roll back a failed append", self.log_path)
                 raise
-            self.size = start + len(view)
+            self.size = start + length
 
     def update_txn_index(self, txn: AbortedTxn) -> None:
         """Record an aborted transaction whose ABORT marker is in this segment (Kafka's

@@ -1,4 +1,5 @@
-"""fsyncs that run outside the owner's lock (Kafka's ``LocalLog.flush`` walks the
+"""Writes and fsyncs of a log's files: a record set written in one ``pwritev``
+(:func:`pwrite_all`), and fsyncs that run outside the owner's lock (Kafka's ``LocalLog.flush`` walks the
 segments and fsyncs them without the log's lock; only the recovery point is updated
 under it).
 
@@ -16,6 +17,28 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+
+Buffer = bytes | bytearray | memoryview
+_IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers one pwritev takes (1024 on Linux)
+
+
+def pwrite_all(fd: int, pieces: list[Buffer], position: int) -> int:
+    """Write ``pieces`` back to back at ``position`` and return their length: one
+    ``pwritev`` (one syscall for a record set and its new batch headers), then,
+    after a short write or beyond ``IOV_MAX`` pieces, the rest joined."""
+    total = sum(len(p) for p in pieces)
+    written = 0
+    if len(pieces) == 1:
+        rest = memoryview(pieces[0])
+    else:
+        if len(pieces) <= _IOV_MAX:
+            written = os.pwritev(fd, pieces, position)
+            if written == total:
+                return total
+        rest = memoryview(b"".join(pieces))
+    while written < total:
+        written += os.pwrite(fd, rest[written:], position + written)
+    return total
 
 
 class Unsynced:

@@ -29,11 +29,12 @@ from kompakt.record.header import (
     COMPRESSION_MASK,
     CREATE_TIME,
     HEADER_SIZE,
+    LOG_APPEND_TIME,
     MAGIC,
+    MAGIC_POS,
     TIMESTAMP_TYPE_BIT,
     Header,
     set_base_offset,
-    set_log_append_time,
     set_max_timestamp,
     set_partition_leader_epoch,
 )
@@ -46,15 +47,18 @@ IN_MEMORY_EXPANSION = 8 << 20
 ERRORS_KEPT = 1024  # record errors held before a second pass that keeps them all
 
 Buffer = bytes | bytearray | memoryview
+_STAMPED = MAGIC_POS  # base offset, batch length, leader epoch: the bytes before the magic
 
 
 class Stamped(NamedTuple):
-    """What :func:`assign_offsets_and_timestamps` wrote: each batch's position and new
-    header, the offset after the last batch and the largest maxTimestamp (-1: none)."""
+    """What :func:`assign_offsets_and_timestamps` made: each batch's position and new
+    header, the offset after the last batch, the largest maxTimestamp (-1: none) and
+    the buffers to write, in order (the record set with the new headers)."""
 
     headers: list[tuple[int, Header]]
     next_offset: int
     max_timestamp: int
+    pieces: list[Buffer]
 
 
 def validate(
@@ -204,8 +208,8 @@ def codec_for(config: TopicConfig) -> int | None:
 
 
 def to_topic_codec(
-    buf: bytearray, batches: list[RecordBatch], config: TopicConfig
-) -> tuple[bytearray, list[RecordBatch]]:
+    buf: Buffer, batches: list[RecordBatch], config: TopicConfig
+) -> tuple[Buffer, list[RecordBatch]]:
     """The record set in the topic's ``compression.type`` (Kafka's LogValidator
     recompresses when the producer's codec differs); unchanged otherwise."""
     target = codec_for(config)
@@ -217,37 +221,58 @@ def to_topic_codec(
 
 
 def assign_offsets_and_timestamps(
-    buf: bytearray,
+    buf: Buffer,
     batches: list[RecordBatch],
     maxes: list[int | None],
     first_offset: int,
     now: int,
     log_append_time: bool,
 ) -> Stamped:
-    """Write offsets from ``first_offset``, the leader epoch and each batch's timestamp
-    into ``buf`` in place (the CRC is recomputed when the timestamp changes).
+    """Stamp offsets from ``first_offset``, the leader epoch and each batch's timestamp;
+    ``buf`` is not changed: the result's pieces are what to write.
 
     Like Kafka's ``LogValidator``, the broker owns each batch's maxTimestamp: with
     LogAppendTime it is the append time (type bit set), with CreateTime the largest
-    record timestamp (type bit clear).
+    record timestamp (type bit clear). A batch whose maxTimestamp or type changes is
+    copied and gets a new CRC; any other only gets its first 16 bytes (base offset,
+    length, leader epoch: outside the CRC) new, and its rest is written from ``buf``
+    as it came, without a copy of the record set.
     """
     next_offset = first_offset
     headers: list[tuple[int, Header]] = []
+    pieces: list[Buffer] = []
+    view = memoryview(buf)
     max_ts = -1
     for b, batch_max in zip(batches, maxes, strict=True):
-        set_base_offset(buf, b.position, next_offset)
-        set_partition_leader_epoch(buf, b.position, LEADER_EPOCH)
-        h = b.header._replace(base_offset=next_offset, partition_leader_epoch=LEADER_EPOCH)
+        h = b.header
+        pos, end = b.position, b.position + h.size
         if log_append_time:
-            set_log_append_time(buf, b.position, now)
-            h = h._replace(max_timestamp=now, attributes=h.attributes | TIMESTAMP_TYPE_BIT)
+            ts, attributes, kind = now, h.attributes | TIMESTAMP_TYPE_BIT, LOG_APPEND_TIME
         elif batch_max is not None:
-            set_max_timestamp(buf, b.position, batch_max, CREATE_TIME)
-            h = h._replace(max_timestamp=batch_max, attributes=h.attributes & ~TIMESTAMP_TYPE_BIT)
-        headers.append((b.position, h))
-        max_ts = max(max_ts, h.max_timestamp)
+            ts, attributes, kind = batch_max, h.attributes & ~TIMESTAMP_TYPE_BIT, CREATE_TIME
+        else:
+            ts, attributes, kind = h.max_timestamp, h.attributes, None
+        if kind is not None and (ts != h.max_timestamp or attributes != h.attributes):
+            whole = bytearray(view[pos:end])
+            set_max_timestamp(whole, 0, ts, kind)
+            set_base_offset(whole, 0, next_offset)
+            set_partition_leader_epoch(whole, 0, LEADER_EPOCH)
+            pieces.append(whole)
+        else:
+            head = bytearray(view[pos : pos + _STAMPED])
+            set_base_offset(head, 0, next_offset)
+            set_partition_leader_epoch(head, 0, LEADER_EPOCH)
+            pieces += (head, view[pos + _STAMPED : end])
+        h = h._replace(
+            base_offset=next_offset,
+            partition_leader_epoch=LEADER_EPOCH,
+            max_timestamp=ts,
+            attributes=attributes,
+        )
+        headers.append((pos, h))
+        max_ts = max(max_ts, ts)
         next_offset = h.next_offset
-    return Stamped(headers, next_offset, max_ts)
+    return Stamped(headers, next_offset, max_ts, pieces)
 
 
 def _log_append(batch: RecordBatch) -> bool:
