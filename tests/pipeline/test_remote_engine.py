@@ -109,11 +109,17 @@ def shape(m: PartitionManifest) -> list[tuple]:
 
 
 def spark_cleaner(
-    tier: RemoteTier, url: str, clock, spark, single_task_bytes: int | None = None
+    tier: RemoteTier,
+    url: str,
+    clock,
+    spark,
+    single_task_bytes: int | None = None,
+    s3_endpoint: str | None = None,
 ) -> RemoteCleaner:
     """A remote cleaner with the Spark engine; ``single_task_bytes=0``: every range is
     read by a task per segment and rewritten by a task per group."""
-    engine = SparkRemoteEngine(tier.segments, StoreAddress.here(url), None, single_task_bytes)
+    address = StoreAddress.here(url, s3_endpoint)
+    engine = SparkRemoteEngine(tier.segments, address, None, single_task_bytes)
     return RemoteCleaner(tier.segments, tier.metadata, clock, engine=engine)
 
 
