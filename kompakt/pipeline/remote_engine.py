@@ -20,6 +20,7 @@ bigger one is read by a task per segment and rewritten by a task per group
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,6 +29,21 @@ from kompakt.pipeline.remote_plan import plan
 from kompakt.pipeline.remote_tasks import StoreAddress, clean_in_one_task
 from kompakt.remote.manifest import PartitionManifest
 from kompakt.remote.storage import RemoteStorageManager
+from kompakt.remote.store import RemoteStorageError
+
+
+def task_error(exc: BaseException) -> str:
+    """The worker's own error line (``module.Name: message``) out of a Spark task
+    failure, whose text is a Python traceback wrapped in JVM frames; else its first
+    line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in reversed(lines):
+        if _ERROR_LINE.match(line):
+            return line[:500]
+    return (lines or [type(exc).__name__])[0][:300]
+
+
+_ERROR_LINE = re.compile(r"^[\w.]+(Error|Exception|Mismatch\w*): ")
 
 
 class SparkRemoteEngine:
@@ -73,16 +89,21 @@ class SparkRemoteEngine:
         name = f"{m.topic}-{m.partition}"
         sc = spark.sparkContext
         sc.setJobGroup(f"kompakt-remote-{name}", f"kompakt remote clean {name}")
-        if sum(s.size for g in p.groups for s in g.segments) <= self.single_task_bytes:
+        try:
+            if sum(s.size for g in p.groups for s in g.segments) <= self.single_task_bytes:
 
-            def run(_: Any) -> list:
-                return clean_in_one_task(address, p)
+                def run(_: Any) -> list:
+                    return clean_in_one_task(address, p)
 
-            pieces = sc.parallelize([0], 1).flatMap(run).collect()
-        else:
-            from kompakt.pipeline.remote_spread import clean_spread
+                pieces = sc.parallelize([0], 1).flatMap(run).collect()
+            else:
+                from kompakt.pipeline.remote_spread import clean_spread
 
-            pieces = clean_spread(spark, address, p)
+                pieces = clean_spread(spark, address, p)
+        except Exception as exc:  # a task's error arrives as the worker's traceback text
+            raise RemoteStorageError(
+                f"{name}: the remote clean failed in a Spark task: {task_error(exc)}"
+            ) from exc
         fault(FETCHED)  # the executors fetched, cleaned and uploaded
         fault(CLEANED)
         fault(UPLOADED)
