@@ -239,7 +239,10 @@ class Tiering:
         for topic in self.logs.topics():
             try:
                 meta = self.logs.topic_meta(topic)
-                if not self.logs.topic_config(topic).remote_storage_enable:
+                config = self.logs.topic_config(topic)
+                if not config.remote_storage_enable:
+                    if config.remote_log_delete_on_disable:
+                        self._delete_disabled(topic, meta.topic_id)
                     continue
                 self._sync_topic(topic)
             except Exception as exc:  # e.g. the store unreachable: next pass retries
@@ -251,12 +254,23 @@ class Tiering:
                     with self._writer((topic, partition)):
                         self.copy(plog)
                         self.apply_retention(plog)
-                        if self.clean_remote:
+                        if self.clean_remote and not plog.config.remote_log_copy_disable:
                             self.clean_remote_range(plog)
                 except Exception as exc:
                     log.warning("tiering %s-%d: %s", topic, partition, exc)
         self.remote_cleaner.delete_due()
         return False
+
+    def _delete_disabled(self, topic: str, topic_id: str) -> None:
+        """KIP-950's ``remote.log.delete.on.disable``: a topic whose remote storage was
+        turned off loses its remote data (as a deleted topic does) and its log starts at
+        the local log start; looked up once a topic, then remembered as gone."""
+        with self._lock:
+            if topic in self._topics and self._topics[topic] is None:
+                return
+        self.topic_deleted(topic, topic_id)
+        with self._lock:
+            self._topics[topic] = None
 
     def _maybe_sweep(self) -> None:
         """The orphan sweep (uploads a crash or a lost commit race left unnamed)."""
@@ -302,7 +316,10 @@ class Tiering:
 
     def copy(self, plog: PartitionLog) -> int:
         """Upload and commit each rolled segment below the last stable offset that the
-        remote log does not hold yet, oldest first; returns how many."""
+        remote log does not hold yet, oldest first; returns how many. None with
+        ``remote.log.copy.disable`` (KIP-950: the remote data turns read-only)."""
+        if plog.config.remote_log_copy_disable:
+            return 0
         key = (plog.topic, plog.partition)
         topic_id = self.logs.topic_meta(plog.topic).topic_id
         current = self._versioned(*key)
@@ -456,25 +473,24 @@ class Tiering:
         a log start only after the manifest it follows is durable."""
         now = self.logs.clock() if now_ms is None else now_ms
         m = self.manifest(plog)
+        if m is not None and m.segments:
+            start = remote_retention_offset(plog, m, now)
+            if start is not None:
+                self.move_remote_start(plog, start)
+                if start > plog.log_start_offset:
+                    plog.delete_records_before(min(start, plog.high_watermark))
+                m = self.manifest(plog)
         if m is None or not m.segments:
-            return
-        start = remote_retention_offset(plog, m, now)
-        if start is not None:
-            self.move_remote_start(plog, start)
-            if start > plog.log_start_offset:
-                plog.delete_records_before(min(start, plog.high_watermark))
-            m = self.manifest(plog)
-            if m is None:
-                return
+            if not plog.config.remote_log_copy_disable:
+                return  # local retention deletes only what the tier holds
         local = local_retention_offset(plog, m, now)
         if local is not None:
             plog.delete_records_before(local)  # only the local log start moves
             log.info(
-                "%s: local retention deleted tiered segments, local log start now %d "
-                "(log start %d in the remote tier)",
+                "%s: local retention deleted segments, local log start now %d (log start %d)",
                 plog.name,
                 plog.log_start_offset,
-                m.log_start_offset,
+                self.log_start_offset(plog),
             )
 
     def delete_records_before(self, plog: PartitionLog, offset: int) -> int:

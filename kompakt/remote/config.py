@@ -33,6 +33,8 @@ CACHE_BYTES = "kompakt.remote.cache.bytes"
 REMOTE_STORAGE_ENABLE = "remote.storage.enable"
 LOCAL_RETENTION_MS = "local.retention.ms"
 LOCAL_RETENTION_BYTES = "local.retention.bytes"
+REMOTE_LOG_COPY_DISABLE = "remote.log.copy.disable"
+REMOTE_LOG_DELETE_ON_DISABLE = "remote.log.delete.on.disable"
 
 # -2: "use retention.ms / retention.bytes" (Kafka's DEFAULT_LOCAL_RETENTION_*)
 USE_RETENTION = -2
@@ -99,7 +101,13 @@ BROKER_KEYS: dict[str, ConfigKey] = {
 # Kafka's local-retention rules in TopicConfig); named here for the remote tier's readers
 TOPIC_KEYS: dict[str, ConfigKey] = {
     name: CONFIG_DEFS[name]
-    for name in (REMOTE_STORAGE_ENABLE, LOCAL_RETENTION_MS, LOCAL_RETENTION_BYTES)
+    for name in (
+        REMOTE_STORAGE_ENABLE,
+        LOCAL_RETENTION_MS,
+        LOCAL_RETENTION_BYTES,
+        REMOTE_LOG_COPY_DISABLE,
+        REMOTE_LOG_DELETE_ON_DISABLE,
+    )
 }
 
 
@@ -114,10 +122,10 @@ def parse(key: ConfigKey, raw: str) -> Any:
 def check_topic(values: Mapping[str, Any], system_enabled: bool, was_enabled: bool = False) -> None:
     """Kafka's ``validateRemoteStorageOnlyIfSystemEnabled``: a topic cannot enable remote
     storage on a broker whose remote tier is off; and its
-    ``validateTurningOffRemoteStorageWithDelete``: a tiered topic cannot turn it off
-    (kompakt has no ``remote.log.delete.on.disable``: deleting the topic deletes its
-    remote data). ``values``: parsed topic configs; ``was_enabled``: the topic's setting
-    before an alter. The local-retention rules are
+    ``validateTurningOffRemoteStorageWithDelete`` (KIP-950): a tiered topic turns it off
+    only with ``remote.log.delete.on.disable=true``, which deletes its remote data (the
+    remote log manager's next pass). ``values``: parsed topic configs; ``was_enabled``:
+    the topic's setting before an alter. The local-retention rules are
     :class:`~kompakt.log.config.TopicConfig`'s."""
     enabled = bool(values.get(REMOTE_STORAGE_ENABLE))
     if enabled and not system_enabled:
@@ -125,10 +133,13 @@ def check_topic(values: Mapping[str, Any], system_enabled: bool, was_enabled: bo
             "Tiered Storage functionality is disabled in the broker. "
             "Topic cannot be configured with remote log storage."
         )
-    if was_enabled and not enabled:
+    if was_enabled and not enabled and not values.get(REMOTE_LOG_DELETE_ON_DISABLE):
         raise InvalidConfigError(
-            "It is invalid to disable remote storage without deleting remote data: "
-            "kompakt deletes a topic's remote data when the topic is deleted."
+            "It is invalid to disable remote storage without deleting remote data. If you "
+            "want to keep the remote data and turn to read only, please set "
+            "`remote.storage.enable=true,remote.log.copy.disable=true`. If you want to "
+            "disable remote storage and delete all remote data, please set "
+            "`remote.storage.enable=false,remote.log.delete.on.disable=true`."
         )
 
 

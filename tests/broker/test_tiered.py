@@ -66,7 +66,8 @@ def produce(bootstrap: str, topics: list[str], n: int = N) -> None:
     assert p.flush(TIMEOUT) == 0
 
 
-def read_all(bootstrap: str, topic: str) -> list[tuple[Any, ...]]:
+def read_all(bootstrap: str, topic: str, offset: int = 0) -> list[tuple[Any, ...]]:
+    """(offset, key, value, headers, timestamp) of every record from ``offset`` on."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -75,7 +76,7 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[Any, ...]]:
             "enable.partition.eof": True,
         }
     )
-    c.assign([TopicPartition(topic, 0, 0)])
+    c.assign([TopicPartition(topic, 0, offset)])
     try:
         msgs = consume_until(c, timeout=TIMEOUT)
     finally:

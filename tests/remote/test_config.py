@@ -44,6 +44,8 @@ def test_kafka_names_and_defaults() -> None:
         "remote.storage.enable": False,
         "local.retention.ms": -2,
         "local.retention.bytes": -2,
+        "remote.log.copy.disable": False,
+        "remote.log.delete.on.disable": False,
     }
     assert TOPIC_KEYS["local.retention.ms"].broker_synonym == "log.local.retention.ms"
     assert TOPIC_KEYS["local.retention.bytes"].broker_synonym == "log.local.retention.bytes"
@@ -182,11 +184,15 @@ def test_settings_default_to_a_folder_beside_the_data_dir(tmp_path: Path) -> Non
     )
 
 
-def test_a_tiered_topic_cannot_turn_remote_storage_off() -> None:
-    """Kafka's validateTurningOffRemoteStorageWithDelete (kompakt has no
-    remote.log.delete.on.disable: deleting the topic deletes its remote data)."""
-    with pytest.raises(InvalidConfigError, match="invalid to disable remote storage"):
+def test_a_tiered_topic_turns_remote_storage_off_only_deleting_its_remote_data() -> None:
+    """Kafka's validateTurningOffRemoteStorageWithDelete (KIP-950): off only with
+    remote.log.delete.on.disable=true, Kafka's message naming both ways out."""
+    with pytest.raises(InvalidConfigError, match="invalid to disable remote storage") as e:
         check_topic({"remote.storage.enable": False}, True, was_enabled=True)
+    assert "`remote.storage.enable=true,remote.log.copy.disable=true`" in str(e.value)
+    assert "`remote.storage.enable=false,remote.log.delete.on.disable=true`" in str(e.value)
+    off = {"remote.storage.enable": False, "remote.log.delete.on.disable": True}
+    check_topic(off, True, was_enabled=True)
     check_topic({"remote.storage.enable": True}, True, was_enabled=True)
     check_topic({"remote.storage.enable": False}, True, was_enabled=False)
 
@@ -280,3 +286,32 @@ def test_alter_broker_configs_refuses_local_retention_above_retention(tmp_path: 
         assert b.broker.config.log_config["log.local.retention.bytes"] == "524288"
     finally:
         b.stop()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"retention.bytes": "8192", "local.retention.bytes": "4096"},
+            "When `remote.log.copy.disable` is set to true, the `local.retention.bytes` and "
+            "`retention.bytes` must be set to the identical value",
+        ),
+        (
+            {"retention.ms": "60000", "local.retention.ms": "1000"},
+            "When `remote.log.copy.disable` is set to true, the `local.retention.ms` and "
+            "`retention.ms` must be set to the identical value",
+        ),
+    ],
+)
+def test_copy_disabled_needs_local_retention_equal_to_retention(
+    changes: dict[str, str], message: str
+) -> None:
+    """Kafka's LogConfig.validateRetentionConfigsWhenRemoteCopyDisabled (KIP-950): with
+    no more copies, local.retention.* must be -2 or equal retention.*."""
+    on = {"remote.storage.enable": "true", "remote.log.copy.disable": "true"}
+    with pytest.raises(InvalidConfigError, match=re.escape(message)):
+        TopicConfig({**on, **changes})
+    TopicConfig({**on, **changes, "local.retention.bytes": "-2", "local.retention.ms": "-2"})
+    TopicConfig({**on, "retention.bytes": "8192", "local.retention.bytes": "8192"})
+    # the rule is a tiered topic's: without remote storage the key checks nothing
+    TopicConfig({"remote.log.copy.disable": "true", **changes})
