@@ -25,7 +25,9 @@ record (offset, key, value, headers, timestamp) is compared.
 
 Run: ``.venv/bin/python benchmarks/bench_tiered.py [--mb 64] [--s3] [--twin] [--spark]``.
 ``--s3`` runs against moto's S3 server (``moto[server]``) started here, as the tests do.
-``--spark`` adds a Spark engine remote clean when ``kompakt.pipeline`` provides one.
+``--spark`` adds the Spark engine's remote clean (``kompakt.pipeline.remote_engine``,
+``kompakt.spark.master`` as the broker's: ``local[*]`` unless ``--spark-master``) of a
+third topic fed the same records, its session started before the clock runs.
 """
 
 from __future__ import annotations
@@ -55,9 +57,12 @@ from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from kompakt.broker.app import BrokerThread, start_test_broker  # noqa: E402
 from kompakt.broker.tiering import Tiering, tiering_of  # noqa: E402
 from kompakt.cleaner.cleaner import Cleaner  # noqa: E402
+from kompakt.cleaner.config import ENGINE_KEY  # noqa: E402
+from kompakt.engines import remote_clean_engine, warm_up_spark  # noqa: E402
 from kompakt.log.partition_log import PartitionLog  # noqa: E402
 from kompakt.record.decode import iter_batches  # noqa: E402
 from kompakt.remote.cache import ChunkCache  # noqa: E402
+from kompakt.remote.config import RemoteSettings  # noqa: E402
 from kompakt.remote.reads import RemoteSegmentReader  # noqa: E402
 from kompakt.remote.storage import RemoteStorageManager, TransferStats  # noqa: E402
 
@@ -297,20 +302,33 @@ def local_clean(b: BrokerThread, plog: PartitionLog) -> dict[str, Any]:
     return {"bytes in": size, "bytes out": plog.size_bytes(), "MB/s": round(size / MB / dt, 1)}
 
 
-def spark_clean(tiering: Tiering, plog: PartitionLog) -> dict[str, Any] | None:
-    """A Spark engine remote clean, when ``kompakt.pipeline`` provides one (None: not
-    built yet)."""
-    try:
-        from kompakt.pipeline.remote_engine import SparkRemoteEngine  # type: ignore
-    except ImportError:
-        return None
+class _SparkBroker:
+    """The broker's config as the engine registry reads it, with the Spark engine."""
+
+    def __init__(self, config: Any):
+        self.config, self.spark = config, config.spark
+
+    def get(self, key: str) -> Any:
+        return "spark" if key == ENGINE_KEY else self.config.get(key)
+
+
+def spark_clean(b: BrokerThread, tiering: Tiering, plog: PartitionLog) -> dict[str, Any]:
+    """The Spark engine's remote clean (executors fetching and uploading through the
+    store client, ``kompakt.pipeline.remote_engine``) of another tiered topic fed the
+    same records, the session and its Python workers warmed up first (printed apart).
+    Its requests are the driver's only: the executors' store clients are their own."""
+    settings = RemoteSettings.of(b.broker.config.values, b.logs.dir)
+    engine = remote_clean_engine(_SparkBroker(b.broker.config), tiering.tier.segments, settings)
+    session_s, warm_s = warm_up_spark(engine.config)
     cleaner = tiering.remote_cleaner
-    saved = cleaner.engine
-    cleaner.engine = SparkRemoteEngine(tiering.tier, tiering.logs.broker_config)
+    saved, cleaner.engine = cleaner.engine, engine
     try:
-        return remote_clean(tiering, plog)
+        out = remote_clean(tiering, plog)
     finally:
         cleaner.engine = saved
+    out["requests"] = f"driver only: {out.pop('requests')}"
+    del out["requests/GB"]
+    return {"session start s": round(session_s, 1), "warm-up s": round(warm_s, 1), **out}
 
 
 def roll(plog: PartitionLog) -> None:
@@ -328,19 +346,24 @@ def bench(args: argparse.Namespace, work: Path, keys: dict[str, str]) -> dict[st
             **keys,
             "remote.log.manager.task.interval.ms": "3600000",  # passes run by the bench
             "kompakt.remote.cache.bytes": "0",  # every fetch from the tier is cold
+            **({"kompakt.spark.master": args.spark_master} if args.spark_master else {}),
         },
     )
     try:
         tiered_cfg, twin_cfg = topic_configs(seg, 2 * seg)
-        create_topic(b.bootstrap, "tiered", tiered_cfg)
-        create_topic(b.bootstrap, "twin", twin_cfg)
+        topics = ["tiered", "twin"] + (["tiered_spark"] if args.spark else [])
+        for topic in topics:
+            create_topic(b.bootstrap, topic, twin_cfg if topic == "twin" else tiered_cfg)
         t0 = time.perf_counter()
-        n = produce(b.bootstrap, ["tiered", "twin"], args.mb)
+        n = produce(b.bootstrap, topics, args.mb)
         produced_s = time.perf_counter() - t0
         plog, twin = b.logs.get_log("tiered", 0), b.logs.get_log("twin", 0)
-        roll(plog)
-        roll(twin)
-        out: dict[str, Any] = {"records": n, "produce s (both topics)": round(produced_s, 1)}
+        for topic in topics:
+            roll(b.logs.get_log(topic, 0))
+        out: dict[str, Any] = {
+            "records": n,
+            f"produce s ({len(topics)} topics)": round(produced_s, 1),
+        }
         out["upload"] = upload(tiering, plog)
         local_start, end = plog.log_start_offset, plog.log_end_offset
         out["local log start"] = local_start
@@ -354,7 +377,10 @@ def bench(args: argparse.Namespace, work: Path, keys: dict[str, str]) -> dict[st
         out["remote clean"] = remote_clean(tiering, plog)
         out["local clean (twin)"] = local_clean(b, twin)
         if args.spark:
-            out["spark remote clean"] = spark_clean(tiering, plog) or "not available"
+            spark_log = b.logs.get_log("tiered_spark", 0)
+            with writer(tiering, spark_log):
+                tiering.copy(spark_log)
+            out["spark remote clean"] = spark_clean(b, tiering, spark_log)
         return out
     finally:
         b.stop()
@@ -485,6 +511,7 @@ def main() -> None:
         help="--twin: file.delete.delay.ms of both topics (default: Kafka's, 60000)",
     )
     ap.add_argument("--spark", action="store_true", help="add a Spark engine remote clean")
+    ap.add_argument("--spark-master", help="kompakt.spark.master for --spark")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-tiered-"))
     try:
