@@ -14,8 +14,9 @@ notice edits to another module: after changing ``varint.py`` delete ``__pycache_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -36,8 +37,14 @@ KEYS = 1  # key_pos, key_len (-1: null)
 VALUES = 2  # value_pos, value_len (-1: null)
 HEADERS = 4  # header_count and the hk/hv arrays; also checks each record's length
 LAYOUT = 8  # body_pos (record attributes), tail_pos (after timestamp delta), rec_end
+# key_len, and each key copied into key_data (Arrow offsets in key_offsets) while the
+# walk has it in cache: a second gather pass re-reads the whole buffer
+KEY_DATA = 16
+VALUE_SIZES = 32  # value_len only
 
 RECORD_ATTRIBUTES_SIZE = 1  # the unused int8 after a record's length
+# length, attributes, timestamp delta, offset delta, key length, value length
+_MIN_RECORD_SIZE = 6
 
 
 @numba.njit(inline="always", **_JIT)
@@ -103,15 +110,23 @@ def walk_records(
     hk_len,
     hv_pos,
     hv_len,
+    key_offsets,
+    key_data,
 ):
     """Walk ``counts[i]`` records in ``buf[starts[i]:ends[i]]`` for each batch i, writing
     rows from ``row`` on; return (next row, headers written) or (-1 - i, 0) for a
     malformed batch i: a record overrunning its batch, or bytes left after the last
-    record (Kafka: "Incorrect declared batch size")."""
+    record (Kafka: "Incorrect declared batch size"). With ``KEY_DATA`` a key that would
+    overrun ``key_data`` also counts as malformed (its size bounds well-formed keys)."""
     nh = 0
+    kd_end = key_offsets[row] if flags & KEY_DATA else 0
     for i in range(len(starts)):
         pos = starts[i]
         end = ends[i]
+        base_offset = base_offsets[i]
+        ts_base = max_ts[i] if log_append[i] else base_ts[i]
+        ts_delta_on = 0 if log_append[i] else 1
+        batch_id = batch_ids[i]
         for _ in range(counts[i]):
             body, tail, rec_end, ts_delta, off_delta, kpos, klen, vpos, vlen, pos = read_record(
                 buf, pos, end
@@ -124,9 +139,18 @@ def walk_records(
                 rec_end_pos[row] = rec_end
             if flags & KEYS:
                 key_pos[row] = kpos
+            if flags & (KEYS | KEY_DATA):
                 key_len[row] = klen
+            if flags & KEY_DATA:
+                if klen > 0:
+                    if kd_end + klen > len(key_data):
+                        return -1 - i, 0
+                    key_data[kd_end : kd_end + klen] = buf[kpos : kpos + klen]
+                    kd_end += klen
+                key_offsets[row + 1] = kd_end
             if flags & VALUES:
                 value_pos[row] = vpos
+            if flags & (VALUES | VALUE_SIZES):
                 value_len[row] = vlen
             if flags & HEADERS:
                 nhdr, pos = decode_varint(buf, pos, rec_end)
@@ -144,9 +168,9 @@ def walk_records(
                     return -1 - i, 0
                 header_count[row] = nhdr
             pos = rec_end
-            out_offset[row] = base_offsets[i] + off_delta
-            out_ts[row] = max_ts[i] if log_append[i] else base_ts[i] + ts_delta
-            out_batch[row] = batch_ids[i]
+            out_offset[row] = base_offset + off_delta
+            out_ts[row] = ts_base + ts_delta * ts_delta_on
+            out_batch[row] = batch_id
             row += 1
         if pos != end:
             return -1 - i, 0
@@ -205,9 +229,34 @@ class Located:
     hk_len: np.ndarray  # int32
     hv_pos: np.ndarray  # int64
     hv_len: np.ndarray  # int32
+    key_offsets: np.ndarray  # int64, len n+1 (KEY_DATA): key i is key_data[o[i]:o[i+1]]
+    key_data: np.ndarray  # uint8 (KEY_DATA)
 
     def __len__(self) -> int:
         return len(self.offset)
+
+
+class BatchFields(NamedTuple):
+    """What the walk needs of each batch's header, one array per field."""
+
+    record_count: np.ndarray  # int64
+    base_offset: np.ndarray  # int64
+    base_timestamp: np.ndarray  # int64
+    max_timestamp: np.ndarray  # int64
+    log_append_time: np.ndarray  # bool
+
+
+def batch_fields(batches: Sequence[RecordBatch]) -> BatchFields:
+    """The header fields ``walk_records`` reads, from decoded batches."""
+    hdrs = [b.header for b in batches]
+    nb = len(hdrs)
+    return BatchFields(
+        np.fromiter((h.record_count for h in hdrs), np.int64, nb),
+        np.fromiter((h.base_offset for h in hdrs), np.int64, nb),
+        np.fromiter((h.base_timestamp for h in hdrs), np.int64, nb),
+        np.fromiter((h.max_timestamp for h in hdrs), np.int64, nb),
+        np.fromiter((bool(h.attributes & TIMESTAMP_TYPE_BIT) for h in hdrs), np.bool_, nb),
+    )
 
 
 def locate_records(
@@ -221,23 +270,44 @@ def locate_records(
     """Run ``walk_records`` over the record payloads ``buf[starts[i]:ends[i]]`` of
     ``batches[i]`` (decompressed by the caller) and return the located fields; a malformed
     batch raises :class:`CorruptRecordError` with its byte position."""
-    hdrs = [b.header for b in batches]
-    nb = len(hdrs)
-    n = int(sum(h.record_count for h in hdrs))
+    return locate_rows(
+        buf, starts, ends, batch_fields(batches), batch_ids, flags, lambda i: malformed(batches[i])
+    )
+
+
+def locate_rows(
+    buf: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    fields: BatchFields,
+    batch_ids: np.ndarray,
+    flags: int,
+    error: Callable[[int], CorruptRecordError],
+) -> Located:
+    """:func:`locate_records` for batches given as header columns (a segment scan reads
+    them in one compiled pass); ``error(i)`` is raised for a malformed batch i."""
+    n = int(fields.record_count.sum())
 
     def col(flag: int, dtype: type = np.int64, size: int = n) -> np.ndarray:
         return np.empty(size if flags & flag else 0, dtype)
 
     # each header takes at least its two length bytes
     max_headers = len(buf) // 2 if flags & HEADERS else 0
+    starts = np.asarray(starts, np.int64)
+    ends = np.asarray(ends, np.int64)
+    key_offsets = np.zeros(n + 1 if flags & KEY_DATA else 1, np.int64)
+    # A well-formed record spends at least one byte on each of its length, attributes,
+    # timestamp delta, offset delta, key length and value length, so its key is at most
+    # that much shorter than its bytes: the bound is reserved, only the keys are touched.
+    key_room = max(int((ends - starts).sum()) - _MIN_RECORD_SIZE * n, 0)
     loc = Located(
         offset=np.empty(n, np.int64),
         timestamp=np.empty(n, np.int64),
         batch=np.empty(n, np.int32),
         key_pos=col(KEYS),
-        key_len=col(KEYS, np.int32),
+        key_len=col(KEYS | KEY_DATA, np.int32),
         value_pos=col(VALUES),
-        value_len=col(VALUES, np.int32),
+        value_len=col(VALUES | VALUE_SIZES, np.int32),
         body_pos=col(LAYOUT),
         tail_pos=col(LAYOUT),
         rec_end=col(LAYOUT),
@@ -246,16 +316,14 @@ def locate_records(
         hk_len=col(HEADERS, np.int32, max_headers),
         hv_pos=col(HEADERS, size=max_headers),
         hv_len=col(HEADERS, np.int32, max_headers),
+        key_offsets=key_offsets,
+        key_data=col(KEY_DATA, np.uint8, key_room),
     )
     rows, nh = walk_records(
         buf,
-        np.asarray(starts, np.int64),
-        np.asarray(ends, np.int64),
-        np.fromiter((h.record_count for h in hdrs), np.int64, nb),
-        np.fromiter((h.base_offset for h in hdrs), np.int64, nb),
-        np.fromiter((h.base_timestamp for h in hdrs), np.int64, nb),
-        np.fromiter((h.max_timestamp for h in hdrs), np.int64, nb),
-        np.fromiter((bool(h.attributes & TIMESTAMP_TYPE_BIT) for h in hdrs), np.bool_, nb),
+        starts,
+        ends,
+        *fields,
         np.asarray(batch_ids, np.int32),
         flags,
         0,
@@ -274,9 +342,12 @@ def locate_records(
         loc.hk_len,
         loc.hv_pos,
         loc.hv_len,
+        loc.key_offsets,
+        loc.key_data,
     )
     if rows < 0:
-        raise malformed(batches[-1 - rows])
+        raise error(-1 - rows)
+    loc.key_data = loc.key_data[: key_offsets[-1]]
     loc.hk_pos, loc.hk_len, loc.hv_pos, loc.hv_len = (
         c[:nh] for c in (loc.hk_pos, loc.hk_len, loc.hv_pos, loc.hv_len)
     )

@@ -20,16 +20,32 @@ from kompakt.record.decode import RecordBatch, iter_batches
 from kompakt.record.header import (
     ATTRIBUTES_POS,
     BASE_OFFSET_POS,
+    BASE_TIMESTAMP_POS,
     BATCH_LENGTH_POS,
+    COMPRESSION_MASK,
+    CONTROL_BIT,
+    CRC_POS,
     HEADER_SIZE,
     LAST_OFFSET_DELTA_POS,
     LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_POS,
     MAX_TIMESTAMP_POS,
     PRODUCER_EPOCH_POS,
     PRODUCER_ID_POS,
     RECORD_COUNT_POS,
+    TIMESTAMP_TYPE_BIT,
+    crc32c,
 )
-from kompakt.record.kernel import KEYS, VALUES, gather, gather_slices, locate_records, slice_offsets
+from kompakt.record.kernel import (
+    KEY_DATA,
+    VALUE_SIZES,
+    BatchFields,
+    gather_slices,
+    locate_rows,
+    malformed,
+    slice_offsets,
+)
 
 
 @dataclass
@@ -81,51 +97,55 @@ def scan_records(
     """
     buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
     view = memoryview(buf)
-    batches = []
-    for b in iter_batches(view, position, end):
-        if verify_crc:
-            b.ensure_valid()
-        batches.append(b)
-    nb = len(batches)
-    b_pos = np.empty(nb, np.int64)
-    b_base = np.empty(nb, np.int64)
-    b_last = np.empty(nb, np.int64)
-    b_attr = np.empty(nb, np.int16)
-    b_pid = np.empty(nb, np.int64)
-    b_count = np.empty(nb, np.int32)
-    b_size = np.empty(nb, np.int32)
-    plain: list[int] = []
+    end = len(buf) if end is None else end
+    hb, end_position = _headers(buf, position, end)
+
+    def batch(i: int) -> RecordBatch:
+        return next(iter_batches(view, int(hb.position[i]), int(hb.position[i] + hb.size[i])))
+
+    if verify_crc:
+        for i, (pos, size, crc, magic) in enumerate(
+            zip(
+                hb.position.tolist(),
+                hb.size.tolist(),
+                hb.crc.tolist(),
+                hb.magic.tolist(),
+                strict=True,
+            )
+        ):
+            if magic != MAGIC or crc32c(view[pos + ATTRIBUTES_POS : pos + size]) != crc:
+                batch(i).ensure_valid()  # raises the batch's own error
+    if end_position + LOG_OVERHEAD <= end:  # raises for an impossible batch length
+        next(iter_batches(view, end_position, end), None)
+    wanted = hb.record_count > 0
+    if not include_control:
+        wanted &= (hb.attributes & CONTROL_BIT) == 0
+    codec = hb.attributes & COMPRESSION_MASK
+    plain = np.flatnonzero(wanted & (codec == codecs.NONE))
     packed: list[int] = []
     packed_payloads: list[bytes] = []
-    end_position = position
-    for i, b in enumerate(batches):
-        h = b.header
-        b_pos[i] = b.position
-        b_base[i] = h.base_offset
-        b_last[i] = h.base_offset + h.last_offset_delta
-        b_attr[i] = h.attributes
-        b_pid[i] = h.producer_id
-        b_count[i] = h.record_count
-        b_size[i] = h.size
-        end_position = b.position + b_size[i]
-        if h.is_control and not include_control:
-            continue
-        if h.record_count == 0:
-            continue
-        if h.compression == codecs.NONE:
-            plain.append(i)
-        elif decompress is None:
+    for i in np.flatnonzero(wanted & (codec != codecs.NONE)).tolist():
+        b = batch(i)
+        if decompress is None:
             packed.append(i)
-            packed_payloads.append(codecs.decompress(h.compression, b.buffer[HEADER_SIZE:]))
+            packed_payloads.append(codecs.decompress(b.header.compression, b.buffer[HEADER_SIZE:]))
         elif (payload := decompress(i, b)) is not None:
             packed.append(i)
             packed_payloads.append(payload)
     located = [
         (
             source,
-            locate_records(source, starts, ends, [batches[i] for i in ids], ids, KEYS | VALUES),
+            locate_rows(
+                source,
+                starts,
+                ends,
+                hb.fields(ids),
+                ids,
+                KEY_DATA | VALUE_SIZES,
+                lambda k, ids=ids: malformed(batch(int(ids[k]))),
+            ),
         )
-        for ids, source, starts, ends in _groups(batches, plain, packed, packed_payloads, buf)
+        for ids, source, starts, ends in _groups(hb, plain, packed, packed_payloads, buf)
     ]
     cols = [
         _join([getattr(loc, name) for _src, loc in located], empty)
@@ -135,40 +155,38 @@ def scan_records(
             ("key_len", np.empty(0, np.int32)),
             ("value_len", np.empty(0, np.int32)),
             ("batch", np.empty(0, np.int32)),
+            ("key_data", np.empty(0, np.uint8)),
         )
     ]
-    out_offset, out_ts, out_key_len, out_value_len, out_batch = cols
-    key_offsets = slice_offsets(out_key_len)
-    key_data = np.empty(int(key_offsets[-1]), np.uint8)
-    row = 0
-    for source, loc in located:  # keys of each source in row order
-        gather(source, loc.key_pos, key_offsets[row : row + len(loc) + 1], key_data)
-        row += len(loc)
-    if packed and plain:  # back to log order: batches of both groups interleave
+    out_offset, out_ts, out_key_len, out_value_len, out_batch, key_data = cols
+    if len(located) == 1:
+        key_offsets = located[0][1].key_offsets
+    else:
+        key_offsets = slice_offsets(out_key_len)
+    if packed and len(plain):  # back to log order: batches of both groups interleave
         order = np.argsort(out_batch, kind="stable")
         out_offset, out_ts, out_key_len, out_value_len, out_batch = (
             a[order] for a in (out_offset, out_ts, out_key_len, out_value_len, out_batch)
         )
         key_data = gather_slices(key_data, key_offsets[:-1][order], slice_offsets(out_key_len))
         key_offsets = slice_offsets(out_key_len)
-    key_null = out_key_len < 0
     return RecordScan(
         offset=out_offset,
         timestamp=out_ts,
         key_offsets=key_offsets,
         key_data=key_data,
-        key_null=key_null,
+        key_null=out_key_len < 0,
         value_null=out_value_len < 0,
         value_size=out_value_len,
         batch_index=out_batch,
-        batch_position=b_pos,
-        batch_base_offset=b_base,
-        batch_last_offset=b_last,
-        batch_attributes=b_attr,
-        batch_producer_id=b_pid,
-        batch_record_count=b_count,
-        batch_size=b_size,
-        end_position=int(end_position),
+        batch_position=hb.position,
+        batch_base_offset=hb.base_offset,
+        batch_last_offset=hb.last_offset,
+        batch_attributes=hb.attributes,
+        batch_producer_id=hb.producer_id,
+        batch_record_count=hb.record_count,
+        batch_size=hb.size.astype(np.int32),
+        end_position=end_position,
     )
 
 
@@ -179,18 +197,16 @@ def _join(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _groups(batches, plain, packed, packed_payloads, buf):
+def _groups(hb, plain, packed, packed_payloads, buf):
     """(batch ids, source, starts, ends): plain batches are walked in place, compressed
     ones in one buffer of their decompressed payloads."""
-    if plain:
-        starts = np.array([batches[i].position + HEADER_SIZE for i in plain], np.int64)
-        ends = np.array([batches[i].position + batches[i].header.size for i in plain], np.int64)
-        yield plain, buf, starts, ends
+    if len(plain):
+        yield plain, buf, hb.position[plain] + HEADER_SIZE, hb.position[plain] + hb.size[plain]
     if packed:
         joined = np.frombuffer(b"".join(packed_payloads), np.uint8)
         lens = np.array([len(p) for p in packed_payloads], np.int64)
         ends = np.cumsum(lens)
-        yield packed, joined, ends - lens, ends
+        yield np.array(packed, np.int64), joined, ends - lens, ends
 
 
 @dataclass
@@ -206,9 +222,22 @@ class BatchHeaders:
     producer_epoch: np.ndarray  # int16
     max_timestamp: np.ndarray  # int64
     record_count: np.ndarray  # int32
+    base_timestamp: np.ndarray  # int64
+    magic: np.ndarray  # int8
+    crc: np.ndarray  # int64 (the stored uint32)
 
     def __len__(self) -> int:
         return len(self.position)
+
+    def fields(self, ids: np.ndarray) -> BatchFields:
+        """What the record walk needs of batches ``ids``."""
+        return BatchFields(
+            self.record_count[ids].astype(np.int64),
+            self.base_offset[ids],
+            self.base_timestamp[ids],
+            self.max_timestamp[ids],
+            (self.attributes[ids] & TIMESTAMP_TYPE_BIT) != 0,
+        )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -240,6 +269,9 @@ def _walk_headers(buf, pos, end, out):
         out[n, 6] = _be(buf, pos + PRODUCER_EPOCH_POS, 2)
         out[n, 7] = _be(buf, pos + MAX_TIMESTAMP_POS, 8)
         out[n, 8] = _be(buf, pos + RECORD_COUNT_POS, 4)
+        out[n, 9] = _be(buf, pos + BASE_TIMESTAMP_POS, 8)
+        out[n, 10] = _be(buf, pos + MAGIC_POS, 1)
+        out[n, 11] = _be(buf, pos + CRC_POS, 4) & 0xFFFFFFFF
         n += 1
         pos += size
     return n, pos
@@ -250,9 +282,13 @@ def scan_batch_headers(
 ) -> BatchHeaders:
     """Walk batch headers only (no CRC check, no decompression); stops at a torn tail."""
     buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
-    end = len(buf) if end is None else end
-    out = np.empty((max(1, (end - position) // HEADER_SIZE + 1), 9), np.int64)
-    n, _ = _walk_headers(buf, position, end, out)
+    return _headers(buf, position, len(buf) if end is None else end)[0]
+
+
+def _headers(buf: np.ndarray, position: int, end: int) -> tuple[BatchHeaders, int]:
+    """The whole batches' headers in ``buf[position:end]`` and the position after them."""
+    out = np.empty((max(1, (end - position) // HEADER_SIZE + 1), 12), np.int64)
+    n, stop = _walk_headers(buf, position, end, out)
     out = out[:n]
     return BatchHeaders(
         position=out[:, 0].copy(),
@@ -264,4 +300,7 @@ def scan_batch_headers(
         producer_epoch=out[:, 6].astype(np.int16),
         max_timestamp=out[:, 7].copy(),
         record_count=out[:, 8].astype(np.int32),
-    )
+        base_timestamp=out[:, 9].copy(),
+        magic=out[:, 10].astype(np.int8),
+        crc=out[:, 11].copy(),
+    ), int(stop)

@@ -25,7 +25,13 @@ from kompakt.record.encode import (
     build_simple_batch,
 )
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, set_base_offset
-from kompakt.record.varint import MAX_VARINT_BYTES, read_varint, write_varint
+from kompakt.record.varint import (
+    MAX_VARINT_BYTES,
+    TRUNCATED,
+    decode_varint,
+    read_varint,
+    write_varint,
+)
 
 ALL_CODECS = [codecs.NONE, codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD]
 
@@ -204,3 +210,16 @@ def test_snappy_is_written_with_xerial_framing_and_plain_snappy_is_read():
 def test_garbage_compressed_payload_is_a_corrupt_record_error():
     with pytest.raises(CorruptRecordError):
         codecs.decompress(codecs.ZSTD, b"not zstd at all")
+
+
+@settings(deadline=None)
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1))
+def test_a_varint_cut_short_is_truncated_in_python_and_in_the_kernel(n):
+    """Kafka's ``ByteUtils.readVarint`` fails on a varint the buffer ends inside; the one-
+    and two-byte fast paths must not read the byte past ``end``."""
+    out = bytearray()
+    write_varint(out, n)
+    data = bytes(out) + b"\x01"  # a byte after ``end`` that would complete a cut varint
+    for cut in range(len(out)):
+        assert decode_varint(data, 0, cut) == (0, TRUNCATED)
+        assert kernel.decode_varint(np.frombuffer(data, np.uint8), 0, cut) == (0, TRUNCATED)

@@ -108,3 +108,26 @@ def test_scan_reads_64_bit_timestamp_deltas_like_the_python_decoder(timestamps):
     assert [r.timestamp for r in RecordBatch.from_bytes(data).records()] == [
         r.timestamp for r in recs
     ]
+
+
+def test_scan_stops_at_a_torn_tail_and_rejects_an_impossible_length_as_iter_batches_does():
+    """Kafka's batch iterator ends quietly at a partial batch (a fetch cut by max.bytes,
+    a torn write) but fails a batch length smaller than a header; the scan walks the
+    headers in its compiled pass and must draw the same line."""
+    one = build_simple_batch([(b"k", b"v")], timestamp=1)
+    two = build_simple_batch([(b"k2", b"v2")], timestamp=1, base_offset=1)
+    torn = one + two[:-3]
+    scan = scan_records(torn)
+    assert scan.offset.tolist() == [0] and scan.end_position == len(one)
+    scan = scan_records(one + two + one, len(one), len(one) + len(two))
+    assert scan.offset.tolist() == [1] and scan.batch_position.tolist() == [len(one)]
+    impossible = bytearray(two)
+    impossible[8:12] = (10).to_bytes(4, "big")  # batchLength below the 49 a header needs
+    with pytest.raises(CorruptRecordError) as err:
+        scan_records(one + bytes(impossible))
+    assert err.value.position == len(one)
+    bad_magic = bytearray(two)
+    bad_magic[16] = 1
+    with pytest.raises(CorruptRecordError, match="magic"):
+        scan_records(one + bytes(bad_magic))
+    assert len(scan_records(one + bytes(bad_magic), verify_crc=False)) == 2
