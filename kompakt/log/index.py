@@ -76,6 +76,7 @@ def _opened(method):
 
 class AbstractIndex:
     ENTRY_SIZE = 0
+    _SPARE = 0  # slots kept free for a final entry (the time index's, at roll)
     _ENTRY: struct.Struct
     _file: io.BufferedRandom | None
     _mmap: mmap.mmap | bytes | None
@@ -270,7 +271,7 @@ class AbstractIndex:
         return self.length // self.ENTRY_SIZE
 
     def is_full(self) -> bool:
-        return self.entries >= self.max_entries
+        return self.entries >= self.max_entries - self._SPARE
 
     def size_bytes(self) -> int:
         return self.entries * self.ENTRY_SIZE
@@ -291,11 +292,12 @@ class AbstractIndex:
         """Append one entry (the caller is an ``_opened`` method: lock held, file open)."""
         if not self._memory:
             self._fd()
-        if self.is_full():
+        n, length = self._entries, self._length
+        assert n is not None and length is not None
+        most = max(length, self.max_index_size) if self.writable else length
+        if n >= most // self.ENTRY_SIZE - self._SPARE:  # is_full, inlined: every append
             raise IndexCorruptError(f"index {self.path.name} is full")
-        n = self._entries
-        assert n is not None and self._length is not None
-        if (n + 1) * self.ENTRY_SIZE > self._length:
+        if (n + 1) * self.ENTRY_SIZE > length:
             self.resize(self.max_index_size)  # an active index found trimmed at load
         # pwrite, not a store into the mmap: on a full disk a store into a sparse page
         # raises SIGBUS and kills the broker, while pwrite fails with ENOSPC.
@@ -475,9 +477,7 @@ class TimeIndex(AbstractIndex):
     _ENTRY = struct.Struct(">qi")
     ENTRY_SIZE = _ENTRY.size
 
-    def is_full(self) -> bool:
-        # Kafka keeps the last slot free so a roll can always write the final entry.
-        return self.entries >= self.max_entries - 1
+    _SPARE = 1  # Kafka keeps the last slot free so a roll can always write the final entry
 
     @property
     @_opened

@@ -9,6 +9,7 @@ offsets and appends, producer state and transactions, retention and the cleaner'
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -311,6 +312,6 @@ class LocalLog:
         with self.lock:
             return list(self.segments)
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
