@@ -35,6 +35,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -317,6 +318,25 @@ class TieredCampaign:
         )
         return k
 
+    def stop_producer(self, p: ModelProducer) -> None:
+        """Stop sending and wait for every delivery report, within a bound: a producer
+        whose thread died (a fatal idempotence error: the broker lost acknowledged
+        records) is a violation, not a hung campaign."""
+        if not p._thread.is_alive():
+            self.violations.append(
+                f"{p.ident}: its thread died (producer errors {self.model.errors})"
+            )
+        box: list[int] = []
+        t = threading.Thread(target=lambda: box.append(p.stop(120)), daemon=True)
+        t.start()
+        t.join(150)
+        if not box:
+            self.violations.append(
+                f"{p.ident}: stopping it hung (producer errors {self.model.errors})"
+            )
+        elif box[0]:
+            self.violations.append(f"{p.ident}: {box[0]} records never got a delivery report")
+
     def run(self) -> TieredResult:
         t0 = time.monotonic()
         self.log(f"tiered campaign: seed {self.seed}, {len(self.schedule)} kills")
@@ -327,9 +347,7 @@ class TieredCampaign:
                 kills.append(self.kill_once(n, step))
             self.start("none", 1)
             for p in self.producers:
-                left = p.stop(120)
-                if left:
-                    self.violations.append(f"{p.ident}: {left} records never got a delivery report")
+                self.stop_producer(p)
             remote = self.read_back()
             rc = self.broker.stop()
             if rc != 0:
