@@ -61,8 +61,9 @@ class SparkRemoteEngine:
         address: StoreAddress,
         config: Mapping[str, str] | None = None,
         single_task_bytes: int | None = None,
+        task_bytes: int | None = None,
     ):
-        from kompakt.pipeline.survivors import SINGLE_TASK_BYTES
+        from kompakt.pipeline.survivors import SINGLE_TASK_BYTES, TASK_BYTES
 
         self.segments = segments
         self.address = address
@@ -70,6 +71,7 @@ class SparkRemoteEngine:
         self.single_task_bytes = (
             SINGLE_TASK_BYTES if single_task_bytes is None else single_task_bytes
         )
+        self.task_bytes = TASK_BYTES if task_bytes is None else task_bytes  # per read task
 
     def clean_range(
         self,
@@ -99,7 +101,7 @@ class SparkRemoteEngine:
             else:
                 from kompakt.pipeline.remote_spread import clean_spread
 
-                pieces = clean_spread(spark, address, p)
+                pieces = clean_spread(spark, address, p, self.task_bytes)
         except Exception as exc:  # a task's error arrives as the worker's traceback text
             raise RemoteStorageError(
                 f"{name}: the remote clean failed in a Spark task: {task_error(exc)}"

@@ -4,19 +4,20 @@ The same three answers the one-task plan computes (:func:`remote_tasks.clean_in_
 spread over the cluster as the Spark engine spreads a local clean
 (:mod:`kompakt.pipeline.survivors`, :mod:`kompakt.pipeline.groups`):
 
-1. **Read** (one task per remote segment): the task fetches the segment's ``.log`` from
-   the bucket and makes the map side's digest rows of its keyed records
-   (:func:`survivors.digest_rows`, packed by bucket with :func:`exchange.by_bucket`), plus
-   the segment's transaction events: the header fields of its transactional and control
-   batches and the bytes of the control batches (a few bytes per transaction).
+1. **Read** (a task per remote segment, neighbours packed up to the Spark engine's map
+   task size): the task fetches each segment's ``.log`` from the bucket and makes the
+   map side's digest rows of its keyed records (:func:`survivors.digest_rows`, packed by
+   bucket with :func:`exchange.by_bucket`), plus the segment's transaction events: the
+   header fields of its transactional and control batches and the bytes of the control
+   batches (a few bytes per transaction).
 2. **Decide**: the rows go through Spark's own shuffle, one ``(bucket, bytes)`` element
-   per bucket and segment (the local engine's exchange writes files beside the log,
+   per bucket and read task (the local engine's exchange writes files beside the log,
    which executors without a shared filesystem cannot read), and each bucket is reduced
    to superseded bits by :func:`survivors.superseded_bits`; the transaction events come
-   back to the driver, which
-   feeds them to the cleaner's :class:`~kompakt.cleaner.transactions.TxnTracker` in
-   offset order to get each group's starting state (what
-   :func:`kompakt.cleaner.segment_io.tracker_states` computes from the segments).
+   back to the driver, which feeds them to the cleaner's
+   :class:`~kompakt.cleaner.transactions.TxnTracker` in offset order to get each group's
+   starting state (what :func:`kompakt.cleaner.segment_io.tracker_states` computes from
+   the segments).
 3. **Rewrite** (one task per segment group): fetch, rewrite with the group's slice of
    the bits and its tracker state, upload (:func:`remote_tasks.rewrite_group`).
 
@@ -98,10 +99,10 @@ def _reader(address: StoreAddress, p: RemotePlan, reduces: int):
     """Map side: per remote segment, its digest rows by bucket and (key -1 - order) its
     transaction events."""
 
-    def run(items: Iterator[tuple[int, int, RemoteSegment]]) -> Iterator[tuple[int, Any]]:
+    def run(tasks: Iterator[list[tuple[int, int, RemoteSegment]]]) -> Iterator[tuple[int, Any]]:
         store = address.open()
         with private_dir(f"kompakt-remote-read-{p.topic}-{p.partition}-") as d:
-            for order, base, seg in items:
+            for order, base, seg in (item for task in tasks for item in task):
                 (f,) = fetch_logs(store, [seg], [base], d)
                 for task in survivors.plan_reads(d, [base]):
                     rows = survivors.digest_rows(task, p.start, p.first_dirty, p.end, p.aborted)
@@ -139,7 +140,25 @@ def _bucket(bucket: int) -> int:
     return bucket  # a bucket is its own shuffle partition (partitionBy takes it mod R)
 
 
-def clean_spread(spark: Any, address: StoreAddress, p: RemotePlan) -> list[CleanedSegment]:
+def read_tasks(
+    items: list[tuple[int, int, RemoteSegment]], task_bytes: int = survivors.TASK_BYTES
+) -> list[list[tuple[int, int, RemoteSegment]]]:
+    """Neighbouring segments packed into read tasks of about ``task_bytes`` (the Spark
+    engine's map task size): a task's fixed cost is paid per task, not per segment."""
+    tasks: list[list[tuple[int, int, RemoteSegment]]] = [[]]
+    size = 0
+    for item in items:
+        if tasks[-1] and size + item[2].size > task_bytes:
+            tasks.append([])
+            size = 0
+        tasks[-1].append(item)
+        size += item[2].size
+    return tasks
+
+
+def clean_spread(
+    spark: Any, address: StoreAddress, p: RemotePlan, task_bytes: int = survivors.TASK_BYTES
+) -> list[CleanedSegment]:
     """The plan's range cleaned by many tasks (see the module doc)."""
     sc = spark.sparkContext
     items = [
@@ -151,7 +170,8 @@ def clean_spread(spark: Any, address: StoreAddress, p: RemotePlan) -> list[Clean
     width = max(0, p.end - p.start)
     cores = max(1, sc.defaultParallelism)
     reduces = cores * max(1, math.ceil(width / (survivors.ROWS_PER_REDUCE * cores)))
-    read = sc.parallelize(items, len(items)).mapPartitions(_reader(address, p, reduces))
+    tasks = read_tasks(items, task_bytes)
+    read = sc.parallelize(tasks, len(tasks)).mapPartitions(_reader(address, p, reduces))
     read.persist()
     try:
         events = dict(read.filter(lambda kv: kv[0] < 0).collect())

@@ -45,7 +45,8 @@ def main() -> None:
         store = open_store(url)
         segments, meta = RemoteStorageManager(store), RemoteLogMetadataManager(store)
         single = 0 if plan == "spread" else None
-        engine = SparkRemoteEngine(segments, StoreAddress.here(url), config, single)
+        task_bytes = 4096 if plan == "spread" else None  # several read tasks
+        engine = SparkRemoteEngine(segments, StoreAddress.here(url), config, single, task_bytes)
         cleaner = RemoteCleaner(segments, meta, lambda: now[0], engine=engine)
         for n in nows:
             now[0] = n

@@ -117,9 +117,10 @@ def spark_cleaner(
     s3_endpoint: str | None = None,
 ) -> RemoteCleaner:
     """A remote cleaner with the Spark engine; ``single_task_bytes=0``: every range is
-    read by a task per segment and rewritten by a task per group."""
+    read by a task per 4 KiB of segments and rewritten by a task per group."""
     address = StoreAddress.here(url, s3_endpoint)
-    engine = SparkRemoteEngine(tier.segments, address, None, single_task_bytes)
+    task_bytes = 4096 if single_task_bytes == 0 else None
+    engine = SparkRemoteEngine(tier.segments, address, None, single_task_bytes, task_bytes)
     return RemoteCleaner(tier.segments, tier.metadata, clock, engine=engine)
 
 
