@@ -100,8 +100,10 @@ class GroupOffsets:
             partitions = _int(body["partitions"])
             if partitions < 1:
                 raise ValueError(f"{partitions} partitions")
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
-            raise RemoteStorageError(f"{GROUP_OFFSETS} cannot be read: {e!r}") from None
+        except KeyError as e:
+            raise RemoteStorageError(f"{GROUP_OFFSETS} cannot be read: no field {e}") from None
+        except (ValueError, TypeError, AttributeError, UnicodeDecodeError) as e:
+            raise RemoteStorageError(f"{GROUP_OFFSETS} cannot be read: {e}") from None
         return cls(partitions, configs, offsets)
 
 

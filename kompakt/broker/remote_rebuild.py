@@ -41,6 +41,7 @@ from kompakt.log.producer_snapshot import (
 )
 from kompakt.remote import RemoteTier
 from kompakt.remote.manifest import PartitionManifest
+from kompakt.remote.store import RemoteStorageError
 
 log = logging.getLogger("kompakt.broker.tiering")
 
@@ -81,7 +82,10 @@ def rebuild_from_tier(logs: LogManager, tier: RemoteTier) -> list[str]:
         # import the remote log manager, which imports this module
         from kompakt.broker import remote_groups
 
-        remote_groups.restore(logs, tier.store, ends)
+        try:
+            remote_groups.restore(logs, tier.store, ends)
+        except RemoteStorageError as exc:  # the topics stand; the groups start afresh
+            log.error("consumer group offsets not restored: %s", exc)
     return rebuilt
 
 

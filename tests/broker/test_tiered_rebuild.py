@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 from raw_kafka import API, call
@@ -27,9 +28,19 @@ from reliability.kit import BrokerProcess, create_topic
 from shared_kit import wait_for
 
 from kompakt.broker import remote_groups
+from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
+from kompakt.broker.remote_rebuild import rebuild_from_tier
+from kompakt.log.manager import LogManager
+from kompakt.log.topic_store import new_topic_id
 from kompakt.record.decode import iter_batches
 from kompakt.record.encode import build_simple_batch
-from kompakt.remote import open_store
+from kompakt.remote import RemoteTier, open_store
+from kompakt.remote.cache import ChunkCache
+from kompakt.remote.layout import GROUP_OFFSETS
+from kompakt.remote.manifest import TopicRecord
+from kompakt.remote.metadata import RemoteLogMetadataManager
+from kompakt.remote.storage import RemoteStorageManager
+from kompakt.remote.store import FileObjectStore, RemoteStorageError
 from tests.remote import broker_kit
 
 EARLIEST, LATEST, LATEST_TIERED = -2, -1, -5
@@ -180,3 +191,26 @@ def test_a_broker_on_an_empty_disk_rebuilds_topics_offsets_groups_and_producers(
         assert produce_raw(new.port, COMPACT, idempotent(pid, 1, 3)) == (0, end)
     finally:
         new.kill()
+
+
+def test_a_damaged_group_offsets_object_is_one_line_and_the_topics_still_come_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bad input in the bucket: the rebuild names the object in one line, recreates the
+    topics, and leaves the groups to start afresh instead of refusing to start."""
+    store = FileObjectStore(tmp_path / "remote")
+    meta = RemoteLogMetadataManager(store)
+    tier = RemoteTier(store, RemoteStorageManager(store), meta, ChunkCache(1 << 20))
+    configs = {"remote.storage.enable": "true"}
+    meta.commit_topic(TopicRecord(COMPACT, new_topic_id(), 2, configs), None)
+    store.put(GROUP_OFFSETS, b'{"format": 1, "partitions": "three"}')
+    with pytest.raises(RemoteStorageError, match=GROUP_OFFSETS) as bad:
+        remote_groups.load(store)
+    assert "\n" not in str(bad.value)
+    logs = LogManager(tmp_path / "data")
+    try:
+        assert rebuild_from_tier(logs, tier) == [COMPACT]
+        assert logs.partition_count(COMPACT) == 2 and not logs.has_topic(OFFSETS_TOPIC)
+    finally:
+        logs.close()
+    assert f"consumer group offsets not restored: {GROUP_OFFSETS}" in caplog.text
