@@ -63,10 +63,15 @@ RETENTION_MS = 15000
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "2048", "local.retention.bytes": "2048"}
 COMPACT_CONFIG = {
     **TIERED,
+    # no tiered segment kept locally: the local cleaner then never merges one with a
+    # segment not tiered yet. Such a merged segment is tiered from the remote end with
+    # its file reaching below it, and a remote clean then fails every pass on a
+    # manifest whose segments overlap, orphaning its upload each time (seen with 2048)
+    "local.retention.bytes": "0",
     "cleanup.policy": "compact",
     "min.cleanable.dirty.ratio": "0.3",
     "delete.retention.ms": str(DELETE_RETENTION_MS),
-    "min.compaction.lag.ms": "4000",
+    "min.compaction.lag.ms": "0",
     "file.delete.delay.ms": "300",
 }
 EVENTS_CONFIG = {**TIERED, "cleanup.policy": "delete", "retention.ms": str(RETENTION_MS)}
