@@ -13,6 +13,7 @@ differ (batching, segment boundaries); what a consumer reads may not.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -36,30 +37,57 @@ VALUE = 200
 # and one step produced before the task's next pass: far below TOTAL
 BOUND = LOCAL + 2 * SEGMENT + 2 * STEP
 TWIN = {"cleanup.policy": "compact", "segment.bytes": str(SEGMENT)}
-TIERED = {**TWIN, "remote.storage.enable": "true", "local.retention.bytes": str(LOCAL)}
+TIERED = {
+    **TWIN,
+    "remote.storage.enable": "true",
+    "local.retention.bytes": str(LOCAL),
+    # a deleted segment's renamed files go at once, not a minute later (Kafka's
+    # default), so the disk is what local retention keeps
+    "file.delete.delay.ms": "0",
+}
 
 
 def local_log_bytes(plog: PartitionLog) -> int:
     return sum(s.size for s in plog.segments_snapshot())
 
 
+def disk_bytes(folder: Path) -> int:
+    """What the partition's files take on disk (``du``: sparse index files count the
+    blocks they use), renamed ``.deleted`` files included."""
+    total = 0
+    for e in os.scandir(folder):
+        try:
+            total += e.stat().st_blocks * 512
+        except FileNotFoundError:
+            pass  # deleted since the listing
+    return total
+
+
 def tier_caught_up(tiering: Tiering, plog: PartitionLog) -> bool:
-    """Every rolled segment tiered and local retention applied."""
+    """Every rolled segment tiered and local retention applied (what is left: under
+    LOCAL in tiered segments, the one it may not delete yet, the active one)."""
     top = plog.segments_snapshot()[-1].base_offset - 1
-    return tiering.highest_tiered_offset(plog) >= top and local_log_bytes(plog) <= BOUND - STEP
+    return (
+        tiering.highest_tiered_offset(plog) >= top and local_log_bytes(plog) <= LOCAL + 2 * SEGMENT
+    )
 
 
-def produce_watching(b: BrokerThread, tiering: Tiering, plog: PartitionLog) -> tuple[int, dict]:
+def produce_watching(
+    b: BrokerThread, tiering: Tiering, plog: PartitionLog
+) -> tuple[int, int, dict]:
     """The same records to both topics in steps of ``STEP`` bytes, waiting between steps
     for the tier's task (a producer the tier keeps up with), while a thread samples the
-    tiered partition's local ``.log`` bytes; (peak bytes, latest value of each key)."""
-    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
-    peak = [0]
+    tiered partition's local ``.log`` bytes and its disk bytes; (peak ``.log`` bytes,
+    peak disk bytes, latest value of each key)."""
+    # batches well under a segment, so a segment is never one oversized batch
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.size": 8192})
+    peak = [0, 0]
     stop = threading.Event()
 
     def sample() -> None:
         while not stop.wait(0.01):
             peak[0] = max(peak[0], local_log_bytes(plog))
+            peak[1] = max(peak[1], disk_bytes(plog.dir))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -80,7 +108,7 @@ def produce_watching(b: BrokerThread, tiering: Tiering, plog: PartitionLog) -> t
     finally:
         stop.set()
         sampler.join()
-    return peak[0], latest
+    return peak[0], peak[1], latest
 
 
 def test_tiered_local_disk_stays_bounded_and_reads_match_the_untiered_twin(
@@ -96,9 +124,11 @@ def test_tiered_local_disk_stays_bounded_and_reads_match_the_untiered_twin(
         plog, twin = b.logs.get_log("tiered", 0), b.logs.get_log("twin", 0)
         tiering = tiering_of(b.broker.state)
         assert tiering is not None
-        peak, latest = produce_watching(b, tiering, plog)
+        peak, disk_peak, latest = produce_watching(b, tiering, plog)
         assert local_log_bytes(twin) > TOTAL  # what the tiered one would hold untiered
         assert 0 < peak <= BOUND, f"local log reached {peak} bytes, bound {BOUND}"
+        # the indexes, snapshots and files being deleted: some blocks beside the .log
+        assert disk_peak <= 2 * BOUND, f"local disk reached {disk_peak} bytes"
 
         # every record in a rolled segment, all of it tiered: both clean the same range
         plog.roll()
