@@ -144,7 +144,7 @@ class RemotePlan:
     topic: str
     partition: int
     groups: list[GroupPlan]
-    start: int  # first offset rewritten
+    start: int  # first offset rewritten: the first segment's base
     first_dirty: int
     end: int  # first uncleanable offset: the key map's range ends there
     ctx: RoundContext
@@ -192,7 +192,10 @@ def plan(
     groups = job.groups_to(end)
     if not groups:
         return None
-    start = max(groups[0][0].base_offset, view.log_start_offset)
+    # from the first segment's base, not the log start inside it: Kafka's cleanSegments
+    # judges every record of the segment, those below the log start too (the key map
+    # supersedes them like any other)
+    start = groups[0][0].base_offset
     return RemotePlan(
         m.topic,
         m.partition,

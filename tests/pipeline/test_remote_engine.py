@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from cleaner_kit import append
-from test_remote_clean import CONFIGS, tier_of, tiered
+from test_remote_clean import CONFIGS, feed, tier_of, tiered
 
+from kompakt.broker.tiering import Tiering
 from kompakt.cleaner.remote_clean import RemoteCleaner
 from kompakt.log.segment import LOG_SUFFIX
 from kompakt.pipeline.remote_engine import SparkRemoteEngine
@@ -177,3 +178,21 @@ def test_nothing_to_clean_commits_nothing(spark, tmp_path: Path):
     v = tier.metadata.load_partition(TOPIC, 0)
     assert remote.clean(v, CONFIGS, 0, force=False) is None
     assert tier.metadata.load_partition(TOPIC, 0).value.generation == v.value.generation
+
+
+def test_a_remote_log_start_inside_a_segment_matches_the_in_process_clean(spark, tmp_path: Path):
+    """DeleteRecords moved the remote log start into a segment (Kafka's
+    ``logStartOffset``): both engines keep that start and upload the same bytes."""
+    logs, plog, tier, local, clock, want = tiered(tmp_path, feed)
+    start = tier.metadata.load_partition(TOPIC, 0).value.segments[1].base_offset + 3
+    Tiering(logs, tier).move_remote_start(plog, start)
+    logs.close()
+    shutil.copytree(tmp_path / "remote", tmp_path / "twin")
+    twin = tier_of((tmp_path / "twin").as_uri())
+    remote = spark_cleaner(twin, (tmp_path / "twin").as_uri(), clock, spark)
+    a = local.clean(tier.metadata.load_partition(TOPIC, 0), CONFIGS, 0)
+    b = remote.clean(twin.metadata.load_partition(TOPIC, 0), CONFIGS, 0)
+    assert a is not None and b is not None
+    assert b.manifest.value.log_start_offset == start
+    assert shape(a.manifest.value) == shape(b.manifest.value)
+    assert all_objects(tier, a.manifest.value) == all_objects(twin, b.manifest.value)
