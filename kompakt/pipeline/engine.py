@@ -5,7 +5,7 @@ exchanges one 128-bit key digest per keyed record (Kafka's ``SkimpyOffsetMap`` k
 16-byte MD5 digest) to mark every record that a later record of its key, fed to the map
 by the cleaner's rule (:func:`kompakt.cleaner.key_map.feeds_key_map`), supersedes — any
 number of keys, one pass, so a round always reaches the first uncleanable offset (no
-offset map, no partial cleans). Rewrite: each segment group goes to one task with only
+offset map, no partial cleans). Rewrite: each segment group goes to a task with only
 its slice of that bitmap (:mod:`kompakt.pipeline.groups`), which runs the cleaner's own
 group rewrite (:func:`kompakt.cleaner.segment_io.write_cleaned_group`, so the
 survive/discard rule is the same code) and leaves a ``.cleaned`` segment next to the

@@ -1,11 +1,11 @@
-"""Run one Spark task per segment group, each with only its share of the superseded bits.
+"""Rewrite segment groups in Spark tasks, each group with only its share of the superseded bits.
 
 The write stage of a Spark clean rewrites each group of segments into one new segment
 file (Kafka ``Cleaner.cleanSegments``, one call per group of ``groupSegmentsBySize``).
 What a group's rewrite needs from the dedup stage is, for each of its records, whether
 a later record of its key feeds the map: the group's slice of
 :class:`~kompakt.pipeline.survivors.Superseded`, a packed bitmap of one bit per offset
-(125 kB per million offsets). The slice travels in the task itself, one task per group,
+(125 kB per million offsets). The slice travels with its group (a Spark task takes a run of groups),
 so no record is shuffled or joined to reach its group. ``clean(task)`` runs in a
 Python worker and returns a small JSON-able result that comes back to the driver.
 """
@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from kompakt.cleaner.transactions import TxnTracker
-from kompakt.pipeline.survivors import Superseded
+from kompakt.pipeline.survivors import Superseded, spark_tasks
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ GroupCleaner = Callable[[GroupTask], Mapping[str, Any]]
 def run_groups(
     spark: SparkSession, tasks: Sequence[GroupTask], clean: GroupCleaner
 ) -> list[dict[str, Any]]:
-    """Call ``clean`` once per task on the executors, one Spark task each (the groups of
-    a clean are few and each is a whole segment's worth of I/O); results sorted by
+    """Call ``clean`` once per task on the executors, a run of consecutive groups per
+    Spark task (:func:`kompakt.pipeline.survivors.spark_tasks`); results sorted by
     (partition, group)."""
     if not tasks:
         return []
@@ -53,7 +53,8 @@ def run_groups(
     def run(task: GroupTask) -> str:
         return json.dumps({"partition": task.partition, "group": task.index, **dict(clean(task))})
 
-    rows = spark.sparkContext.parallelize(list(tasks), len(tasks)).map(run).collect()
+    sc = spark.sparkContext
+    rows = sc.parallelize(list(tasks), spark_tasks(sc, len(tasks))).map(run).collect()
     return _sorted(rows)
 
 
