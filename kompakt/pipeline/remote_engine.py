@@ -24,11 +24,13 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pyspark.accumulators import AccumulatorParam
+
 from kompakt.cleaner.remote_clean import CLEANED, FETCHED, UPLOADED, CleanedRange
 from kompakt.pipeline.remote_plan import plan
 from kompakt.pipeline.remote_tasks import StoreAddress, clean_in_one_task
 from kompakt.remote.manifest import PartitionManifest
-from kompakt.remote.storage import RemoteStorageManager
+from kompakt.remote.storage import RemoteStorageManager, TransferStats
 from kompakt.remote.store import RemoteStorageError
 
 
@@ -44,6 +46,27 @@ def task_error(exc: BaseException) -> str:
 
 
 _ERROR_LINE = re.compile(r"^[\w.]+(Error|Exception|Mismatch\w*): ")
+
+
+class _Counts(AccumulatorParam):
+    """Requests and bytes by kind, summed over the tasks (:func:`transfer_counts`)."""
+
+    def zero(self, value: dict) -> dict:
+        return {}
+
+    def addInPlace(self, a: dict, b: dict) -> dict:  # noqa: N802 (Spark's name)
+        for kind, (n, nbytes) in b.items():
+            got = a.setdefault(kind, [0, 0])
+            got[0] += n
+            got[1] += nbytes
+        return a
+
+
+def add_transfers(stats: TransferStats, counts: Mapping[str, list[int]]) -> None:
+    """The executors' requests and bytes added to the driver's counters."""
+    for kind, (n, nbytes) in counts.items():
+        for i in range(n):
+            stats.count(kind, nbytes if i == 0 else 0)
 
 
 class SparkRemoteEngine:
@@ -91,21 +114,24 @@ class SparkRemoteEngine:
         name = f"{m.topic}-{m.partition}"
         sc = spark.sparkContext
         sc.setJobGroup(f"kompakt-remote-{name}", f"kompakt remote clean {name}")
+        transfers = sc.accumulator({}, _Counts())
         try:
             if sum(s.size for g in p.groups for s in g.segments) <= self.single_task_bytes:
 
                 def run(_: Any) -> list:
-                    return clean_in_one_task(address, p)
+                    return clean_in_one_task(address, p, transfers)
 
                 pieces = sc.parallelize([0], 1).flatMap(run).collect()
             else:
                 from kompakt.pipeline.remote_spread import clean_spread
 
-                pieces = clean_spread(spark, address, p, self.task_bytes)
+                pieces = clean_spread(spark, address, p, self.task_bytes, transfers)
         except Exception as exc:  # a task's error arrives as the worker's traceback text
             raise RemoteStorageError(
                 f"{name}: the remote clean failed in a Spark task: {task_error(exc)}"
             ) from exc
+        finally:
+            add_transfers(self.segments.stats, transfers.value)
         fault(FETCHED)  # the executors fetched, cleaned and uploaded
         fault(CLEANED)
         fault(UPLOADED)

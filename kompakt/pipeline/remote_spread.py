@@ -40,7 +40,14 @@ from kompakt.cleaner.segment_io import segment_buffer
 from kompakt.cleaner.transactions import TxnTracker
 from kompakt.pipeline import exchange, survivors
 from kompakt.pipeline.remote_plan import RemotePlan
-from kompakt.pipeline.remote_tasks import StoreAddress, fetch_logs, private_dir, rewrite_group
+from kompakt.pipeline.remote_tasks import (
+    StoreAddress,
+    Transfers,
+    fetch_logs,
+    opened,
+    private_dir,
+    rewrite_group,
+)
 from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT
 from kompakt.record.scan import scan_batch_headers
 from kompakt.remote.manifest import RemoteSegment
@@ -95,13 +102,15 @@ class TxnEvents:
         )
 
 
-def _reader(address: StoreAddress, p: RemotePlan, reduces: int):
+def _reader(address: StoreAddress, p: RemotePlan, reduces: int, transfers: Transfers):
     """Map side: per remote segment, its digest rows by bucket and (key -1 - order) its
     transaction events."""
 
     def run(tasks: Iterator[list[tuple[int, int, RemoteSegment]]]) -> Iterator[tuple[int, Any]]:
-        store = address.open()
-        with private_dir(f"kompakt-remote-read-{p.topic}-{p.partition}-") as d:
+        with (
+            opened(address, transfers) as store,
+            private_dir(f"kompakt-remote-read-{p.topic}-{p.partition}-") as d,
+        ):
             for order, base, seg in (item for task in tasks for item in task):
                 (f,) = fetch_logs(store, [seg], [base], d)
                 for task in survivors.plan_reads(d, [base]):
@@ -157,7 +166,11 @@ def read_tasks(
 
 
 def clean_spread(
-    spark: Any, address: StoreAddress, p: RemotePlan, task_bytes: int = survivors.TASK_BYTES
+    spark: Any,
+    address: StoreAddress,
+    p: RemotePlan,
+    task_bytes: int = survivors.TASK_BYTES,
+    transfers: Transfers = None,
 ) -> list[CleanedSegment]:
     """The plan's range cleaned by many tasks (see the module doc)."""
     sc = spark.sparkContext
@@ -171,7 +184,7 @@ def clean_spread(
     cores = max(1, sc.defaultParallelism)
     reduces = cores * max(1, math.ceil(width / (survivors.ROWS_PER_REDUCE * cores)))
     tasks = read_tasks(items, task_bytes)
-    read = sc.parallelize(tasks, len(tasks)).mapPartitions(_reader(address, p, reduces))
+    read = sc.parallelize(tasks, len(tasks)).mapPartitions(_reader(address, p, reduces, transfers))
     read.persist()
     try:
         events = dict(read.filter(lambda kv: kv[0] < 0).collect())
@@ -199,8 +212,10 @@ def clean_spread(
 
     def rewrite(task: tuple) -> CleanedSegment:
         g, mine, state = task
-        store = address.open()
-        with private_dir(f"kompakt-remote-group-{p.topic}-{p.partition}-") as d:
+        with (
+            opened(address, transfers) as store,
+            private_dir(f"kompakt-remote-group-{p.topic}-{p.partition}-") as d,
+        ):
             fetched = fetch_logs(store, g.segments, g.bases, d)
             return rewrite_group(store, p, g, fetched, mine, state, d)
 

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kompakt.cleaner.remote_clean import CleanedSegment, upload_cleaned
 from kompakt.cleaner.segment_io import tracker_states, write_cleaned_group
@@ -68,6 +69,28 @@ class StoreAddress:
         return RemoteStorageManager(open_store(self.url, self.s3_endpoint_url))
 
 
+Transfers = Any  # a Spark accumulator of :func:`transfer_counts` dicts (or None)
+
+
+def transfer_counts(store: RemoteStorageManager) -> dict[str, list[int]]:
+    """A task's requests and bytes by kind (``get``/``put``), to add on the driver to the
+    broker's own counters (the ``kompakt_remote_*`` metrics)."""
+    snap = store.stats.snapshot()
+    nbytes = {"get": snap.bytes_fetched, "put": snap.bytes_uploaded}
+    return {k: [n, nbytes.get(k, 0)] for k, n in snap.by_kind.items()}
+
+
+@contextmanager
+def opened(address: StoreAddress, transfers: Transfers) -> Iterator[RemoteStorageManager]:
+    """The task's store client; its transfers go to ``transfers`` when the task is done."""
+    store = address.open()
+    try:
+        yield store
+    finally:
+        if transfers is not None:
+            transfers.add(transfer_counts(store))
+
+
 @dataclass
 class _Fetched:
     """A fetched ``.log`` as :func:`tracker_states` reads a segment."""
@@ -99,12 +122,16 @@ def fetch_logs(
     return out
 
 
-def clean_in_one_task(address: StoreAddress, p: RemotePlan) -> list[CleanedSegment]:
+def clean_in_one_task(
+    address: StoreAddress, p: RemotePlan, transfers: Transfers = None
+) -> list[CleanedSegment]:
     """A whole remote range in one task: fetch every ``.log`` of the plan's groups,
     decide which records are superseded, carry the transaction pass through the
     groups, rewrite and upload each group (the in-process engine's steps, in order)."""
-    store = address.open()
-    with private_dir(f"kompakt-remote-{p.topic}-{p.partition}-") as d:
+    with (
+        opened(address, transfers) as store,
+        private_dir(f"kompakt-remote-{p.topic}-{p.partition}-") as d,
+    ):
         fetched = [fetch_logs(store, g.segments, g.bases, d) for g in p.groups]
         bases = [f.base_offset for g in fetched for f in g]
         reads = survivors.plan_reads(d, bases)

@@ -143,8 +143,12 @@ def test_spark_remote_clean_is_byte_identical_to_the_in_process_one(
     assert any(".txnindex" in s.files for s in before.value.segments)
     for round_ in range(2):
         a = local.clean(tier.metadata.load_partition(TOPIC, 0), CONFIGS, 0)
+        uploaded = twin.segments.stats.snapshot().bytes_uploaded
         b = remote.clean(twin.metadata.load_partition(TOPIC, 0), CONFIGS, 0)
         assert a is not None and b is not None
+        # the executors' uploads are counted in the broker's metrics
+        up = sum(f.size for s in b.cleaned for f in s.files.values())
+        assert twin.segments.stats.snapshot().bytes_uploaded - uploaded == up
         ma, mb = a.manifest.value, b.manifest.value
         assert shape(ma) == shape(mb)
         assert all_objects(tier, ma) == all_objects(twin, mb)
