@@ -58,5 +58,5 @@ class RemoteTier:
         cache = ChunkCache(settings.cache_bytes)
         segments = RemoteStorageManager(store, cache)
         # one count of every store request, segment objects and metadata alike
-        metadata = RemoteLogMetadataManager(store, stats=segments.stats)
+        metadata = RemoteLogMetadataManager(store, stats=segments.stats, cache=cache)
         return cls(store, segments, metadata, cache)

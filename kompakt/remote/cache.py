@@ -83,6 +83,11 @@ class ChunkCache:
             for k in [k for k in self._entries if k[0] == object_key]:
                 self._bytes -= len(self._entries.pop(k))
 
+    def objects(self) -> set[str]:
+        """The object keys that have chunks in the cache now."""
+        with self._lock:
+            return {k[0] for k in self._entries}
+
     def stats(self) -> CacheStats:
         with self._lock:
             return CacheStats(

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from kompakt.remote.cache import ChunkCache
 from kompakt.remote.layout import (
     TOPICS,
     manifest_key,
@@ -91,11 +92,13 @@ class RemoteLogMetadataManager:
         orphan_grace_ms: int = ORPHAN_GRACE_MS,
         clock: Callable[[], float] = time.time,
         stats: TransferStats | None = None,
+        cache: ChunkCache | None = None,
     ):
         self.store = store
         self.orphan_grace_ms = orphan_grace_ms
         self.clock = clock
         self.stats = stats if stats is not None else TransferStats()
+        self.cache = cache  # a deleted object's chunks leave it at once
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -164,6 +167,8 @@ class RemoteLogMetadataManager:
         object no manifest names."""
         self.store.delete(key)
         self.stats.count("delete", size)
+        if self.cache is not None:
+            self.cache.discard(key)
 
     def list(self, under: str) -> list[ObjectInfo]:
         """The objects below the folder ``under``, counted as one request."""

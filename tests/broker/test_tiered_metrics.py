@@ -17,7 +17,7 @@ from raw_kafka import call
 from kompakt.broker.tiering import tiering_of
 from kompakt.remote.layout import manifest_key
 from tests.broker.test_remote_metrics import remote_samples
-from tests.broker.test_tiered import TIERED, produce, start, tiered_down
+from tests.broker.test_tiered import TIERED, produce, read_all, start, tiered_down
 from tests.remote.broker_kit import TIMEOUT, create_topic
 
 DELETES = 'kompakt_remote_requests_total{kind="delete"}'
@@ -44,10 +44,16 @@ def test_delete_records_and_topic_deletion_count_the_objects_they_delete(tmp_pat
         assert before['kompakt_remote_requests_total{kind="put"}'] > 0
         assert before['kompakt_remote_requests_total{kind="list"}'] > 0
 
+        # a consumer from offset 0 puts the dropped segments' chunks in the cache
+        read_all(b.bootstrap, "tiered")
+        cache = tiering.tier.cache
+        dropped_logs = {s.files[".log"].key for s in dropped}
+        assert dropped_logs <= cache.objects()
         admin = AdminClient({"bootstrap.servers": b.bootstrap})
         tp = TopicPartition("tiered", 0, dropped[-1].last_offset + 1)
         admin.delete_records([tp])[tp].result(TIMEOUT)
         after = remote_samples(b.admin_port)
+        assert not dropped_logs & cache.objects()  # their chunks left
         objects = [f for s in dropped for f in s.files.values()]
         assert after[DELETES] - before[DELETES] == len(objects)
         assert after["kompakt_remote_delete_bytes_total"] - before[
