@@ -95,8 +95,13 @@ def _restore_producers(plog: PartitionLog, tier: RemoteTier, m: PartitionManifes
         return
     try:
         entries = decode(tier.segments.fetch_file(m.segments[-1], SNAPSHOT_SUFFIX))
-    except CorruptSnapshotError as exc:  # checked by SHA-256 first: written corrupt
-        log.warning("%s: the tiered producer snapshot is unusable: %s", plog.name, exc)
+    except (CorruptSnapshotError, RemoteStorageError) as exc:  # missing or damaged
+        log.warning(
+            "%s: the tiered producer snapshot is unusable (%s): idempotent producers' "
+            "retries from before the loss are not recognized",
+            plog.name,
+            exc,
+        )
         return
     open_txns = [e.producer_id for e in entries if e.current_txn_first_offset != NO_OFFSET]
     if open_txns:

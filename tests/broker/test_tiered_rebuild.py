@@ -31,15 +31,16 @@ from kompakt.broker import remote_groups
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
 from kompakt.broker.remote_rebuild import rebuild_from_tier
 from kompakt.log.manager import LogManager
+from kompakt.log.producer_snapshot import SnapshotEntry, encode
 from kompakt.log.topic_store import new_topic_id
 from kompakt.record.decode import iter_batches
 from kompakt.record.encode import build_simple_batch
 from kompakt.remote import RemoteTier, open_store
 from kompakt.remote.cache import ChunkCache
 from kompakt.remote.layout import GROUP_OFFSETS
-from kompakt.remote.manifest import TopicRecord
+from kompakt.remote.manifest import PartitionManifest, TopicRecord
 from kompakt.remote.metadata import RemoteLogMetadataManager
-from kompakt.remote.storage import RemoteStorageManager
+from kompakt.remote.storage import LocalSegmentFiles, RemoteStorageManager
 from kompakt.remote.store import FileObjectStore, RemoteStorageError
 from tests.remote import broker_kit
 
@@ -214,3 +215,30 @@ def test_a_damaged_group_offsets_object_is_one_line_and_the_topics_still_come_ba
     finally:
         logs.close()
     assert f"consumer group offsets not restored: {GROUP_OFFSETS}" in caplog.text
+
+
+def test_a_missing_producer_snapshot_leaves_the_producers_unknown_not_the_topic(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The manifest's producer snapshot gone from the bucket: the partition is rebuilt
+    at its remote end all the same, and the log says its producers are not restored."""
+    store = FileObjectStore(tmp_path / "remote")
+    meta = RemoteLogMetadataManager(store)
+    segments = RemoteStorageManager(store)
+    tier = RemoteTier(store, segments, meta, ChunkCache(1 << 20))
+    topic_id = new_topic_id()
+    meta.commit_topic(TopicRecord(COMPACT, topic_id, 1, {"remote.storage.enable": "true"}), None)
+    log_file, snap_file = tmp_path / "0.log", tmp_path / "3.snapshot"
+    log_file.write_bytes(idempotent(7, 0, 0))
+    snap_file.write_bytes(encode([SnapshotEntry(7, 0, 2, 2, 2, 0)]))
+    files = {".log": log_file, ".snapshot": snap_file}
+    seg = segments.copy_segment(COMPACT, 0, LocalSegmentFiles(0, 2, 0, files))
+    meta.commit_partition(PartitionManifest(COMPACT, 0, topic_id, segments=(seg,)), None)
+    store.delete(seg.files[".snapshot"].key)
+    logs = LogManager(tmp_path / "data")
+    try:
+        assert rebuild_from_tier(logs, tier) == [COMPACT]
+        assert logs.get_log(COMPACT, 0).log_end_offset == 3
+    finally:
+        logs.close()
+    assert "producer snapshot is unusable" in caplog.text
