@@ -64,7 +64,8 @@ def test_sigkill_at_each_tiering_step_loses_no_acknowledged_record_and_no_object
 ) -> None:
     seed = int(os.environ.get("KOMPAKT_TIERED_SEED", random.randrange(2**31)))
     print(f"\nKOMPAKT_TIERED_SEED={seed}  (set it to replay these kill choices)")
-    campaign = TieredCampaign(seed, len(SUITE_STEPS), tmp_path / "work", steps=SUITE_STEPS)
+    work = tmp_path / "work"
+    campaign = TieredCampaign(seed, len(SUITE_STEPS), work, steps=SUITE_STEPS, wait_s=12.0)
     result = campaign.run()
     print(result.summary())
     assert result.violations == [], "\n".join(result.violations[:20])
