@@ -40,7 +40,13 @@ from kompakt.broker.handlers.common import error_of
 from kompakt.broker.txn.coordinator import TransactionCoordinator
 from kompakt.broker.txn.log import TRANSACTION_STATE_TOPIC, TransactionLog
 from kompakt.broker.txn.records import TransactionLogValue
-from kompakt.broker.txn.results import Records, TransactionConfig, TransactionResult
+from kompakt.broker.txn.results import (
+    Append,
+    MarkersWritten,
+    Records,
+    TransactionConfig,
+    TransactionResult,
+)
 from kompakt.broker.txn.state import Completion, TopicPartition
 from kompakt.errors import KompaktError, UnknownTopicError
 from kompakt.record.decode import iter_batches
@@ -50,6 +56,10 @@ from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
 log = logging.getLogger("kompakt.broker.txn")
 
 _KEY = "txn_coordinator"
+COMPLETE_FLUSH_DELAY_MS = 50
+"""How long a Complete record waits for another append's fsync before one of its own:
+longer than a client takes from EndTxn's answer to its next AddPartitionsToTxn, short
+enough that an idle id's record is on disk at once to a person's eye."""
 
 
 class TransactionBroker:
@@ -85,6 +95,8 @@ class TransactionBroker:
         )
         self._io = ThreadPoolExecutor(1, thread_name_prefix="kompakt-txn-log")
         self._flushers = ThreadPoolExecutor(4, thread_name_prefix="kompakt-txn-fsync")
+        self._flush_due: set[int] = set()
+        """``__transaction_state`` partitions with a Complete record's fsync ahead."""
         """fsyncs of one transaction's markers, run at once (:meth:`_flush_together`)."""
         self.coordinator = self._make(clock or state.logs.clock)
         self._loaded: asyncio.Task | None = None
@@ -199,17 +211,29 @@ class TransactionBroker:
         return out
 
     def _append(self, partition: int, items: Records, durable: bool) -> Completion[ErrorCode]:
-        """A ``__transaction_state`` append on the log thread. One not ``durable`` (a
-        Complete record) is fsynced by a flush queued only after the coordinator has
-        reacted to it, so the appends it lets through (the next transaction's
-        AddPartitionsToTxn) are queued first and one fsync covers both."""
+        """A ``__transaction_state`` append on the log thread; one not ``durable`` (a
+        Complete record) is fsynced by :meth:`_flush_soon`."""
         out = self._on_io(lambda: self.storage.append(partition, items, durable))
         if not durable:
-            out.add_done_callback(lambda _error: self.loop.call_soon(self._flush, partition))
+            out.add_done_callback(lambda _error: self._flush_soon(partition))
         return out
 
-    def _flush(self, partition: int) -> None:
-        self._on_io(lambda: self.storage.flush(partition))
+    def _flush_soon(self, partition: int) -> None:
+        """fsync a Complete record of ``partition`` a little later unless another
+        append's fsync has covered it by then: nothing is answered on it (a reload
+        would complete its PrepareX again), and in a stream of transactions the id's
+        next AddPartitionsToTxn arrives first and fsyncs it with its own record, so a
+        transaction costs no fsync (and no log-thread job) of its own for it."""
+        if partition in self._flush_due:
+            return
+        self._flush_due.add(partition)
+
+        def due() -> None:
+            self._flush_due.discard(partition)
+            if self.storage.unflushed(partition):
+                self._on_io(lambda: self.storage.flush(partition))
+
+        self.loop.call_later(COMPLETE_FLUSH_DELAY_MS / 1000, due)
 
     def _write_markers(
         self,
@@ -217,11 +241,14 @@ class TransactionBroker:
         producer_epoch: int,
         result: TransactionResult,
         partitions: frozenset[TopicPartition],
-    ) -> Completion[ErrorCode]:
+        complete: Append,
+    ) -> Completion[MarkersWritten]:
         """Kafka's ``WriteTxnMarkers`` to this node: a COMMIT or ABORT control batch
         appended to each partition (a partition already marked by an earlier, failed
         try is skipped; a deleted one is dropped, as Kafka's marker channel does), then
-        the transactional offsets of ``__consumer_offsets`` applied or dropped."""
+        the transactional offsets of ``__consumer_offsets`` applied or dropped. Once
+        the markers are fsynced, the same step on the log thread appends the
+        ``complete`` record, fsynced later as :meth:`_append` does a Complete record."""
         todo = set(partitions)
         unflushed: dict[TopicPartition, Any] = {}  # marker appended, not yet fsynced
         control = CONTROL_COMMIT if result == TransactionResult.COMMIT else CONTROL_ABORT
@@ -252,13 +279,21 @@ class TransactionBroker:
                         producers.update(b.header, info.first_offset)
                 unflushed[(topic, partition)] = plog
             self._flush_together(unflushed, todo)
+            try:
+                self.storage.append(*complete, durable=False)
+            except Exception as exc:
+                record_error[0] = error_of(exc)[0]
 
-        out: Completion[ErrorCode] = Completion()
+        out: Completion[MarkersWritten] = Completion()
+        record_error = [ErrorCode.none]
 
         def written(error: ErrorCode) -> None:
-            if error == ErrorCode.none:
-                self._complete_offsets(producer_id, result)
-            out.complete(error)
+            if error != ErrorCode.none:
+                return out.complete((error, ErrorCode.none))
+            self._complete_offsets(producer_id, result)
+            out.complete((error, record_error[0]))
+            if record_error[0] == ErrorCode.none:
+                self._flush_soon(complete[0])
 
         self._on_io(write).add_done_callback(written)
         return out

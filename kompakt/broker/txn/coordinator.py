@@ -8,11 +8,11 @@ wait for a log append. The coordinator does no I/O itself. It is given:
 - ``append(partition, records, durable)``: append ``[(key, value | None)]`` to that
   partition of ``__transaction_state`` as one batch, completing with an ``ErrorCode``
   once written, and fsynced too if ``durable`` (acks=all);
-- ``write_markers(producer_id, epoch, result, partitions)``: append a COMMIT or ABORT
-  control batch to each data partition of the transaction, completing with NONE once
-  every marker is written (an error makes the coordinator retry them all, so a partition
-  already marked must be skipped by the callee, as Kafka's marker channel drops
-  partitions it has done);
+- ``write_markers(producer_id, epoch, result, partitions, complete)``: append a COMMIT
+  or ABORT control batch to each data partition, then the ``complete`` record as
+  ``append`` does unfsynced, completing with both errors (a markers error makes the
+  coordinator retry them all, so a partition already marked must be skipped by the
+  callee, as Kafka's marker channel drops partitions it has done);
 - ``new_producer_id()``: the broker's producer id allocator (``ProducerIdManager``);
 - a :class:`~kompakt.broker.coordinator.scheduler.Scheduler` (``now`` / ``call_later``)
   for the periodic aborts and id expiry, and the waits of parked AddPartitionsToTxn.
@@ -39,10 +39,12 @@ from kompakt.broker.txn.results import (  # TransactionDescription: also the gua
     APPEND_ERRORS,
     OFFSETS_TOPIC_PARTITIONS,
     RETRY_BACKOFF_MS,
+    Append,
     AppendFn,
     Done,
     InitProducerIdResult,
     MarkerFn,
+    MarkersWritten,
     Records,
     TransactionConfig,
     TransactionDescription,
@@ -376,9 +378,11 @@ class TransactionCoordinator:
         self, meta: TransactionMetadata, result: TransactionResult, complete: TxnTransitMetadata
     ) -> None:
         """Kafka's ``TransactionMarkerChannelManager.addTxnMarkersToSend``: write the
-        markers, then append the Complete record; retry either after a failure while the
-        id still waits for this completion."""
+        markers, then the Complete record (right after them, by the marker writer: the
+        id's next AddPartitionsToTxn waits for it, KIP-890); retry either after a failure
+        while the id still waits for this completion."""
         partitions = frozenset(meta.topic_partitions)
+        ids, record = (complete.producer_id, complete.producer_epoch), self._record(meta, complete)
 
         def still_due() -> bool:
             return (
@@ -389,21 +393,20 @@ class TransactionCoordinator:
         def write() -> None:
             if not still_due():
                 return
-            self._write_markers(
-                complete.producer_id, complete.producer_epoch, result, partitions
-            ).add_done_callback(written)
+            self._write_markers(*ids, result, partitions, record).add_done_callback(written)
 
-        def written(error: ErrorCode) -> None:
-            if error != ErrorCode.none:
+        def written(outcome: MarkersWritten) -> None:
+            markers_error, record_error = outcome
+            if markers_error != ErrorCode.none:
                 log.warning(
                     "writing %s markers of %s failed (%s); retrying",
                     result.name,
                     meta.transactional_id,
-                    error.name,
+                    markers_error.name,
                 )
                 self.scheduler.call_later(RETRY_BACKOFF_MS, write)
                 return
-            append()
+            self._adopt(meta, complete, appended, completing=True)(record_error)
 
         def append() -> None:
             if still_due():
@@ -432,14 +435,25 @@ class TransactionCoordinator:
     ) -> None:
         """Kafka's ``appendTransactionToLog``: append the transition's record, adopt it
         once written. A failure drops the pending state (the client may retry) unless
-        ``completing``, a Complete record: its pending state stays while it is retried
-        (``retryOnError`` for COORDINATOR_NOT_AVAILABLE), and it is adopted once
-        appended, not fsynced: nothing is answered on it, the id's next acknowledged
-        record fsyncs it too, and if the page cache loses it a reload completes the
-        PrepareX again, as after a crash before it."""
+        ``completing``, a Complete record: kept pending while retried (``retryOnError``
+        for COORDINATOR_NOT_AVAILABLE), adopted once appended, not fsynced (nothing is
+        answered on it; lost, a reload completes the PrepareX again)."""
+        partition, records = self._record(meta, transit)
+        self._append_fn(partition, records, not completing).add_done_callback(
+            self._adopt(meta, transit, done, completing)
+        )
+
+    def _record(self, meta: TransactionMetadata, transit: TxnTransitMetadata) -> Append:
+        """The ``__transaction_state`` record of a transition, and its partition."""
         key = rec.key_bytes(meta.transactional_id)
         value = rec.value_bytes(TransactionLogValue.of(transit), self.config.value_version)
-        partition = self.partition_for(meta.transactional_id)
+        return self.partition_for(meta.transactional_id), [(key, value)]
+
+    def _adopt(
+        self, meta: TransactionMetadata, transit: TxnTransitMetadata, done: Done, completing: bool
+    ) -> Done:
+        """After ``transit``'s append (see :meth:`_append_transit`): ``done`` told, and
+        requests waiting on the id decided again once nothing is pending."""
 
         def appended(error: ErrorCode) -> None:
             error = APPEND_ERRORS.get(error, error)
@@ -454,7 +468,7 @@ class TransactionCoordinator:
             if meta.pending_state is None:
                 self._waits.wake(meta.transactional_id)
 
-        self._append_fn(partition, [(key, value)], not completing).add_done_callback(appended)
+        return appended
 
     # -- DescribeTransactions / ListTransactions / gauges -------------------------------
     def describe(self, transactional_id: str) -> TransactionDescription:

@@ -66,3 +66,9 @@ class TransactionLog:
 
     def flush(self, partition: int) -> None:
         flush_appended(self.logs.get_log(TRANSACTION_STATE_TOPIC, partition))
+
+    def unflushed(self, partition: int) -> bool:
+        """Whether the partition has appends not yet fsynced. Read without the log's
+        lock: a stale answer only costs a flush that finds nothing to do."""
+        plog = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
+        return plog.recovery_point < plog.log_end_offset

@@ -153,7 +153,15 @@ class TransactionDescription:
 
 Records = list[tuple[bytes, bytes | None]]
 AppendFn = Callable[[int, Records, bool], Completion[ErrorCode]]
-MarkerFn = Callable[[int, int, TransactionResult, frozenset[TopicPartition]], Completion[ErrorCode]]
+Append = tuple[int, Records]
+"""A ``__transaction_state`` partition and the records to append to it."""
+MarkersWritten = tuple[ErrorCode, ErrorCode]
+"""What a marker write reports: the markers' error, then the Complete record's (only
+appended once the markers are in)."""
+MarkerFn = Callable[
+    [int, int, TransactionResult, frozenset[TopicPartition], Append],
+    Completion[MarkersWritten],
+]
 Done = Callable[[ErrorCode], None]
 
 

@@ -40,6 +40,7 @@ from kompakt.broker.txn.results import (
     CONFIG_KEYS,
     RETRY_BACKOFF_MS,
     InitProducerIdResult,
+    MarkersWritten,
     TransactionConfig,
     TransactionDescription,
     TransactionResult,
@@ -75,7 +76,9 @@ class TxnLog:
     fail: ErrorCode | None = None
     fail_markers: ErrorCode | None = None
     held: list[tuple[int, list, Completion[ErrorCode]]] = field(default_factory=list)
-    held_markers: list[tuple[tuple, Completion[ErrorCode]]] = field(default_factory=list)
+    held_markers: list[tuple[tuple, tuple, Completion[MarkersWritten]]] = field(
+        default_factory=list
+    )
 
     def append(self, partition: int, records: list, durable: bool) -> Completion[ErrorCode]:
         self.durable.append(durable)
@@ -100,23 +103,26 @@ class TxnLog:
             done.complete(error)
 
     def write_markers(
-        self, pid: int, epoch: int, result: TransactionResult, partitions: frozenset
-    ) -> Completion[ErrorCode]:
-        done: Completion[ErrorCode] = Completion()
+        self, pid: int, epoch: int, result: TransactionResult, partitions: frozenset, complete
+    ) -> Completion[MarkersWritten]:
+        """The markers, then (as the broker's log thread does) the Complete record
+        through :meth:`append`, not durable."""
+        done: Completion[MarkersWritten] = Completion()
         marker = (pid, epoch, result, partitions)
         if self.fail_markers is not None:
-            done.complete(self.fail_markers)
+            done.complete((self.fail_markers, E.none))
         elif self.hold_markers:
-            self.held_markers.append((marker, done))
+            self.held_markers.append((marker, complete, done))
         else:
-            self.markers.append(marker)
-            done.complete(E.none)
+            self._mark(marker, complete, done)
         return done
 
-    def release_markers(self) -> None:
-        marker, done = self.held_markers.pop(0)
+    def _mark(self, marker: tuple, complete: tuple, done: Completion[MarkersWritten]) -> None:
         self.markers.append(marker)
-        done.complete(E.none)
+        self.append(*complete, False).add_done_callback(lambda e: done.complete((E.none, e)))
+
+    def release_markers(self) -> None:
+        self._mark(*self.held_markers.pop(0))
 
     def decoded(self) -> list[tuple[str, TransactionLogValue | None]]:
         out = []
