@@ -68,6 +68,12 @@ FETCHED, CLEANED, UPLOADED, COMMITTED, DELETED = (
 _NOT_COPIED = ("remote.storage.enable", "local.retention.ms", "local.retention.bytes")
 
 
+def cleaner_configs(overrides: Mapping[str, str]) -> dict[str, str]:
+    """A tiered topic's config overrides as a clean of its remote range reads them: the
+    tiering keys left out (the range is cleaned as a plain compacted log)."""
+    return {k: v for k, v in overrides.items() if k not in _NOT_COPIED}
+
+
 def dirty_ratio(m: PartitionManifest) -> float:
     """Bytes of the remote segments at or above the clean point over all remote bytes
     (Kafka's ``cleanableRatio`` with the manifest's clean point as the checkpoint)."""
@@ -303,7 +309,7 @@ class RemoteCleaner:
     ) -> tuple[list[_Planned], int]:
         """Fetch the remote log into a private log dir, clean it there with the cleaner,
         and return the cleaned segments (files closed) with the new clean point."""
-        configs = {k: v for k, v in overrides.items() if k not in _NOT_COPIED}
+        configs = cleaner_configs(overrides)
         data = tmp / "data"
         logs = LogManager(data, broker_config=self.broker_config, clock=self.clock)
         try:

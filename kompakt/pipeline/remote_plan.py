@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from kompakt.cleaner import cleanable
 from kompakt.cleaner.engine import CleanJob
+from kompakt.cleaner.remote_clean import cleaner_configs
 from kompakt.cleaner.rewrite import RoundContext
 from kompakt.cleaner.transactions import ProducerSummary
 from kompakt.log.config.topic import BrokerDefaults, TopicConfig
@@ -30,9 +31,6 @@ from kompakt.log.txn_index import AbortedTxn, parse_entries
 from kompakt.remote.layout import file_base_offset
 from kompakt.remote.manifest import PartitionManifest, RemoteSegment
 from kompakt.remote.storage import RemoteStorageManager
-
-# topic configs of a tiered topic that a clean of its remote range does not read
-_NOT_CLEANER_CONFIGS = ("remote.storage.enable", "local.retention.ms", "local.retention.bytes")
 
 
 @dataclass(frozen=True)
@@ -87,8 +85,9 @@ class RemoteLogView:
     ):
         self.topic, self.partition = m.topic, m.partition
         self.name = f"{m.topic}-{m.partition}"
-        configs = {k: v for k, v in overrides.items() if k not in _NOT_CLEANER_CONFIGS}
-        self.config = TopicConfig(configs, BrokerDefaults.of(dict(broker_config or {})))
+        self.config = TopicConfig(
+            cleaner_configs(overrides), BrokerDefaults.of(dict(broker_config or {}))
+        )
         self.uncleanable_reason: str | None = None
         segments = [RemoteSegmentView.of(s) for s in m.segments]
         active = RemoteSegmentView(m.end_offset, 0, -1, _IndexSize(0), _IndexSize(0))
