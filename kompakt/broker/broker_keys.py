@@ -276,6 +276,13 @@ KEYS: list[ConfigKey] = [
         at_least(1),
     ),
     ConfigKey(
+        "add.partitions.to.txn.retry.backoff.max.ms",
+        "int",
+        100,
+        "How long AddPartitionsToTxn waits for the previous transaction to complete.",
+        at_least(0),
+    ),
+    ConfigKey(
         "transaction.state.log.replication.factor",
         "int",
         1,

@@ -92,6 +92,9 @@ class TransactionBroker:
             remove_expired_transaction_cleanup_interval_ms=int(
                 cfg.get("transaction.remove.expired.transaction.cleanup.interval.ms")
             ),
+            add_partitions_retry_backoff_max_ms=int(
+                cfg.get("add.partitions.to.txn.retry.backoff.max.ms")
+            ),
         )
         self._io = ThreadPoolExecutor(1, thread_name_prefix="kompakt-txn-log")
         self._flushers = ThreadPoolExecutor(4, thread_name_prefix="kompakt-txn-fsync")
