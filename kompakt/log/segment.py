@@ -428,14 +428,15 @@ class LogSegment(SegmentReads):
         with self.lock:
             self._times()
             start = self.size
+            offsets, times = self.offset_index, self.time_index
             saved = (
                 self._rolling_timestamp,
                 self._max_timestamp,
                 self._shallow_offset_of_max_timestamp,
                 self._bytes_since_index,
                 self._last_offset,
-                self.offset_index.entries,
-                self.time_index.entries,
+                offsets.entries,
+                times.entries,
             )
             try:
                 fd = self._log_fd()
@@ -448,8 +449,8 @@ class LogSegment(SegmentReads):
                         self._max_timestamp = h.max_timestamp
                         self._shallow_offset_of_max_timestamp = h.last_offset
                     if self._bytes_since_index > self.index_interval_bytes:
-                        self.offset_index.append(h.last_offset, start + rel_pos)
-                        self.time_index.maybe_append(
+                        offsets.append(h.last_offset, start + rel_pos)
+                        times.maybe_append(
                             self._max_timestamp, self._shallow_offset_of_max_timestamp
                         )
                         self._bytes_since_index = 0
