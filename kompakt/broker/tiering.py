@@ -27,32 +27,25 @@ next run). Local deletion never precedes the manifest naming the segment.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from kompakt.broker.background import PeriodicThread
 from kompakt.broker.remote_rebuild import rebuild_from_tier
 from kompakt.broker.tiered_reads import RemoteSource
 from kompakt.broker.tiered_retention import local_retention_offset, remote_retention_offset
+from kompakt.broker.tiering_stage import cut_at, stage, stage_tail
 from kompakt.cleaner.remote_clean import RemoteCleaner
 from kompakt.engines import remote_clean_engine
 from kompakt.errors import OffsetOutOfRangeError
 from kompakt.log.config import TopicConfig
 from kompakt.log.manager import LogManager
 from kompakt.log.partition_log import PartitionLog
-from kompakt.log.producer_snapshot import SNAPSHOT_SUFFIX, ProducerSnapshotFile
 from kompakt.log.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIMEINDEX_SUFFIX,
-    TXNINDEX_SUFFIX,
     LogSegment,
-    segment_file,
 )
 from kompakt.remote import RemoteTier
 from kompakt.remote.config import RemoteSettings, check_topic
@@ -346,10 +339,10 @@ class Tiering:
             start = self.first_untiered_offset(plog, current.value if current else None)
             if last < start:
                 continue  # tiered already
-            remote = self._upload(plog, seg, last)
+            remote = self._upload(plog, seg, last, start)
             if remote is None:
                 break  # the segment left the log meanwhile: the next pass sees the new list
-            if remote.base_offset < start:  # a cleaned segment reaching below the end
+            if remote.base_offset < start:  # its first batch reaches below the end
                 remote = replace(remote, base_offset=start)
             current = self._commit(plog, current, remote, topic_id, start)
             copied += 1
@@ -363,20 +356,26 @@ class Tiering:
             )
         return copied
 
-    def _upload(self, plog: PartitionLog, seg: LogSegment, last: int) -> RemoteSegment | None:
+    def _upload(
+        self, plog: PartitionLog, seg: LogSegment, last: int, start: int
+    ) -> RemoteSegment | None:
         """Hard-link the segment's files (under the partition lock, while it is live) and
-        upload the links; None if the segment is no longer in the log."""
+        upload the links, only from ``start`` (the remote end) on when the segment
+        reaches below it (:mod:`.tiering_stage`); None if the segment is no longer in
+        the log."""
         staging = plog.dir.parent / STAGING / f"{plog.name}-{seg.base_offset}-{time.time_ns()}"
         with plog.lock:
             if all(s is not seg for s in plog.segments):
                 return None
-            files = _stage(seg, staging)
+            files = stage(seg, staging)
             max_ts = seg.max_timestamp
+            cut = cut_at(seg, start)
+        base = seg.base_offset
         try:
+            if cut is not None:
+                base, max_ts, files = stage_tail(files, cut)
             return self.tier.segments.copy_segment(
-                plog.topic,
-                plog.partition,
-                LocalSegmentFiles(seg.base_offset, last, max_ts, files),
+                plog.topic, plog.partition, LocalSegmentFiles(base, last, max_ts, files)
             )
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -556,27 +555,3 @@ class Tiering:
                 f"offset {offset} is out of range [{start}, {plog.log_end_offset}] for {plog.name}"
             )
         return RemoteSource(self, plog, m)
-
-
-def _stage(seg: LogSegment, staging: Path) -> dict[str, Path]:
-    """Hard links (copies across file systems) of the segment's files and the producer
-    snapshot at its end, as one consistent set: call under the partition lock."""
-    staging.mkdir(parents=True)
-    out: dict[str, Path] = {}
-    wanted: list[tuple[str, Path]] = [
-        (kind, segment_file(seg.dir, seg.base_offset, kind))
-        for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX)
-    ]
-    wanted.append((SNAPSHOT_SUFFIX, ProducerSnapshotFile(seg.dir, seg.next_offset).path))
-    for kind, path in wanted:
-        target = staging / path.name
-        try:
-            os.link(path, target)
-        except FileNotFoundError:
-            if kind == LOG_SUFFIX:
-                raise
-            continue
-        except OSError:  # another file system: copy instead
-            shutil.copyfile(path, target)
-        out[kind] = target
-    return out

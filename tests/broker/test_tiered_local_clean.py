@@ -1,0 +1,104 @@
+"""A tiered compacted partition whose tiered segments stay local (a large
+``local.retention.bytes``) while the broker's local log cleaner runs: the cleaner merges
+neighbouring small segments (Kafka's ``groupSegmentsBySize``), so a local segment can
+hold offsets already tiered and offsets not yet tiered. The copy uploads only what lies
+at or above the remote log's end (KIP-405's ``RLMCopyTask`` copies each offset once,
+from ``highestOffsetInRemoteStorage + 1``), so no two remote objects hold the same
+offsets and remote cleans go on; a consumer from offset 0 reads the latest value of
+every key, from the local log and from the remote tier alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from shared_kit import wait_for
+
+from kompakt.broker.tiering import tiering_of
+from kompakt.log.segment import LOG_SUFFIX
+from kompakt.remote.layout import file_base_offset
+from tests.broker.test_tiered import read_all
+from tests.remote.broker_kit import TIMEOUT, create_topic, tiered_broker
+
+TOPIC = "merged"
+CONFIGS = {
+    "cleanup.policy": "compact",
+    "remote.storage.enable": "true",
+    "segment.bytes": "2048",
+    "local.retention.bytes": str(1 << 20),  # every tiered segment stays local too
+    "min.cleanable.dirty.ratio": "0.01",
+    "min.compaction.lag.ms": "0",
+    "file.delete.delay.ms": "0",
+}
+BROKER = {
+    # the test runs the remote log manager's passes itself, between the local cleans
+    "remote.log.manager.task.interval.ms": "600000",
+    "log.cleaner.backoff.ms": "50",
+}
+
+
+def test_a_local_segment_merged_across_the_remote_end_goes_up_from_the_end_only(
+    tmp_path: Path,
+) -> None:
+    b = tiered_broker(tmp_path / "data", **BROKER)
+    try:
+        create_topic(b, TOPIC, CONFIGS)
+        plog = b.logs.get_log(TOPIC, 0)
+        tiering = tiering_of(b.broker.state)
+        assert tiering is not None
+        cleaner = b.broker.background.cleaner()
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 2, "batch.num.messages": 5})
+        latest: dict[bytes, bytes | None] = {}
+
+        def produce(rnd: int) -> None:
+            for i in range(200):  # a key of this round only, then keys every round rewrites
+                key = b"r%d-%d" % (rnd, i) if i % 10 == 0 else b"k%d" % (i % 5)
+                value = b"v%d-%d-" % (rnd, i) + b"x" * 30
+                p.produce(TOPIC, key=key, value=value)
+                latest[key] = value
+            assert p.flush(TIMEOUT) == 0
+
+        def cleaned_locally() -> bool:
+            top = plog.active_segment.base_offset
+            return cleaner.checkpoints().get((TOPIC, 0), 0) >= top
+
+        produce(0)
+        wait_for(cleaned_locally, "the local cleaner through the first round", TIMEOUT)
+        tiering.run_once()
+        m = tiering.manifest(plog)
+        assert m is not None
+        end = m.end_offset
+        produce(1)
+        wait_for(cleaned_locally, "the local cleaner through the second round", TIMEOUT)
+        merged = [
+            s for s in plog.segments_snapshot() if s.base_offset < end <= (s.last_offset or -1)
+        ]
+        assert merged, "the local cleaner merged a tiered segment with an untiered one"
+        for rnd in (2, 3):  # copies, remote cleans, and a remote range dirtied again
+            tiering.run_once()
+            produce(rnd)
+            wait_for(cleaned_locally, f"the local cleaner through round {rnd}", TIMEOUT)
+        tiering.run_once()
+        tiering.run_once()
+        m = tiering.manifest(plog)
+        assert m is not None and tiering.copy_lag(plog, m) == (0, 0)
+        assert m.clean_point == m.end_offset  # the remote range cleaned to its end
+        for s in m.segments:  # each object's records start where its range does
+            assert file_base_offset(s.files[LOG_SUFFIX].key) >= s.base_offset, s
+        for a, c in zip(m.segments, m.segments[1:], strict=False):
+            assert a.last_offset < c.base_offset, (a, c)
+        assert {r[1]: r[2] for r in read_all(b.bootstrap, TOPIC)} == latest
+        # local retention down to the active segment: offset 0 on is read from the tier
+        res = ConfigResource("topic", TOPIC)
+        res.add_incremental_config(
+            ConfigEntry("local.retention.bytes", "0", incremental_operation=AlterConfigOpType.SET)
+        )
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.incremental_alter_configs([res])[res].result(TIMEOUT)
+        wait_for(lambda: b.logs.get_log(TOPIC, 0).config.local_retention_bytes == 0)
+        tiering.run_once()
+        assert plog.log_start_offset == plog.active_segment.base_offset
+        assert {r[1]: r[2] for r in read_all(b.bootstrap, TOPIC)} == latest
+    finally:
+        b.stop()
