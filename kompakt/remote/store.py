@@ -153,13 +153,9 @@ class FileObjectStore:
 
     def put(self, key: str, data: Data, *, create: bool = False, match: str | None = None) -> str:
         path = self._path(key)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:  # a file where a folder must be, no space, no permission
-            raise RemoteStorageError(f"cannot write {key} in {self.url}: {e}") from e
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
-            with open(tmp, "xb") as out:
+            with self._create(key, tmp) as out:
                 if isinstance(data, Path):
                     with open(data, "rb") as src:
                         shutil.copyfileobj(src, out, 1 << 20)
@@ -178,11 +174,34 @@ class FileObjectStore:
                 os.replace(tmp, path)
             fsync_dir(path.parent)
             return self._version(path.stat())
+        except PreconditionFailedError:
+            tmp.unlink(missing_ok=True)
+            if not path.exists():  # a match on a deleted object: no folder left behind
+                self._prune(path.parent)
+            raise
         finally:
             tmp.unlink(missing_ok=True)
 
+    def _create(self, key: str, tmp: Path) -> BinaryIO:
+        """``tmp`` opened for writing, its folders made; made again when a delete
+        removed the emptied folder between the two (:meth:`delete` prunes them)."""
+        for attempt in range(3):
+            try:
+                tmp.parent.mkdir(parents=True, exist_ok=True)
+                return open(tmp, "xb")
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+            except OSError as e:  # a file where a folder must be, no space, no permission
+                raise RemoteStorageError(f"cannot write {key} in {self.url}: {e}") from e
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _lock_path(path: Path) -> Path:
+        return path.with_name(f".{path.name}.lock")
+
     def _replace_if(self, path: Path, tmp: Path, match: str) -> None:
-        lock = path.with_name(f".{path.name}.lock")
+        lock = self._lock_path(path)
         with open(lock, "a") as held:
             fcntl.flock(held.fileno(), fcntl.LOCK_EX)
             try:
@@ -190,6 +209,8 @@ class FileObjectStore:
             except FileNotFoundError:
                 current = None
             if current != match:
+                if current is None:  # nothing left to guard: no lock file left behind
+                    lock.unlink(missing_ok=True)
                 raise PreconditionFailedError(f"{path.name} changed (version {current})")
             os.replace(tmp, path)
 
@@ -228,4 +249,29 @@ class FileObjectStore:
         return sorted(out, key=lambda o: o.key)
 
     def delete(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
+        """Remove the object, then its compare-and-swap lock file (under that lock, so a
+        writer waiting on it finds the object gone and fails its match) and the folders
+        this left empty: a deleted topic leaves nothing behind in the folder."""
+        path = self._path(key)
+        lock = self._lock_path(path)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # no folder: no object either
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            path.unlink(missing_ok=True)
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+        self._prune(path.parent)
+
+    def _prune(self, folder: Path) -> None:
+        """Remove ``folder`` and its parents below the root while they are empty."""
+        while folder != self.root and self.root in folder.parents:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (or already gone with a concurrent delete)
+                if folder.exists():
+                    break
+            folder = folder.parent

@@ -160,3 +160,54 @@ def test_file_store_racing_writers_exactly_one_wins(tmp_path: Path, mode: str) -
             won, lost = race(6, lambda me, key=key: store.put(key, me, create=True))
         assert len(won) == 1 and len(lost) == 5
         assert store.get(key)[0] == won[0]
+
+
+def test_file_store_delete_leaves_no_lock_file_or_empty_folder(tmp_path: Path) -> None:
+    """Deleting an object a compare-and-swap put replaced also removes its hidden lock
+    file and the folders it leaves empty (S3 has neither: a deleted topic leaves
+    nothing), while a sibling keeps its folder; the key is written afresh afterwards."""
+    store = FileObjectStore(tmp_path)
+    v = store.put("topics/t/0/manifest.json", b"one", create=True)
+    store.put("topics/t/0/manifest.json", b"two", match=v)
+    store.put("topics/u/topic.json", b"u")
+    store.delete("topics/t/0/manifest.json")
+    assert not (tmp_path / "topics" / "t").exists()
+    assert [o.key for o in store.list("topics")] == ["topics/u/topic.json"]
+    store.delete("topics/u/topic.json")
+    assert list(tmp_path.iterdir()) == []
+    v = store.put("topics/t/0/manifest.json", b"three", create=True)
+    store.put("topics/t/0/manifest.json", b"four", match=v)
+    assert store.get("topics/t/0/manifest.json")[0] == b"four"
+
+
+def test_file_store_a_writer_waiting_on_a_deleted_lock_fails_its_match(tmp_path: Path) -> None:
+    """A delete takes the object's lock before removing it and the lock file: a matching
+    put racing it either replaced the object first (and the delete removes it) or finds
+    it gone (If-Match on a missing object fails, S3's 412) and leaves no lock file or
+    folder; the object never comes back after the delete returned."""
+    store = FileObjectStore(tmp_path)
+    for round_ in range(20):
+        key = f"race/{round_}/manifest.json"
+        base = store.put(key, b"base", create=True)
+        barrier = threading.Barrier(2)
+        outcome: list[str] = []
+        t = threading.Thread(target=_put_after, args=(store, key, base, barrier, outcome))
+        t.start()
+        barrier.wait()
+        store.delete(key)
+        t.join()
+        assert outcome in (["put"], ["refused"])
+        with pytest.raises(ObjectNotFoundError):
+            store.get(key)
+        assert not (tmp_path / "race" / str(round_)).exists()
+
+
+def _put_after(
+    store: FileObjectStore, key: str, base: str, barrier: threading.Barrier, outcome: list[str]
+) -> None:
+    barrier.wait()
+    try:
+        store.put(key, b"new", match=base)
+        outcome.append("put")
+    except PreconditionFailedError:
+        outcome.append("refused")
