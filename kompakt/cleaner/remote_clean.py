@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Protocol
 
 from kompakt.cleaner.cleaner import Cleaner
+from kompakt.cleaner.private_log import quiet_private_log
 from kompakt.log.manager import LogManager
 from kompakt.log.producer_snapshot import SNAPSHOT_SUFFIX, ProducerSnapshotFile
 from kompakt.log.segment import LOG_SUFFIX, LogSegment, segment_file
@@ -268,7 +269,8 @@ class RemoteCleaner:
             tempfile.mkdtemp(prefix=f"remote-clean-{m.topic}-{m.partition}-", dir=self.work_dir)
         )
         try:
-            planned, clean_point = self._clean_copy(m, overrides, tmp, force)
+            with quiet_private_log():  # its loads are no recovery of the broker's logs
+                planned, clean_point = self._clean_copy(m, overrides, tmp, force)
             self.fault(CLEANED)
             if not planned:
                 return None

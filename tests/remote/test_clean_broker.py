@@ -6,8 +6,10 @@ compaction guarantee), served from the cleaned objects."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from shared_kit import wait_for
 
@@ -27,7 +29,11 @@ CONFIGS = {
 }
 
 
-def test_broker_cleans_the_remote_range(tmp_path: Path) -> None:
+def test_broker_cleans_the_remote_range(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """... and says so in the remote clean's own line: the private log a remote clean
+    builds is no topic creation or recovery of the broker's logs, so the log layer's
+    INFO lines about it stay out of the broker's log."""
+    caplog.set_level(logging.INFO)
     b = tiered_broker(tmp_path / "data", **{"remote.log.manager.task.interval.ms": "100"})
     try:
         create_topic(b, TOPIC, CONFIGS)
@@ -58,5 +64,10 @@ def test_broker_cleans_the_remote_range(tmp_path: Path) -> None:
         }
         below = [key for offset, key, *_ in msgs if offset < m.clean_point]
         assert len(below) == len(set(below))
+        said = [r.getMessage() for r in caplog.records if r.name.startswith("kompakt.")]
+        assert any("cleaned" in line and "remote segments" in line for line in said)
+        created = [line for line in said if line.startswith(f"created topic {TOPIC} ")]
+        assert len(created) == 1, created  # the broker's own, by the admin client
+        assert not [line for line in said if "remote-clean-" in line], said
     finally:
         b.stop()
