@@ -69,14 +69,14 @@ def scratch(part_dir: str | os.PathLike) -> Iterator[Path]:
 
 
 @numba.njit(cache=True, nogil=True)
-def _scatter_by_bucket(rows, n, out):
-    """Counting sort of ``rows`` by ``hi mod n`` (unsigned) into ``out``, keeping their
-    order within a bucket; returns the rows per bucket. O(rows): the ``argsort`` it
-    replaced took 415 ms of a 62 MB segment's 1.25 s map side (load ~14)."""
+def _scatter_by_bucket(rows, n, out, column):
+    """Counting sort of ``rows`` by ``rows[:, column] mod n`` (unsigned) into ``out``,
+    keeping their order within a bucket; returns the rows per bucket. O(rows): the
+    ``argsort`` it replaced took 415 ms of a 62 MB segment's 1.25 s map side (load ~14)."""
     counts = np.zeros(n, np.int64)
     buckets = np.empty(rows.shape[0], np.int64)
     for i in range(rows.shape[0]):
-        b = np.int64(np.uint64(rows[i, 0]) % np.uint64(n))
+        b = np.int64(np.uint64(rows[i, column]) % np.uint64(n))
         buckets[i] = b
         counts[b] += 1
     at = np.zeros(n, np.int64)
@@ -92,11 +92,11 @@ def _scatter_by_bucket(rows, n, out):
     return counts
 
 
-def by_bucket(rows: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``rows`` (``(k, 3)`` int64) reordered bucket by bucket (``hi mod n``, unsigned),
-    and the rows per bucket."""
+def by_bucket(rows: np.ndarray, n: int, column: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` (``(k, 3)`` int64) reordered bucket by bucket (``rows[:, column] mod n``,
+    unsigned; the digest's hi by default), and the rows per bucket."""
     packed = np.empty((len(rows), ROW_WIDTH), np.int64)
-    counts = _scatter_by_bucket(np.ascontiguousarray(rows, np.int64), n, packed)
+    counts = _scatter_by_bucket(np.ascontiguousarray(rows, np.int64), n, packed, column)
     return packed, counts
 
 

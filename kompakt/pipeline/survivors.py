@@ -78,6 +78,11 @@ from kompakt.record.scan import RecordScan, scan_batch_headers, scan_records
 TASK_BYTES = 64 << 20  # segment bytes per map task (split at offset index entries)
 SINGLE_TASK_BYTES = 8 << 20  # a range this small is decided in one task, no exchange
 ROWS_PER_REDUCE = 2_000_000  # exchanged rows per reduce task: ~150 MB of worker memory
+# rows per hash table of the reduce side: its rows are split by digest into parts of
+# about this many first, so each table (6 MB at most, all keys distinct) stays in the
+# CPU's cache; one table over each of a 10M-record clean's six reduce tasks (1.7M
+# rows, 12 MB tables) took 1.1 s in all, split 0.54 s
+TABLE_ROWS = 1 << 16
 NO_OFFSET = 1 << 62
 _CODEC = "lz4"
 
@@ -315,7 +320,15 @@ def superseded_bits(
     ``rows`` (``(n, 3)`` int64: hi, lo, offset)."""
     if bits is None:
         bits = np.zeros((end - start + 7) // 8, np.uint8)
-    if len(rows):
+    parts = len(rows) // TABLE_ROWS
+    if parts > 1:  # digests by lo (a reduce task's rows share hi mod R), a table each
+        rows, counts = exchange.by_bucket(rows, parts, column=1)
+        at = 0
+        for k in counts.tolist():
+            if k:
+                _mark_superseded(rows[at : at + k], start, bits)
+            at += k
+    elif len(rows):
         _mark_superseded(np.ascontiguousarray(rows, np.int64), start, bits)
     return bits
 

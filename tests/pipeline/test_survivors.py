@@ -21,7 +21,7 @@ from kompakt.cleaner import rule
 from kompakt.cleaner.rewrite import RoundContext, clean_group
 from kompakt.cleaner.segment_io import summarize_producers, tracker_states
 from kompakt.log.manager import LogManager
-from kompakt.pipeline import exchange
+from kompakt.pipeline import exchange, survivors
 from kompakt.pipeline.layout import segment_path
 from kompakt.pipeline.survivors import (
     ReadTask,
@@ -388,3 +388,15 @@ def test_the_exchange_folder_is_removed_after_the_clean_and_leaves_others(tmp_pa
     with exchange.scratch(part_dir) as folder:
         pass
     assert not folder.exists() and (tmp_path / "data" / ".kompakt-staging" / "a-write").exists()
+
+
+def test_the_reduce_side_split_into_small_tables_marks_the_same_bits(monkeypatch):
+    rng = np.random.default_rng(4)
+    digests = rng.integers(-(2**63), 2**63 - 1, (50, 2), dtype=np.int64)
+    rows = np.empty((1000, 3), np.int64)
+    rows[:, :2] = digests[rng.integers(0, 50, 1000)]
+    offsets = rng.permutation(1000)
+    rows[:, 2] = np.where(rng.random(1000) < 0.3, ~offsets, offsets)  # some do not feed
+    whole = superseded_bits(rows, 0, 1000)
+    monkeypatch.setattr(survivors, "TABLE_ROWS", 16)  # 62 tables of about 16 rows
+    assert (superseded_bits(rows, 0, 1000) == whole).all() and whole.any()
