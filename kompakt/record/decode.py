@@ -107,6 +107,8 @@ class RecordBatch:
     def records(self) -> list[Record]:
         """Decode every record (Python objects: the slow, complete path)."""
         h = self.header
+        if h.record_count == 0:
+            return []  # Kafka: count 0 is an empty iterator, the payload is never decompressed
         buf = self.records_payload()
         out: list[Record] = []
         pos = 0

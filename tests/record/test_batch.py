@@ -121,6 +121,17 @@ def test_empty_batch_keeps_offsets_and_producer_state_like_kafka_cleaner():
     assert h.base_timestamp == -1
 
 
+@pytest.mark.parametrize("codec", [c for c in ALL_CODECS if c != codecs.NONE])
+def test_empty_compressed_batch_has_no_records_like_kafka_default_record_batch(codec):
+    """Kafka's ``DefaultRecordBatch.iterator``: count 0 is an empty iterator, no decompression."""
+    src = RecordBatch.from_bytes(
+        build_batch([Record(10, 1, b"a", b"1")], compression=codec, producer_id=5)
+    )
+    empty = RecordBatch.from_bytes(build_empty_batch(src.header))
+    assert empty.header.compression == codec and empty.header.record_count == 0
+    assert empty.records() == []
+
+
 def test_base_offset_is_outside_the_crc():
     data = bytearray(build_simple_batch([(b"k", b"v")], timestamp=1))
     set_base_offset(data, 0, 12345)
