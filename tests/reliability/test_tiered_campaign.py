@@ -5,9 +5,8 @@ Six kills of a real broker tiering a compacted and a delete-policy topic under
 idempotent acks=all producers: after a segment object's put, before and after a
 manifest's compare-and-swap (after it: before the local deletion it allows), after a
 remote clean's upload and after its commit, and one at a random moment
-(``KOMPAKT_TIERED_SEED=<n>`` replays the choices; ``python
-tests/reliability/tiered_campaign.py --kills 60`` runs a longer campaign over every
-step). Zero acknowledged records lost by Kafka's rules, and after each kill's sweep zero
+(``KOMPAKT_TIERED_SEED=<n>`` replays the choices; ``PYTHONPATH=tests python -m
+reliability.tiered_campaign --kills 60`` runs a longer campaign over every step). Zero acknowledged records lost by Kafka's rules, and after each kill's sweep zero
 objects that no manifest names, every named object present with its SHA-256.
 
 The checker's own test feeds it a bucket with a missing, a damaged and an unnamed

@@ -23,8 +23,8 @@ record at its offset unless a later record of its key exists, or it is a tombsto
 ``delete.retention.ms``, or on the delete-policy topic older than ``retention.ms`` and
 below the log start).
 
-Run as a script for a longer campaign: ``python tests/reliability/tiered_campaign.py
---kills 60 [--seed N] [--work DIR]``.
+Run as a module for a longer campaign: ``PYTHONPATH=tests python -m
+reliability.tiered_campaign --kills 60 [--seed N] [--work DIR]``.
 """
 
 from __future__ import annotations
@@ -42,19 +42,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if __name__ == "__main__":  # as a script: the tests' packages, as pytest's pythonpath
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from reliability.fault_campaign import check_partition
+from reliability.kit import BrokerProcess, Model, ModelProducer, create_topic, read_partition
+from reliability.tiered_faults import SCRIPT as FAULTS_SCRIPT
+from reliability.tiered_faults import STEPS
+from reliability.wire_kit import call, connect
 
-from reliability.fault_campaign import check_partition  # noqa: E402
-from reliability.kit import BrokerProcess, Model, ModelProducer, create_topic, read_partition  # noqa: E402
-from reliability.tiered_faults import SCRIPT as FAULTS_SCRIPT  # noqa: E402
-from reliability.tiered_faults import STEPS  # noqa: E402
-from reliability.wire_kit import call, connect  # noqa: E402
-
-from kompakt.remote import open_store  # noqa: E402
-from kompakt.remote.layout import TOPICS, partition_of_key, segments_folder  # noqa: E402
-from kompakt.remote.metadata import ORPHAN_GRACE_MS, RemoteLogMetadataManager  # noqa: E402
-from kompakt.remote.store import ObjectNotFoundError, ObjectStore, RemoteStorageError  # noqa: E402
+from kompakt.remote import open_store
+from kompakt.remote.layout import TOPICS, partition_of_key, segments_folder
+from kompakt.remote.metadata import ORPHAN_GRACE_MS, RemoteLogMetadataManager
+from kompakt.remote.store import ObjectNotFoundError, ObjectStore, RemoteStorageError
 
 COMPACT, EVENTS = "tc-compact", "tc-events"
 COMPACT_PARTITIONS = 2
