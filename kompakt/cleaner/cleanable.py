@@ -66,7 +66,9 @@ def cleanable_offsets(
     reset = False
     first_dirty = start if checkpoint is None else checkpoint
     if first_dirty < start:
-        if not plog.config.delete:
+        # Kafka warns unless retention moves the log start (compact,delete); a tiered
+        # topic's local retention moves the local log start on every pass the same way
+        if not (plog.config.delete or plog.config.remote_storage_enable):
             log.warning(
                 "%s: cleaner checkpoint %d is below the log start offset %d; resetting",
                 plog.name,

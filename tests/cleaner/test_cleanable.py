@@ -155,6 +155,28 @@ def test_checkpoint_below_log_start_resets_to_log_start(manager, clock):
     assert manager.cleaner_checkpoint().read()[("t", 0)] == pl.log_end_offset
 
 
+def test_a_tiered_logs_checkpoint_below_its_local_log_start_resets_without_a_warning(
+    manager, caplog
+):
+    """Kafka's cleanableOffsets warns of a checkpoint below the log start unless
+    retention moves that start ("Don't bother with the warning if compact and delete are
+    enabled"). On a tiered topic local retention moves the local log start on every
+    pass of the remote log manager, as retention does: it resets without the warning
+    too, while an untiered compacted log still warns."""
+    for topic, tiered in (("tiered", "true"), ("plain", "false")):
+        pl = compacted(manager, topic, segment_bytes="200", remote_storage_enable=tiered)
+        fill(pl, 30, keys=30)
+        pl.roll()
+        cut = pl.segments[3].base_offset
+        pl.delete_records_before(cut)
+        manager.cleaner_checkpoint().write({(topic, 0): 2})
+        caplog.clear()
+        ltc = Cleaner(manager).log_to_clean(pl)
+        assert ltc.first_dirty_offset == cut and ltc.checkpoint_reset
+        warned = [r for r in caplog.records if "below the log start" in r.getMessage()]
+        assert len(warned) == (tiered == "false"), (topic, warned)
+
+
 def test_checkpoint_past_log_end_resets_to_log_start(manager, clock):
     """Kafka LogCleanerManager.cleanableOffsets (LogCleanerManagerTest
     .testCleanableOffsetsForShortTime / checkpoint > LEO): reset to logStartOffset."""
