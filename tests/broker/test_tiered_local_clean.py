@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cleaner_kit import append
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from shared_kit import wait_for
 
 from kompakt.broker.tiering import tiering_of
-from kompakt.log.segment import LOG_SUFFIX
+from kompakt.broker.tiering_stage import cut_at, stage, stage_tail
+from kompakt.log.manager import LogManager
+from kompakt.log.segment import LOG_SUFFIX, LogSegment
+from kompakt.log.txn_index import AbortedTxn
 from kompakt.remote.layout import file_base_offset
 from tests.broker.test_tiered import read_all
 from tests.remote.broker_kit import TIMEOUT, create_topic, tiered_broker
@@ -102,3 +106,47 @@ def test_a_local_segment_merged_across_the_remote_end_goes_up_from_the_end_only(
         assert {r[1]: r[2] for r in read_all(b.bootstrap, TOPIC)} == latest
     finally:
         b.stop()
+
+
+def test_the_uploaded_tail_is_the_segments_bytes_from_the_remote_end_with_its_indexes(
+    tmp_path: Path,
+) -> None:
+    """The tail a straddling segment uploads: its ``.log`` is byte for byte the local
+    file from the first batch reaching the remote end, its offset and time indexes
+    answer for it as a segment of its own, and its ``.txnindex`` keeps the aborted
+    transactions that reach the end (Kafka's ``collectAbortedTxns`` over the tail's
+    range) and drops those wholly below it."""
+    logs = LogManager(tmp_path / "data")
+    try:
+        logs.create_topic("t", 1, {"segment.index.bytes": "4096", "index.interval.bytes": "64"})
+        plog = logs.get_log("t", 0)
+        t0 = plog.clock()
+        for i in range(40):
+            append(plog, [(b"k%d" % i, b"v%d" % i + b"x" * 40)], ts=t0 + i)
+        plog.roll()
+        seg = plog.segments[0]
+        below, across = AbortedTxn(7, 2, 5, 2), AbortedTxn(8, 10, 30, 10)
+        seg.update_txn_index(below)
+        seg.update_txn_index(across)
+        seg.flush()
+        start = 25
+        with plog.lock:
+            files = stage(seg, tmp_path / "staging")
+            cut = cut_at(seg, start)
+        assert cut is not None and cut.base_offset == start
+        base, max_ts, out = stage_tail(files, cut)
+        whole = seg.log_path.read_bytes()
+        assert base == start and max_ts == t0 + 39
+        assert out[LOG_SUFFIX].read_bytes() == whole[cut.position :]
+        tail = LogSegment(out[LOG_SUFFIX].parent, base, read_only=True)
+        try:
+            assert tail.last_offset == 39 and tail.offset_index.entries > 0
+            assert tail.translate_offset(33) is not None
+            assert tail.translate_offset(33)[1].base_offset == 33
+            assert tail.find_offset_by_timestamp(t0 + 30) == (30, t0 + 30)
+            assert tail.collect_aborted(0, 40)[0] == [across]
+        finally:
+            tail.close()
+        assert cut_at(seg, seg.base_offset) is None  # no cut where the segment starts
+    finally:
+        logs.close()
