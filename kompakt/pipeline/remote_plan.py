@@ -7,13 +7,15 @@ reading a segment: the cleaner's own planning functions
 :meth:`CleanJob.round_context`) run over :class:`RemoteLogView`, the manifest seen as
 the log they expect (segments with their sizes, index sizes and largest timestamps, an
 empty active segment at the remote end, the last stable offset there: the tier holds
-only segments below it). The producers' last batches come from the remote end's
-producer snapshot and the aborted transactions from the tiered ``.txnindex`` files,
-both small files the driver reads whole.
+only segments below it). The producers' last batches come from the newest tiered
+producer snapshot (the remote end's, unless a segment lacks one: then the batch headers
+after it too) and the aborted transactions from the tiered ``.txnindex`` files, small
+files the driver reads whole.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -24,13 +26,16 @@ from kompakt.cleaner.rewrite import RoundContext
 from kompakt.cleaner.transactions import ProducerSummary
 from kompakt.log.config.topic import BrokerDefaults, TopicConfig
 from kompakt.log.local_log import LocalLog
-from kompakt.log.producer_snapshot import SNAPSHOT_SUFFIX, decode
+from kompakt.log.producer_snapshot import SNAPSHOT_SUFFIX, CorruptSnapshotError, decode
 from kompakt.log.producer_state import LastRecord, ProducerStateManager
 from kompakt.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX
 from kompakt.log.txn_index import AbortedTxn, parse_entries
+from kompakt.record.decode import iter_batches
 from kompakt.remote.layout import file_base_offset
 from kompakt.remote.manifest import PartitionManifest, RemoteSegment
 from kompakt.remote.storage import RemoteStorageManager
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -104,11 +109,32 @@ class RemoteLogView:
         return LocalLog.segment_kwargs(self)  # type: ignore[arg-type]
 
 
-def last_records(snapshot: bytes | None, now: int) -> dict[int, LastRecord]:
+def last_records(
+    segments: RemoteStorageManager, m: PartitionManifest, now: int
+) -> dict[int, LastRecord]:
     """The active producers' last batches (Kafka's ``lastRecordsOfActiveProducers``) at
-    the remote end, from its producer snapshot, as a log opened there loads them."""
+    the remote end, as a log opened there builds them (Kafka's
+    ``LogLoader.rebuildProducerState``, :meth:`ProducerStateManager.load_entries`): the
+    newest readable snapshot among the segments' (each at its segment's end; a corrupt
+    one is skipped for the next older, as ``load_latest`` does), then the batch headers
+    of the segments after it, fetched only then."""
+    start, entries = 0, []
+    for s in reversed(m.segments):
+        if SNAPSHOT_SUFFIX not in s.files:
+            continue
+        try:
+            start, entries = s.last_offset + 1, decode(segments.fetch_file(s, SNAPSHOT_SUFFIX))
+            break
+        except CorruptSnapshotError as exc:
+            log.warning("%s-%d: skipping remote producer snapshot: %s", m.topic, m.partition, exc)
+    headers = (
+        b.header
+        for s in m.segments
+        if s.last_offset >= start
+        for b in iter_batches(segments.fetch_file(s, LOG_SUFFIX))
+    )
     state = ProducerStateManager()
-    state.load_entries(decode(snapshot) if snapshot else [], (), 0, now)
+    state.load_entries(entries, headers, start, now)
     return state.last_records_of_active_producers(now)
 
 
@@ -174,10 +200,7 @@ def plan(
     ltc = cleanable.log_to_clean(view, checkpoint, now)  # type: ignore[arg-type]
     if not cleanable.is_eligible(ltc, force=force):
         return None
-    snapshot = None
-    if m.segments and SNAPSHOT_SUFFIX in m.segments[-1].files:
-        snapshot = segments.fetch_file(m.segments[-1], SNAPSHOT_SUFFIX)
-    producers = ProducerSummary(last_records(snapshot, now), aborted_transactions(segments, m))
+    producers = ProducerSummary(last_records(segments, m, now), aborted_transactions(segments, m))
     job = CleanJob(
         ltc,
         view.segments_snapshot(),  # type: ignore[arg-type]

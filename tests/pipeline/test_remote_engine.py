@@ -8,6 +8,7 @@ snapshot) and a compressed codec; committed by the same one manifest swap."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from test_remote_clean import CONFIGS, feed, tier_of, tiered
 
 from kompakt.broker.tiering import Tiering
 from kompakt.cleaner.remote_clean import RemoteCleaner
+from kompakt.log.producer_snapshot import SNAPSHOT_SUFFIX
 from kompakt.log.segment import LOG_SUFFIX
 from kompakt.pipeline.remote_engine import SparkRemoteEngine
 from kompakt.pipeline.remote_tasks import StoreAddress
@@ -78,14 +80,13 @@ def fill_mixed(plog) -> dict[bytes, bytes]:
 
 
 def remote_state(tier: RemoteTier, m: PartitionManifest) -> dict[bytes, bytes]:
-    """The latest value per key read from the remote log's start. Batches a clean left
-    empty (record count 0, kept for their offsets) are skipped: the record decoder
-    cannot open an empty compressed one."""
+    """The latest value per key read from the remote log's start (batches a clean left
+    empty, record count 0, read as no records)."""
     latest = {
         r.key: r.value
         for s in m.segments
         for b in iter_batches(tier.segments.fetch_file(s, LOG_SUFFIX))
-        if not b.header.is_control and b.header.record_count
+        if not b.header.is_control
         for r in b.records()
         if r.offset >= m.log_start_offset
     }
@@ -123,6 +124,20 @@ def spark_cleaner(
     task_bytes = 4096 if single_task_bytes == 0 else None
     engine = SparkRemoteEngine(tier.segments, address, None, single_task_bytes, task_bytes)
     return RemoteCleaner(tier.segments, tier.metadata, clock, engine=engine)
+
+
+def both_engines(
+    tmp_path: Path, tier: RemoteTier, local: RemoteCleaner, clock, spark, configs=CONFIGS
+):
+    """One clean of the same manifest by each engine: the in-process one on ``tier``,
+    the Spark one on a copy of it; (the copy, the in-process result, the Spark one)."""
+    shutil.copytree(tmp_path / "remote", tmp_path / "twin")
+    twin = tier_of((tmp_path / "twin").as_uri())
+    remote = spark_cleaner(twin, (tmp_path / "twin").as_uri(), clock, spark)
+    a = local.clean(tier.metadata.load_partition(TOPIC, 0), configs, 0)
+    b = remote.clean(twin.metadata.load_partition(TOPIC, 0), configs, 0)
+    assert a is not None and b is not None
+    return twin, a, b
 
 
 @pytest.mark.parametrize("single_task_bytes", [None, 0], ids=["one-task", "spread"])
@@ -163,7 +178,6 @@ def test_spark_remote_clean_is_byte_identical_to_the_in_process_one(
         r.key
         for s in mb.segments
         for b in iter_batches(twin.segments.fetch_file(s, LOG_SUFFIX))
-        if b.header.record_count
         for r in b.records()
         if r.value is None
     ]
@@ -191,12 +205,7 @@ def test_a_remote_log_start_inside_a_segment_matches_the_in_process_clean(spark,
     start = tier.metadata.load_partition(TOPIC, 0).value.segments[1].base_offset + 3
     Tiering(logs, tier).move_remote_start(plog, start)
     logs.close()
-    shutil.copytree(tmp_path / "remote", tmp_path / "twin")
-    twin = tier_of((tmp_path / "twin").as_uri())
-    remote = spark_cleaner(twin, (tmp_path / "twin").as_uri(), clock, spark)
-    a = local.clean(tier.metadata.load_partition(TOPIC, 0), CONFIGS, 0)
-    b = remote.clean(twin.metadata.load_partition(TOPIC, 0), CONFIGS, 0)
-    assert a is not None and b is not None
+    twin, a, b = both_engines(tmp_path, tier, local, clock, spark)
     assert b.manifest.value.log_start_offset == start
     assert shape(a.manifest.value) == shape(b.manifest.value)
     assert all_objects(tier, a.manifest.value) == all_objects(twin, b.manifest.value)
@@ -217,13 +226,55 @@ def test_min_compaction_lag_bounds_both_engines_alike(spark, tmp_path: Path):
     configs = {**CONFIGS, "min.compaction.lag.ms": "1500"}
     logs, plog, tier, local, clock, _want = tiered(tmp_path, fill)
     logs.close()
-    shutil.copytree(tmp_path / "remote", tmp_path / "twin")
-    twin = tier_of((tmp_path / "twin").as_uri())
-    remote = spark_cleaner(twin, (tmp_path / "twin").as_uri(), clock, spark)
-    a = local.clean(tier.metadata.load_partition(TOPIC, 0), configs, 0)
-    b = remote.clean(twin.metadata.load_partition(TOPIC, 0), configs, 0)
-    assert a is not None and b is not None
+    twin, a, b = both_engines(tmp_path, tier, local, clock, spark, configs)
     m = b.manifest.value
     assert 0 < m.clean_point < m.end_offset  # the young segments are left dirty
     assert shape(a.manifest.value) == shape(m)
     assert all_objects(tier, a.manifest.value) == all_objects(twin, m)
+
+
+def test_a_last_segment_without_snapshot_replays_from_an_older_one_like_the_log(
+    spark, tmp_path: Path
+):
+    """The last remote segment has no ``.snapshot``: both engines rebuild the producer
+    state as Kafka's ``LogLoader.rebuildProducerState`` does, from the newest snapshot
+    at or below the end and the batches after it. An idempotent producer seen only after
+    that snapshot keeps its last batch (KIP-360) in both, emptied by a later value."""
+
+    def fill(plog) -> dict[bytes, bytes]:
+        with plog.lock:
+            assert plog.producers.keep_snapshots  # a producer snapshot at each roll
+        for i in range(200):
+            append(plog, [(b"k%d" % (i % 13), b"v%d-" % i + b"x" * 20)])
+        plog.roll()
+        append(
+            plog,
+            [(b"p", b"idem")],
+            producer_id=300,
+            producer_epoch=0,
+            base_sequence=0,
+            compression=codecs.GZIP,
+        )
+        for i in range(20):
+            append(plog, [(b"p", b"plain%d" % i), (b"k%d" % (i % 13), b"w%d" % i)])
+        plog.roll()
+        return {}
+
+    logs, plog, tier, local, clock, _want = tiered(tmp_path, fill)
+    logs.close()
+    v = tier.metadata.load_partition(TOPIC, 0)
+    m = v.value
+    last = m.segments[-1]
+    assert SNAPSHOT_SUFFIX in last.files and SNAPSHOT_SUFFIX in m.segments[-2].files
+    files = {k: f for k, f in last.files.items() if k != SNAPSHOT_SUFFIX}
+    tier.metadata.commit_partition(m.next((*m.segments[:-1], replace(last, files=files))), v)
+    twin, a, b = both_engines(tmp_path, tier, local, clock, spark)
+    kept = [
+        bt.header
+        for s in a.manifest.value.segments
+        for bt in iter_batches(tier.segments.fetch_file(s, LOG_SUFFIX))
+        if bt.header.producer_id == 300
+    ]
+    assert [h.record_count for h in kept] == [0]  # the producer's last batch, emptied
+    assert shape(a.manifest.value) == shape(b.manifest.value)
+    assert all_objects(tier, a.manifest.value) == all_objects(twin, b.manifest.value)
