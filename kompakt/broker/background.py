@@ -26,8 +26,16 @@ log = logging.getLogger(__name__)
 class PeriodicThread:
     """Runs ``job()`` every ``interval_ms``; ``job`` returns True to run again at once."""
 
-    def __init__(self, name: str, interval_ms: int, job: Callable[[], bool]):
+    def __init__(
+        self,
+        name: str,
+        interval_ms: int,
+        job: Callable[[], bool],
+        on_stop: Callable[[], None] | None = None,
+    ):
+        """``on_stop``: called by :meth:`stop` before the join, to interrupt a long job."""
         self.name = name  # immutable
+        self.on_stop = on_stop  # immutable
         self.interval_ms = interval_ms  # immutable
         self.job = job  # immutable
         self._cv = threading.Condition()  # guards _stop and _woken
@@ -53,6 +61,8 @@ class PeriodicThread:
         with self._cv:
             self._stop = True
             self._cv.notify_all()
+        if self.on_stop is not None:
+            self.on_stop()
         if self.thread.is_alive():
             self.thread.join(timeout)
 

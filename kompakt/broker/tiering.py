@@ -117,7 +117,12 @@ def install(broker: BrokerParts) -> None:
     tiering.remote_cleaner.engine = remote_clean_engine(cfg, tiering.tier.segments, settings)
     broker.state.extra[EXTRA_KEY] = tiering
     broker.background.threads.append(
-        PeriodicThread("kompakt-remote-log-manager", settings.task_interval_ms, tiering.run_once)
+        PeriodicThread(
+            "kompakt-remote-log-manager",
+            settings.task_interval_ms,
+            tiering.run_once,
+            lambda: tiering.remote_cleaner.stop("broker shutting down"),
+        )
     )
     log.info(
         "remote tier at %s, task every %d ms", tiering.tier.store.url, settings.task_interval_ms

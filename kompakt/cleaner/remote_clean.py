@@ -136,6 +136,9 @@ class RemoteCleanEngine(Protocol):
         fault: Callable[[str], None],
     ) -> CleanedRange | None: ...
 
+    def cancel(self, why: str) -> None:
+        """Stop the running cleans (they raise, committing nothing) and refuse new ones."""
+
 
 def upload_cleaned(
     segments: RemoteStorageManager,
@@ -197,6 +200,13 @@ class RemoteCleaner:
         self.fault: Callable[[str], None] = lambda step: None  # tests fail a step here
         self._lock = threading.Lock()  # guards _pending
         self._pending: list[_Pending] = []
+
+    def stop(self, why: str) -> None:
+        """At broker shutdown: a running clean of the engine is cancelled and raises
+        (the manifest stays the old one) rather than holding the shutdown up; the
+        in-process engine's clean is short and runs to its end."""
+        if self.engine is not None:
+            self.engine.cancel(why)
 
     def due(self, m: PartitionManifest, min_cleanable_dirty_ratio: float) -> bool:
         """Kafka's rule for a compacted log: clean when the dirty ratio passes

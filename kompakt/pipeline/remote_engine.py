@@ -2,7 +2,8 @@
 
 The driver plans from the manifest (:mod:`kompakt.pipeline.remote_plan`: the cleaner's
 own planning over the manifest, the producers from the tiered snapshot and
-``.txnindex``), the executors fetch, clean and upload (:mod:`kompakt.pipeline.remote_tasks`),
+``.txnindex``; any producer batches above the newest snapshot are read by a task per
+segment), the executors fetch, clean and upload (:mod:`kompakt.pipeline.remote_tasks`),
 and the driver commits the returned segments by one manifest swap
 (:meth:`kompakt.cleaner.remote_clean.RemoteCleaner.commit`, shared with the in-process
 engine). No shared filesystem: executors read and write the bucket with the same client
@@ -21,14 +22,18 @@ bigger one is read by a task per segment and rewritten by a task per group
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 
+from kompakt.cleaner.manager import CleaningAbortedError
 from kompakt.cleaner.remote_clean import CLEANED, FETCHED, UPLOADED, CleanedRange
+from kompakt.errors import KompaktError
 from kompakt.pipeline.remote_plan import plan
-from kompakt.pipeline.remote_tasks import StoreAddress, clean_in_one_task
+from kompakt.pipeline.remote_tasks import StoreAddress, clean_in_one_task, executor_headers
 from kompakt.remote.manifest import PartitionManifest
 from kompakt.remote.storage import RemoteStorageManager, TransferStats
 from kompakt.remote.store import RemoteStorageError
@@ -95,6 +100,25 @@ class SparkRemoteEngine:
             SINGLE_TASK_BYTES if single_task_bytes is None else single_task_bytes
         )
         self.task_bytes = TASK_BYTES if task_bytes is None else task_bytes  # per read task
+        self._cv = threading.Condition()  # guards the two below
+        self._stopped: str | None = None  # guarded by _cv: why :meth:`cancel` stopped it
+        self._running: set[str] = set()  # guarded by _cv: job groups of the cleans now
+
+    def cancel(self, why: str, wait_s: float = 10.0) -> None:
+        """Stop (the broker shutting down, as Kafka's ``LogCleaner.shutdown`` interrupts a
+        clean): refuse new cleans and cancel the Spark job group of each running one
+        (``SparkContext.cancelJobGroup``; its tasks are killed, it commits nothing, the
+        manifest stays the one it started from). Cancelled again every 0.2 s, up to
+        ``wait_s``, until those cleans return: a job submitted just after a cancel (or
+        the next of a spread clean's jobs) goes too."""
+        with self._cv:
+            self._stopped = why
+            deadline = time.monotonic() + wait_s
+            while self._running and time.monotonic() < deadline:
+                sc = self._session().sparkContext
+                for group in self._running:
+                    sc.cancelJobGroup(group)
+                self._cv.wait(0.2)
 
     def clean_range(
         self,
@@ -106,16 +130,22 @@ class SparkRemoteEngine:
     ) -> CleanedRange | None:
         """Plan on the driver, clean and upload in the executors; the cleaned segments
         (new objects nothing names yet) and the clean point they reach."""
-        p = plan(self.segments, m, overrides, self.config, now, force)
-        if p is None:
-            return None
+        name = f"{m.topic}-{m.partition}"
+        group = f"kompakt-remote-{name}"
+        with self._cv:
+            if self._stopped is not None:
+                raise CleaningAbortedError((m.topic, m.partition), self._stopped)
+            self._running.add(group)
         spark = self._session()
         address = self.address
-        name = f"{m.topic}-{m.partition}"
         sc = spark.sparkContext
-        sc.setJobGroup(f"kompakt-remote-{name}", f"kompakt remote clean {name}")
+        sc.setJobGroup(group, f"kompakt remote clean {name}")
         transfers = sc.accumulator({}, _Counts())
         try:
+            headers = executor_headers(sc, address, transfers)
+            p = plan(self.segments, m, overrides, self.config, now, force, read_headers=headers)
+            if p is None:
+                return None
             if sum(s.size for g in p.groups for s in g.segments) <= self.single_task_bytes:
 
                 def run(_: Any) -> list:
@@ -126,11 +156,20 @@ class SparkRemoteEngine:
                 from kompakt.pipeline.remote_spread import clean_spread
 
                 pieces = clean_spread(spark, address, p, self.task_bytes, transfers)
+        except KompaktError:  # the driver's own (its plan's reads): as it is
+            raise
         except Exception as exc:  # a task's error arrives as the worker's traceback text
+            with self._cv:
+                stopped = self._stopped
+            if stopped is not None:
+                raise CleaningAbortedError((m.topic, m.partition), stopped) from exc
             raise RemoteStorageError(
                 f"{name}: the remote clean failed in a Spark task: {task_error(exc)}"
             ) from exc
         finally:
+            with self._cv:
+                self._running.discard(group)
+                self._cv.notify_all()
             add_transfers(self.segments.stats, transfers.value)
         fault(FETCHED)  # the executors fetched, cleaned and uploaded
         fault(CLEANED)

@@ -8,15 +8,15 @@ reading a segment: the cleaner's own planning functions
 the log they expect (segments with their sizes, index sizes and largest timestamps, an
 empty active segment at the remote end, the last stable offset there: the tier holds
 only segments below it). The producers' last batches come from the newest tiered
-producer snapshot (the remote end's, unless a segment lacks one: then the batch headers
-after it too) and the aborted transactions from the tiered ``.txnindex`` files, small
-files the driver reads whole.
+producer snapshot (the remote end's, unless a segment lacks one: then the producer
+batches after it too, which the Spark engine has its executors read) and the aborted
+transactions from the tiered ``.txnindex`` files, small files the driver reads whole.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from kompakt.cleaner import cleanable
@@ -31,6 +31,7 @@ from kompakt.log.producer_state import LastRecord, ProducerStateManager
 from kompakt.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX
 from kompakt.log.txn_index import AbortedTxn, parse_entries
 from kompakt.record.decode import iter_batches
+from kompakt.record.header import NO_PRODUCER_ID, Header
 from kompakt.remote.layout import file_base_offset
 from kompakt.remote.manifest import PartitionManifest, RemoteSegment
 from kompakt.remote.storage import RemoteStorageManager
@@ -109,15 +110,34 @@ class RemoteLogView:
         return LocalLog.segment_kwargs(self)  # type: ignore[arg-type]
 
 
+HeaderReader = Callable[[list[RemoteSegment]], Iterable[Header]]
+
+
+def driver_headers(segments: RemoteStorageManager) -> HeaderReader:
+    """The producer batches' headers of some segments, fetched by the driver itself."""
+
+    def read(remote: list[RemoteSegment]) -> Iterator[Header]:
+        for s in remote:
+            for b in iter_batches(segments.fetch_file(s, LOG_SUFFIX)):
+                if b.header.producer_id > NO_PRODUCER_ID:
+                    yield b.header
+
+    return read
+
+
 def last_records(
-    segments: RemoteStorageManager, m: PartitionManifest, now: int
+    segments: RemoteStorageManager,
+    m: PartitionManifest,
+    now: int,
+    read_headers: HeaderReader | None = None,
 ) -> dict[int, LastRecord]:
     """The active producers' last batches (Kafka's ``lastRecordsOfActiveProducers``) at
     the remote end, as a log opened there builds them (Kafka's
     ``LogLoader.rebuildProducerState``, :meth:`ProducerStateManager.load_entries`): the
     newest readable snapshot among the segments' (each at its segment's end; a corrupt
-    one is skipped for the next older, as ``load_latest`` does), then the batch headers
-    of the segments after it, fetched only then."""
+    one is skipped for the next older, as ``load_latest`` does), then the producer
+    batches of the segments after it, read by ``read_headers`` (the driver's own
+    fetch unless given) only when there are any."""
     start, entries = 0, []
     for s in reversed(m.segments):
         if SNAPSHOT_SUFFIX not in s.files:
@@ -127,12 +147,8 @@ def last_records(
             break
         except CorruptSnapshotError as exc:
             log.warning("%s-%d: skipping remote producer snapshot: %s", m.topic, m.partition, exc)
-    headers = (
-        b.header
-        for s in m.segments
-        if s.last_offset >= start
-        for b in iter_batches(segments.fetch_file(s, LOG_SUFFIX))
-    )
+    above = [s for s in m.segments if s.last_offset >= start]
+    headers = (read_headers or driver_headers(segments))(above) if above else ()
     state = ProducerStateManager()
     state.load_entries(entries, headers, start, now)
     return state.last_records_of_active_producers(now)
@@ -190,6 +206,7 @@ def plan(
     now: int,
     force: bool,
     check_done: Callable[[], None] = lambda: None,
+    read_headers: HeaderReader | None = None,
 ) -> RemotePlan | None:
     """The plan of a clean of ``m``'s remote range now (None: not eligible, or nothing
     to rewrite), by the cleaner's rules: the manifest's clean point is the checkpoint,
@@ -200,7 +217,9 @@ def plan(
     ltc = cleanable.log_to_clean(view, checkpoint, now)  # type: ignore[arg-type]
     if not cleanable.is_eligible(ltc, force=force):
         return None
-    producers = ProducerSummary(last_records(segments, m, now), aborted_transactions(segments, m))
+    producers = ProducerSummary(
+        last_records(segments, m, now, read_headers), aborted_transactions(segments, m)
+    )
     job = CleanJob(
         ltc,
         view.segments_snapshot(),  # type: ignore[arg-type]

@@ -36,7 +36,7 @@ from kompakt.log.segment_files import (
     segment_file,
 )
 from kompakt.pipeline import survivors
-from kompakt.pipeline.remote_plan import GroupPlan, RemotePlan
+from kompakt.pipeline.remote_plan import GroupPlan, HeaderReader, RemotePlan, driver_headers
 from kompakt.remote.manifest import RemoteSegment
 from kompakt.remote.storage import RemoteStorageManager
 
@@ -178,3 +178,17 @@ def rewrite_group(
             path.unlink(missing_ok=True)
         for f in fetched:
             f.log_path.unlink(missing_ok=True)
+
+
+def executor_headers(sc: Any, address: StoreAddress, transfers: Transfers) -> HeaderReader:
+    """The plan's producer batch headers of segments no producer snapshot covers, read
+    by a task per segment: the driver fetches no ``.log``."""
+
+    def read(remote: list[RemoteSegment]) -> list:
+        def task(s: RemoteSegment) -> list:
+            with opened(address, transfers) as store:
+                return list(driver_headers(store)([s]))
+
+        return sc.parallelize(remote, len(remote)).flatMap(task).collect()
+
+    return read

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from shared_kit import wait_for
 
+from kompakt.broker.app import BrokerThread
 from kompakt.broker.tiering import tiering_of
 from tests.broker.test_tiered import read_all
 from tests.remote.broker_kit import TIMEOUT, create_topic, tiered_broker
@@ -28,10 +29,11 @@ CONFIGS = {
 }
 
 
-@pytest.mark.slow
-def test_a_spark_broker_cleans_the_remote_range_in_executors(spark, tmp_path: Path) -> None:
-    b = tiered_broker(
-        tmp_path / "data",
+def spark_broker(data: Path, spark) -> BrokerThread:
+    """A tiered broker whose cleaner engine is Spark, on the test session's master,
+    running its remote log manager's task every 100 ms."""
+    return tiered_broker(
+        data,
         **{
             "remote.log.manager.task.interval.ms": "100",
             "kompakt.cleaner.engine": "spark",
@@ -39,6 +41,11 @@ def test_a_spark_broker_cleans_the_remote_range_in_executors(spark, tmp_path: Pa
             "kompakt.spark.start": "lazy",
         },
     )
+
+
+@pytest.mark.slow
+def test_a_spark_broker_cleans_the_remote_range_in_executors(spark, tmp_path: Path) -> None:
+    b = spark_broker(tmp_path / "data", spark)
     try:
         create_topic(b, TOPIC, CONFIGS)
         p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.num.messages": 7})
