@@ -9,7 +9,6 @@ leader epoch and each batch's maxTimestamp, as ``validateMessagesAndAssignOffset
 
 from __future__ import annotations
 
-import itertools
 from typing import NamedTuple
 
 import numpy as np
@@ -117,37 +116,48 @@ def validate_records(
         return [None] * len(batches)  # LogAppendTime, no keys to check: nothing to read
     lo = now - cfg.message_timestamp_before_max_ms
     hi = now + cfg.message_timestamp_after_max_ms
-    checks = RecordChecks(
+    with RecordChecks(
         batches, cfg.compact, create_time, max(lo, LONG_MIN), min(hi, LONG_MAX), capacity
-    )
-    counts = [0] * len(batches)
-    for i in data:
-        counts[i] = batches[i].header.record_count
-    first_rows = list(itertools.accumulate(counts, initial=0))  # rows count data records only
-    plain = [i for i in data if batches[i].header.compression == codecs.NONE]
-    packed: list[tuple[int, bytes]] = []
-    streamed: list[int] = []
+    ) as checks:
+        _walk(records, batches, data, checks)
+        if not checks.complete:  # more errors than kept: check again, keeping them all
+            capacity = checks.n_errors
+        else:
+            found, maxima = checks.found(), checks.batch_maxima()
+    if not checks.complete:
+        return validate_records(records, batches, config, name, now, capacity)
+    _raise_record_errors(found, name, lo, hi)
+    return maxima
+
+
+def _walk(records: Buffer, batches: list[RecordBatch], data: list[int], checks: RecordChecks):
+    """Walk the records of the ``data`` batches: uncompressed ones in place, compressed
+    payloads in memory up to :data:`IN_MEMORY_EXPANSION`, the rest streamed."""
+    plain: list[tuple[int, int, int, int, int]] = []
+    packed: list[tuple[int, int, int, bytes]] = []
+    streamed: list[tuple[int, int]] = []
     budget = IN_MEMORY_EXPANSION
+    row = 0  # rows count data records only
     for i in data:
         b = batches[i]
-        if b.header.compression == codecs.NONE:
-            continue
-        payload = codecs.decompress_bounded(b.header.compression, b.buffer[HEADER_SIZE:], budget)
-        if payload is None:
-            streamed.append(i)
+        h = b.header
+        count = h.record_count
+        if h.compression == codecs.NONE:
+            plain.append((b.position + HEADER_SIZE, b.position + h.size, count, i, row))
         else:
-            budget -= len(payload)
-            packed.append((i, payload))
+            payload = codecs.decompress_bounded(h.compression, b.buffer[HEADER_SIZE:], budget)
+            if payload is None:
+                streamed.append((i, row))
+            else:
+                budget -= len(payload)
+                packed.append((i, count, row, payload))
+        row += count
     if plain:
-        parts = [_in_place(batches[i], counts[i], first_rows[i], i) for i in plain]
-        checks.walk(np.frombuffer(records, np.uint8), parts)
-    for i, payload in packed:
-        checks.walk(
-            np.frombuffer(payload, np.uint8), [(0, len(payload), counts[i], i, first_rows[i])]
-        )
+        checks.walk(np.frombuffer(records, np.uint8), plain)
+    for i, count, row, payload in packed:
+        checks.walk(np.frombuffer(payload, np.uint8), [(0, len(payload), count, i, row)])
     del packed
-    for i in streamed:
-        row = first_rows[i]
+    for i, row in streamed:
         for part in stream_parts(batches[i]):
             if isinstance(part, Run):
                 checks.walk(part.buf, [(part.start, part.end, part.count, i, row)])
@@ -155,15 +165,6 @@ def validate_records(
             else:
                 checks.add(row, i, part.offset_delta, part.timestamp_delta, part.key_len)
                 row += 1
-    if not checks.complete:  # more errors than kept: check again, keeping them all
-        return validate_records(records, batches, config, name, now, checks.n_errors)
-    _raise_record_errors(checks.found(), name, lo, hi)
-    return checks.batch_maxima()
-
-
-def _in_place(b: RecordBatch, count: int, row: int, i: int) -> tuple[int, int, int, int, int]:
-    """The part of :meth:`RecordChecks.walk` for uncompressed batch ``i``, read in place."""
-    return (b.position + HEADER_SIZE, b.position + b.header.size, count, i, row)
 
 
 def _raise_record_errors(found: list[tuple[int, int, int, int]], name: str, lo: int, hi: int):

@@ -12,10 +12,12 @@ a compressed batch streamed a chunk at a time pass the same compiled rules.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numba
 import numpy as np
+from numba import types
 
 from kompakt.record.decode import RecordBatch
 from kompakt.record.header import NO_TIMESTAMP, TIMESTAMP_TYPE_BIT
@@ -46,8 +48,7 @@ def judge(ts, key_len, log_append, compact, create_time, lo, hi):
 def note(row, offset, ts, key_len, log_append, rules, errors, n_errors):
     """Judge one record (``rules``: compact, create time, lo, hi) and list it if in
     error; the new error count."""
-    compact, create_time, lo, hi = rules
-    kind = judge(ts, key_len, log_append, compact, create_time, lo, hi)
+    kind = judge(ts, key_len, log_append, rules[0] != 0, rules[1] != 0, rules[2], rules[3])
     if kind:
         if n_errors < errors.shape[0]:
             errors[n_errors, 0] = row
@@ -69,6 +70,25 @@ BATCH_SIZE = 5  # bytes left after the last record
 START, END, COUNT, BATCH, FIRST_ROW = range(5)  # parts: one row per run of records
 BASE_OFFSET, BASE_TS, MAX_TS, LOG_APPEND, COMPRESSED = range(5)  # meta: one row per batch
 TOP, SEEN = range(2)  # state: one row per batch
+COMPACT, CREATE_TIME, LO, HI = range(4)  # rules
+
+_ROWS = types.Array(types.int64, 2, "C")
+_LONGS = types.Array(types.int64, 1, "C")
+# check_records' explicit signatures (the record bytes read-only, from ``bytes``, or
+# writable): compiled or loaded once at import, so a call's dispatch only matches them.
+_SIGNATURES = [
+    types.UniTuple(types.int64, 2)(
+        types.Array(types.uint8, 1, "C", readonly=ro),
+        _ROWS,
+        _ROWS,
+        _LONGS,
+        _ROWS,
+        _ROWS,
+        types.int64,
+        _LONGS,
+    )  # fmt: skip
+    for ro in (True, False)
+]
 
 
 @numba.njit(inline="always", **_JIT)
@@ -95,7 +115,7 @@ def headers_end(buf, pos, rec_end, strict):
     return pos, 0
 
 
-@numba.njit(**_JIT)
+@numba.njit(_SIGNATURES, **_JIT)
 def check_records(buf, parts, meta, rules, state, errors, n_errors, fail):
     """Check ``parts[k, COUNT]`` records in ``buf[parts[k, START]:parts[k, END]]`` of
     batch ``parts[k, BATCH]`` (rows from ``parts[k, FIRST_ROW]``), folding their
@@ -150,13 +170,43 @@ def _why(fail: list[int]) -> str:
     }.get(reason, "Found invalid record structure")
 
 
+class _Scratch(threading.local):
+    """One thread's arrays for :class:`RecordChecks`, reused from append to append so a
+    check allocates nothing for a request of a few batches; ``busy`` while one holds
+    them (a second check in the same thread meanwhile gets its own)."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.rows = 0
+        self.capacity = 0
+        self.rules = np.empty(4, np.int64)
+        self.fail = np.zeros(3, np.int64)
+        self.grow(8, 1024)
+
+    def grow(self, rows: int, capacity: int) -> None:
+        """Room for ``rows`` batches or parts and ``capacity`` errors."""
+        if rows > self.rows:
+            self.rows = max(rows, 2 * self.rows)
+            self.meta = np.empty((self.rows, 5), np.int64)
+            self.state = np.empty((self.rows, 2), np.int64)
+            self.parts = np.empty((self.rows, 5), np.int64)
+        if capacity > self.capacity:
+            self.capacity = capacity
+            self.errors = np.empty((capacity, 4), np.int64)
+
+
+_SCRATCH = _Scratch()
+
+
 class RecordChecks:
     """The state of one record set's check: each batch's largest timestamp and the
     records in error, filled by :meth:`walk` (the kernel) and :meth:`add` (a record read
     elsewhere, e.g. one larger than a streamed chunk).
 
     Only the first ``capacity`` errors are kept; :attr:`n_errors` counts them all, so a
-    caller that must list every error can check again with a larger capacity."""
+    caller that must list every error can check again with a larger capacity. The
+    arrays are the thread's, reused: :meth:`close` (or leaving a ``with`` block) returns
+    them, and the results are read before that."""
 
     def __init__(
         self,
@@ -167,32 +217,51 @@ class RecordChecks:
         hi: int,
         capacity: int,
     ):
+        n = len(batches)
+        scratch = _SCRATCH
+        if scratch.busy:  # a check already running in this thread keeps its arrays
+            scratch = _Scratch()
+        scratch.busy = True
+        scratch.grow(n, capacity)
+        self._scratch = scratch
         self.batches = batches
-        self.rules = (bool(compact), bool(create_time), np.int64(lo), np.int64(hi))
-        self.meta = np.array(
-            [
-                (
-                    h.base_offset,
-                    h.base_timestamp,
-                    h.max_timestamp,
-                    h.attributes & TIMESTAMP_TYPE_BIT,
-                    h.compression,
-                )
-                for h in (b.header for b in batches)
-            ],
-            np.int64,
-        ).reshape(-1, 5)
-        self.state = np.zeros((len(batches), 2), np.int64)
-        self.state[:, TOP] = _LONG_MIN
-        self.errors = np.empty((capacity, 4), np.int64)
+        self.rules = scratch.rules
+        self.rules[:] = (compact, create_time, lo, hi)
+        self.meta = meta = scratch.meta[:n]
+        for i, b in enumerate(batches):
+            h = b.header
+            meta[i] = (
+                h.base_offset,
+                h.base_timestamp,
+                h.max_timestamp,
+                h.attributes & TIMESTAMP_TYPE_BIT,
+                h.compression,
+            )
+        self.state = scratch.state[:n]
+        self.state[:] = (_LONG_MIN, 0)
+        self.errors = scratch.errors[:capacity]
         self.n_errors = 0
-        self._fail = np.zeros(3, np.int64)
+        self._fail = scratch.fail
+
+    def close(self) -> None:
+        """Give the arrays back to the thread for its next check."""
+        self._scratch.busy = False
+
+    def __enter__(self) -> RecordChecks:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def walk(self, buf: np.ndarray, parts: Sequence[tuple[int, int, int, int, int]]) -> None:
         """Check the records of each part, (start, end, count, batch index, first row)
         (see :func:`check_records`); a malformed part raises :class:`CorruptRecordError`
         naming its batch."""
-        table = np.array(parts, np.int64).reshape(-1, 5)
+        scratch = self._scratch
+        scratch.grow(len(parts), 0)
+        table = scratch.parts[: len(parts)]
+        for k, part in enumerate(parts):
+            table[k] = part
         bad, self.n_errors = check_records(
             buf, table, self.meta, self.rules, self.state, self.errors, self.n_errors, self._fail
         )

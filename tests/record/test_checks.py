@@ -9,6 +9,8 @@ record timestamp.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,6 +45,7 @@ def _walk(data: bytes, compact: bool, create_time: bool, lo: int, hi: int, capac
         )
         row += b.header.record_count
     checks.walk(np.frombuffer(data, np.uint8), parts)
+    checks.close()  # the results stay readable until the thread's next check
     return batches, checks
 
 
@@ -84,3 +87,40 @@ def test_errors_beyond_capacity_are_counted_so_the_caller_can_list_them_all():
     _batches, checks = _walk(data, True, True, NOW, NOW, capacity=3)
     assert (checks.n_errors, checks.complete) == (10, False)
     assert [e[0] for e in checks.found()] == [0, 1, 2]
+
+
+def _keys_and_maxima(data: bytes, compact: bool) -> tuple[list[tuple[int, int]], list]:
+    """A check's (row, kind) errors and batch maxima, read while it is open."""
+    batches = list(iter_batches(data))
+    with RecordChecks(batches, compact, True, NOW - 1000, NOW + 1000, 8) as checks:
+        b = batches[0]
+        part = (b.position + HEADER_SIZE, b.position + b.header.size, b.header.record_count, 0, 0)
+        checks.walk(np.frombuffer(data, np.uint8), [part])
+        return [e[:2] for e in checks.found()], checks.batch_maxima()
+
+
+def test_a_check_reusing_the_threads_arrays_starts_clean_and_a_nested_one_gets_its_own():
+    """The arrays a thread reuses from check to check carry nothing over: Kafka's
+    validateKey judges each record set alone (a null key on a compacted topic)."""
+    keyless = build_batch([Record(0, NOW + 5, None, b"v", [])])
+    keyed = build_batch([Record(0, NOW + 3, b"k", b"v", [])])
+
+    def in_a_fresh_thread() -> tuple:
+        first = _keys_and_maxima(keyless, compact=True)
+        second = _keys_and_maxima(keyed, compact=True)
+        batches = list(iter_batches(keyed))
+        with RecordChecks(batches, True, True, NOW - 1000, NOW + 1000, 8) as outer:
+            h = batches[0].header
+            outer.walk(
+                np.frombuffer(keyed, np.uint8),
+                [(HEADER_SIZE, h.size, h.record_count, 0, 0)],
+            )
+            nested = _keys_and_maxima(keyless, compact=True)  # while the outer one is open
+            return first, second, nested, (outer.found(), outer.batch_maxima())
+
+    with ThreadPoolExecutor(1) as pool:  # a thread whose arrays no other test touched
+        first, second, nested, outer = pool.submit(in_a_fresh_thread).result()
+    assert first == ([(0, KEY_NULL)], [NOW + 5])
+    assert second == ([], [NOW + 3])
+    assert nested == ([(0, KEY_NULL)], [NOW + 5])
+    assert outer == ([], [NOW + 3])
