@@ -60,11 +60,9 @@ RETENTION_MS = 15000
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "2048", "local.retention.bytes": "2048"}
 COMPACT_CONFIG = {
     **TIERED,
-    # no tiered segment kept locally: the local cleaner then never merges one with a
-    # segment not tiered yet. Such a merged segment is tiered from the remote end with
-    # its file reaching below it, and a remote clean then fails every pass on a
-    # manifest whose segments overlap, orphaning its upload each time (seen with 2048)
-    "local.retention.bytes": "0",
+    # TIERED's local.retention.bytes keeps a tiered segment locally: the local cleaner
+    # merges it with segments not tiered yet, and the merged segment goes up from the
+    # remote end only (a kill mid-way must not leave overlapping manifest segments)
     "cleanup.policy": "compact",
     "min.cleanable.dirty.ratio": "0.3",
     "delete.retention.ms": str(DELETE_RETENTION_MS),
