@@ -185,19 +185,19 @@ def test_concurrent_offset_commits_share_one_fsync_each_answered_once_durable(
         await asyncio.to_thread(logs.create_topic, "t", 1)
         plog = logs.get_log("__consumer_offsets", 0)
         fsyncs = []
-        flush = plog.flush
+        flush = plog.flush_records
 
-        def counted(now_ms: int | None = None) -> None:
+        def counted() -> None:
             fsyncs.append(plog.log_end_offset)
-            flush(now_ms)
+            flush()
 
-        plog.flush = counted  # type: ignore[method-assign]
+        plog.flush_records = counted  # type: ignore[method-assign]
 
         def durable_keys() -> set[bytes]:
             return {
                 bytes(r.key)
                 for b in plog.iter_batches(0)
-                if b.header.last_offset < plog.recovery_point
+                if b.header.last_offset < plog.durable_offset
                 for r in b.records()
             }
 

@@ -268,16 +268,30 @@ class OffsetsStorage:
 
 def append_batch(plog: Any, items: Records, durable: bool) -> None:
     """A coordinator's write to its internal topic: ``items`` as one batch, fsynced if
-    ``durable`` (acks=all), else left for :func:`flush_appended` to cover with others'."""
+    ``durable``, else left for :func:`flush_appended` to cover with others'.
+
+    Kafka appends a coordinator's records with ``requiredAcks = -1`` (the transaction
+    log's ``EnforcedRequiredAcks``, ``offsets.commit.required.acks``): the answer waits
+    for the records to be durable, as a Produce with acks=all, and no more. So only the
+    ``.log`` files are fsynced (:meth:`PartitionLog.flush_records`); the indexes and the
+    recovery point are the periodic flush's, and recovery rebuilds them from the
+    records."""
     plog.append(build_simple_batch(items, timestamp=plog.clock()))
     if durable:
-        plog.flush()
+        plog.flush_records()
+
+
+def unflushed(plog: Any) -> bool:
+    """Whether ``plog`` has appends not yet fsynced. Read without the log's lock: a
+    stale answer only costs a flush that finds nothing to do."""
+    return plog.durable_offset < plog.log_end_offset
 
 
 def flush_appended(plog: Any) -> None:
-    """fsync what was appended to ``plog`` and is not yet durable, if anything."""
-    if plog.recovery_point < plog.log_end_offset:
-        plog.flush()
+    """fsync the records appended to ``plog`` and not yet durable, if any (acks=all's
+    fsync, as :func:`append_batch`)."""
+    if unflushed(plog):
+        plog.flush_records()
 
 
 def ensure_internal_topic(logs: Any, name: str, partitions: int, segment_bytes: int) -> int:

@@ -305,16 +305,21 @@ class TransactionBroker:
         self, unflushed: dict[TopicPartition, Any], todo: set[TopicPartition]
     ) -> None:
         """fsync the partitions' markers at once, each on its own thread (a journaling
-        file system commits fsyncs that wait together in one go); a partition done
+        file system commits fsyncs that wait together in one go). Only the ``.log``
+        files: Kafka's ``handleWriteTxnMarkersRequest`` appends the markers with
+        ``requiredAcks = -1``, durable as an acks=all Produce (the indexes and the
+        recovery point are the periodic flush's, rebuilt by recovery). A partition done
         leaves ``unflushed`` and ``todo``, a failed one stays for the retry, which then
         only fsyncs it (no second marker), and the first failure is raised."""
         if len(unflushed) == 1:  # nothing to overlap
             ((tp, plog),) = unflushed.items()
-            plog.flush()
+            plog.flush_records()
             del unflushed[tp]
             todo.discard(tp)
             return
-        futures = [(tp, self._flushers.submit(plog.flush)) for tp, plog in unflushed.items()]
+        futures = [
+            (tp, self._flushers.submit(plog.flush_records)) for tp, plog in unflushed.items()
+        ]
         failed: Exception | None = None
         for tp, fut in futures:
             try:
@@ -351,7 +356,8 @@ class TransactionBroker:
     ) -> Completion[ErrorCode]:
         """TxnOffsetCommit's write (Kafka's ``storeOffsets`` with a producer id): one
         transactional batch of the producer in the group's ``__consumer_offsets``
-        partition; pending until the marker."""
+        partition, its records fsynced as acks=all's (``offsets.commit.required.acks``
+        -1); pending until the marker."""
         gc = group_handlers.coordinator_if_started(self.state)
         assert gc is not None and gc.storage is not None
         storage = gc.storage
@@ -372,7 +378,7 @@ class TransactionBroker:
                     transactional=True,
                 )
             )
-            plog.flush()
+            plog.flush_records()
 
         out: Completion[ErrorCode] = Completion()
 

@@ -13,6 +13,7 @@ from kompakt.broker.coordinator.storage import (
     append_batch,
     ensure_internal_topic,
     flush_appended,
+    unflushed,
 )
 from kompakt.broker.txn import records as txn_rec
 from kompakt.broker.txn.records import TransactionLogValue
@@ -68,7 +69,5 @@ class TransactionLog:
         flush_appended(self.logs.get_log(TRANSACTION_STATE_TOPIC, partition))
 
     def unflushed(self, partition: int) -> bool:
-        """Whether the partition has appends not yet fsynced. Read without the log's
-        lock: a stale answer only costs a flush that finds nothing to do."""
-        plog = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
-        return plog.recovery_point < plog.log_end_offset
+        """Whether the partition has appends not yet fsynced (:func:`unflushed`)."""
+        return unflushed(self.logs.get_log(TRANSACTION_STATE_TOPIC, partition))

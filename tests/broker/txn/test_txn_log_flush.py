@@ -6,9 +6,12 @@ before its answer (Kafka writes each with acks=-1; kompakt's acks=all is an fsyn
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
-from confluent_kafka import Producer
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from shared_kit import unique, wait_for
 
@@ -19,6 +22,7 @@ from kompakt.broker.txn.state import TransactionState
 from kompakt.log.partition_log import PartitionLog
 
 TIMEOUT = 20
+PARTITION_DIR = re.compile(r".+-\d+")
 
 
 def last_state(plog: PartitionLog, tid: str) -> TransactionState | None:
@@ -46,9 +50,78 @@ def test_complete_record_is_fsynced_without_a_next_transaction(tmp_path: Path) -
 
         def flushed_complete() -> bool:
             with plog.lock:
-                done = plog.recovery_point == plog.log_end_offset
+                done = plog.durable_offset == plog.log_end_offset
             return done and last_state(plog, tid) == TransactionState.COMPLETE_COMMIT
 
         wait_for(flushed_complete, "CompleteCommit appended and fsynced", TIMEOUT)
+    finally:
+        b.stop()
+
+
+def partition_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The files of partition folders (``<topic>-<n>/``) that the process fsyncs from now
+    on: the data dir's checkpoints and a folder's own entry are not the commit's."""
+    paths: list[Path] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if PARTITION_DIR.fullmatch(path.parent.name):
+            paths.append(path)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return paths
+
+
+def test_a_transactions_commit_path_fsyncs_only_log_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka appends every record of a transaction's commit with ``requiredAcks = -1``:
+    the coordinator's ``__transaction_state`` records (``TransactionLog.
+    EnforcedRequiredAcks``), the TxnOffsetCommit (``offsets.commit.required.acks``) and
+    the markers (``handleWriteTxnMarkersRequest``), which on one node is an fsync of the
+    records, as an acks=all Produce's. The indexes (one entry per append here) are
+    derived and left to the periodic flush, and recovery rebuilds them. Was: each of
+    these writes ran the log's full flush, the offset and time indexes fsynced too."""
+    b = start_test_broker(
+        tmp_path,
+        **{
+            "transaction.state.log.num.partitions": 1,
+            "offsets.topic.num.partitions": 1,
+            "log.index.interval.bytes": 0,
+        },
+    )
+    try:
+        topic, tid = unique("only-log"), unique("tx")
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT)
+        group = Consumer({"bootstrap.servers": b.bootstrap, "group.id": unique("g")})
+        p = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": tid})
+        p.init_transactions(TIMEOUT)
+        state = b.logs.get_log(TRANSACTION_STATE_TOPIC, 0)
+
+        def one_transaction(value: bytes) -> None:
+            p.begin_transaction()
+            p.produce(topic, value)
+            offsets = [TopicPartition(topic, 0, 1)]
+            p.send_offsets_to_transaction(offsets, group.consumer_group_metadata(), TIMEOUT)
+            p.commit_transaction(TIMEOUT)
+
+            def complete_durable() -> bool:
+                done = state.durable_offset == state.log_end_offset
+                return done and last_state(state, tid) == TransactionState.COMPLETE_COMMIT
+
+            wait_for(complete_durable, "CompleteCommit appended and fsynced", TIMEOUT)
+
+        one_transaction(b"v0")  # the files made and their folders' entries fsynced
+        fsynced = partition_fsyncs(monkeypatch)
+        one_transaction(b"v1")
+        monkeypatch.undo()
+        folders = {f.parent.name for f in fsynced}
+        assert {f"{topic}-0", "__consumer_offsets-0", f"{TRANSACTION_STATE_TOPIC}-0"} <= folders
+        assert [f.name for f in fsynced if f.suffix != ".log"] == []
+        assert state.recovery_point < state.log_end_offset  # the periodic flush's to move
+        group.close()
     finally:
         b.stop()
