@@ -245,11 +245,16 @@ def build_control_batch(
 
 
 def build_empty_batch(header: Header) -> bytes:
-    """The header-only batch the cleaner keeps for a producer's last batch (count 0)."""
+    """The header-only batch the cleaner keeps for a producer's last batch (count 0).
+
+    As Kafka's ``DefaultRecordBatch.writeEmptyHeader``: uncompressed (there is no
+    payload to decompress) and with no KIP-534 delete horizon; the timestamp type,
+    transactional and control bits stay.
+    """
     return assemble_batch(
         header.base_offset,
         header.partition_leader_epoch,
-        header.attributes,
+        header.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_BIT),
         header.last_offset_delta,
         NO_TIMESTAMP,
         header.max_timestamp,

@@ -19,12 +19,20 @@ from kompakt.errors import CorruptRecordError
 from kompakt.record import codecs, kernel
 from kompakt.record.decode import Record, RecordBatch, iter_batches
 from kompakt.record.encode import (
+    assemble_batch,
     build_batch,
     build_control_batch,
     build_empty_batch,
     build_simple_batch,
 )
-from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT, HEADER_SIZE, set_base_offset
+from kompakt.record.header import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    DELETE_HORIZON_BIT,
+    HEADER_SIZE,
+    TRANSACTIONAL_BIT,
+    set_base_offset,
+)
 from kompakt.record.varint import (
     MAX_VARINT_BYTES,
     TRUNCATED,
@@ -127,8 +135,61 @@ def test_empty_compressed_batch_has_no_records_like_kafka_default_record_batch(c
     src = RecordBatch.from_bytes(
         build_batch([Record(10, 1, b"a", b"1")], compression=codec, producer_id=5)
     )
-    empty = RecordBatch.from_bytes(build_empty_batch(src.header))
+    h = src.header
+    # a header-only batch that still names its codec (as an older cleaner wrote them)
+    data = assemble_batch(
+        h.base_offset,
+        h.partition_leader_epoch,
+        h.attributes,
+        h.last_offset_delta,
+        -1,
+        h.max_timestamp,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        0,
+        b"",
+    )
+    empty = RecordBatch.from_bytes(data)
     assert empty.header.compression == codec and empty.header.record_count == 0
+    assert empty.records() == []
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_empty_batch_is_uncompressed_without_delete_horizon_like_kafka_write_empty_header(codec):
+    """Kafka's ``DefaultRecordBatch.writeEmptyHeader`` writes CompressionType.NONE and no
+    delete horizon, keeping the timestamp type and the transactional bit."""
+    src = RecordBatch.from_bytes(
+        build_batch(
+            [Record(10, 1, b"a", b"1")],
+            compression=codec,
+            producer_id=5,
+            producer_epoch=0,
+            base_sequence=0,
+            transactional=True,
+        )
+    )
+    h = src.header
+    stamped = assemble_batch(
+        h.base_offset,
+        h.partition_leader_epoch,
+        h.attributes | DELETE_HORIZON_BIT,
+        h.last_offset_delta,
+        99,
+        h.max_timestamp,
+        h.producer_id,
+        h.producer_epoch,
+        h.base_sequence,
+        h.record_count,
+        bytes(src.buffer[HEADER_SIZE:]),
+    )
+    empty = RecordBatch.from_bytes(build_empty_batch(RecordBatch.from_bytes(stamped).header))
+    empty.ensure_valid()
+    e = empty.header
+    assert e.compression == codecs.NONE
+    assert not e.attributes & DELETE_HORIZON_BIT
+    assert e.attributes & TRANSACTIONAL_BIT
+    assert (e.base_timestamp, e.max_timestamp, e.record_count) == (-1, h.max_timestamp, 0)
     assert empty.records() == []
 
 
