@@ -16,13 +16,16 @@ The files live in a folder of the log dir's staging folder (:func:`scratch`): ne
 the segments, on the storage every executor already reads them from (the Spark
 engine's requirement), never inside a partition's folder, and removed when the clean
 ends. A retried or speculative map attempt writes a file of its own name; only the
-attempt whose result Spark returns is read.
+attempt whose result Spark returns is read. A clean killed before its end leaves its
+folder behind: the first clean of a process in that staging folder removes such
+leftovers (the data dir's lock keeps any other process from cleaning there).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -51,11 +54,30 @@ class Spill:
 BucketPart = tuple[str, int, int]  # (file, first row, rows) of one bucket in one spill
 
 
+# staging folders whose leftovers this process removed (guarded by _swept_lock)
+_swept: set[str] = set()
+_swept_lock = threading.Lock()
+
+
+def _remove_leftovers(staging: Path) -> None:
+    """Remove the exchange folders of cleans a kill ended, once per process and staging
+    folder, before this process makes one of its own there: a folder already present
+    then belongs to a process that no longer holds the data dir."""
+    key = os.path.abspath(staging)
+    with _swept_lock:
+        if key in _swept:
+            return
+        _swept.add(key)
+        for old in staging.glob(f"{SCRATCH_PREFIX}*"):
+            shutil.rmtree(old, ignore_errors=True)
+
+
 @contextmanager
 def scratch(part_dir: str | os.PathLike) -> Iterator[Path]:
     """A new folder for one clean's exchange files beside the partition's log dir,
     removed (with the staging folder, when nothing else is in it) when the block ends."""
     staging = Path(part_dir).parent / STAGING_DIR
+    _remove_leftovers(staging)
     folder = staging / f"{SCRATCH_PREFIX}{uuid.uuid4().hex}"
     folder.mkdir(parents=True)
     try:

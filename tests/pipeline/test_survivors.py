@@ -390,6 +390,25 @@ def test_the_exchange_folder_is_removed_after_the_clean_and_leaves_others(tmp_pa
     assert not folder.exists() and (tmp_path / "data" / ".kompakt-staging" / "a-write").exists()
 
 
+def test_a_killed_cleans_exchange_folder_goes_with_the_next_process_first_clean(tmp_path: Path):
+    """A SIGKILL mid-clean leaves ``clean-*`` behind; the next process's first clean in
+    that data dir removes it, and leaves a write's staging folder alone."""
+    part_dir = tmp_path / "data" / "t-0"
+    part_dir.mkdir(parents=True)
+    staging = tmp_path / "data" / ".kompakt-staging"
+    killed = staging / "clean-0123"
+    killed.mkdir(parents=True)
+    (killed / "rows").write_bytes(b"x" * 24)
+    (staging / "a-write").mkdir()
+    with exchange.scratch(part_dir) as folder:
+        assert not killed.exists() and folder.exists()
+        other = staging / "clean-of-a-running-clean"
+        other.mkdir()
+        with exchange.scratch(part_dir):  # a second clean of the same process
+            assert other.exists()
+    assert (staging / "a-write").exists()
+
+
 def test_the_reduce_side_split_into_small_tables_marks_the_same_bits(monkeypatch):
     rng = np.random.default_rng(4)
     digests = rng.integers(-(2**63), 2**63 - 1, (50, 2), dtype=np.int64)
