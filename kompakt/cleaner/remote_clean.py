@@ -33,6 +33,8 @@ import logging
 import shutil
 import tempfile
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -162,6 +164,23 @@ def upload_cleaned(
     return CleanedSegment(covered, replace(remote, base_offset=covered[0].base_offset))
 
 
+HISTORY_PER_PARTITION = 20  # remote cleans the console lists per partition
+
+
+@dataclass(frozen=True)
+class RemoteCleanRecord:
+    """One committed remote clean, as the console's history lists it."""
+
+    ended_ms: int
+    engine: str
+    duration_ms: int
+    replaced_segments: int
+    replaced_bytes: int
+    cleaned_segments: int
+    cleaned_bytes: int
+    clean_point: int
+
+
 @dataclass
 class _Pending:
     due_ms: int
@@ -198,8 +217,33 @@ class RemoteCleaner:
         self.broker_config = dict(broker_config or {})
         self.work_dir = work_dir  # None: the system's temporary folder
         self.fault: Callable[[str], None] = lambda step: None  # tests fail a step here
-        self._lock = threading.Lock()  # guards _pending
+        self._lock = threading.Lock()  # guards _pending and _history
         self._pending: list[_Pending] = []
+        self._history: dict[tuple[str, int], deque[RemoteCleanRecord]] = {}
+
+    def history(self, topic: str, partition: int) -> list[RemoteCleanRecord]:
+        """The partition's last committed remote cleans, newest first (kept in memory
+        since the broker started, :data:`HISTORY_PER_PARTITION` at most)."""
+        with self._lock:
+            return list(reversed(self._history.get((topic, partition), ())))
+
+    def _remember(self, started: float, result: RemoteCleanResult) -> None:
+        m = result.manifest.value
+        record = RemoteCleanRecord(
+            ended_ms=self.clock(),
+            engine=self.engine.name if self.engine is not None else "local",
+            duration_ms=int((time.monotonic() - started) * 1000),
+            replaced_segments=len(result.replaced),
+            replaced_bytes=sum(s.size for s in result.replaced),
+            cleaned_segments=len(result.cleaned),
+            cleaned_bytes=sum(s.size for s in result.cleaned),
+            clean_point=m.clean_point,
+        )
+        with self._lock:
+            kept = self._history.setdefault(
+                (m.topic, m.partition), deque(maxlen=HISTORY_PER_PARTITION)
+            )
+            kept.append(record)
 
     def stop(self, why: str) -> None:
         """At broker shutdown: a running clean of the engine is cancelled and raises
@@ -227,13 +271,17 @@ class RemoteCleaner:
         m = current.value
         if not m.segments:
             return None
+        started = time.monotonic()
         if self.engine is not None:
             made = self.engine.clean_range(m, overrides, force, self.clock(), self.fault)
         else:
             made = self._clean_in_process(m, overrides, force)
         if made is None or not made.pieces:
             return None
-        return self.commit(current, made, delete_delay_ms)
+        result = self.commit(current, made, delete_delay_ms)
+        if result is not None:
+            self._remember(started, result)
+        return result
 
     def commit(
         self, current: Versioned[PartitionManifest], made: CleanedRange, delete_delay_ms: int

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kompakt.broker.tiering import Tiering, tiering_of
+from kompakt.cleaner.remote_clean import RemoteCleanRecord
 from kompakt.log.partition_log import PartitionLog
 from kompakt.remote.manifest import PartitionManifest
 from kompakt.remote.store import RemoteStorageError
@@ -45,6 +46,7 @@ class TierView:
     lag_segments: int
     lag_bytes: int
     error: str | None = None
+    cleans: tuple[RemoteCleanRecord, ...] = ()
 
     def count(self, where: str) -> int:
         return sum(1 for r in self.rows if r.where == where)
@@ -58,12 +60,13 @@ def tier_view(broker: Any, plog: PartitionLog) -> TierView | None:
     if tiering is None or not plog.config.remote_storage_enable:
         return None
     url = tiering.tier.store.url
+    cleans = tuple(tiering.remote_cleaner.history(plog.topic, plog.partition))
     try:
         m = tiering.manifest(plog)
     except RemoteStorageError as exc:
-        return TierView(url, _rows(plog, None), None, 0, 0, error=str(exc))
+        return TierView(url, _rows(plog, None), None, 0, 0, error=str(exc), cleans=cleans)
     n, nbytes = tiering.copy_lag(plog, m)
-    return TierView(url, _rows(plog, m), m, n, nbytes)
+    return TierView(url, _rows(plog, m), m, n, nbytes, cleans=cleans)
 
 
 def _rows(plog: PartitionLog, m: PartitionManifest | None) -> list[TierRow]:

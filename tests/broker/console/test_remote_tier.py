@@ -136,9 +136,12 @@ def test_partition_page_of_a_tiered_topic_needs_describe(tmp_path: Path) -> None
         b.stop()
 
 
-def test_after_a_remote_clean_the_page_shows_the_clean_point(tmp_path: Path) -> None:
-    """The manifest's clean point after a clean of the remote range (no per-clean
-    history is kept yet, and the page says so instead of showing an empty table)."""
+def test_after_a_remote_clean_the_page_shows_the_clean_point_and_its_history(
+    tmp_path: Path,
+) -> None:
+    """The manifest's clean point after a clean of the remote range, and the remote
+    clean in the history table: engine, segments and bytes before and after, and the
+    clean point it committed."""
     b = start(tmp_path / "data", **{"log.cleaner.enable": "true"})
     try:
         create_topic(b, "tiered", {**TIERED, "min.cleanable.dirty.ratio": "0.01"})
@@ -154,8 +157,17 @@ def test_after_a_remote_clean_the_page_shows_the_clean_point(tmp_path: Path) -> 
         html = page(b.admin_port, "tiered").text
         point = int(bold(html, "tier-clean-point"))
         assert point > 0
-        assert f"offsets below the clean point {point} are clean" in html
         assert "none yet" not in html
+        history = tiering.remote_cleaner.history("tiered", 0)
+        assert history and history[0].engine == "local"
+        assert history[0].replaced_segments >= history[0].cleaned_segments >= 1
+        assert history[0].replaced_bytes > history[0].cleaned_bytes
+        cells = re.findall(r'<tr class="remote-clean">(.*?)</tr>', html, re.S)
+        assert cells
+        first = re.findall(r"<td[^>]*>([^<]*)</td>", cells[0])
+        assert first[1] == "local"
+        committed = [c.clean_point for c in tiering.remote_cleaner.history("tiered", 0)]
+        assert int(first[5]) in committed and point in committed
     finally:
         b.stop()
 
