@@ -34,7 +34,7 @@ lint: test-deps
 	$(BIN)/ruff format --check kompakt tests benchmarks
 
 test: test-deps lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 bench: venv
 	$(BIN)/python benchmarks/bench_log.py
