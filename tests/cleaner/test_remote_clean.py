@@ -130,6 +130,19 @@ def assert_names_existing(tier: RemoteTier, m: PartitionManifest) -> None:
     assert m.keys() <= present
 
 
+def assert_next_clean_recovers(tier: RemoteTier, cleaner, want: dict) -> None:
+    """After a failed or killed clean: the next clean reaches the remote end, and the
+    orphan sweep leaves exactly the objects the manifest names, reading back ``want``."""
+    cleaner.clean(manifest(tier), CONFIGS, 0)
+    cleaner.delete_due()
+    m = manifest(tier).value
+    assert m.clean_point == m.end_offset
+    tier.metadata.orphan_grace_ms = 0
+    tier.metadata.sweep_orphans()
+    assert {o.key for o in tier.store.list(segments_folder(TOPIC, 0))} == m.keys()
+    assert remote_state(tier, m) == want
+
+
 def manifest(tier: RemoteTier):
     return tier.metadata.load_partition(TOPIC, 0)
 

@@ -18,6 +18,7 @@ from test_remote_clean import (
     CONFIGS,
     TOPIC,
     assert_names_existing,
+    assert_next_clean_recovers,
     feed,
     manifest,
     remote_state,
@@ -25,7 +26,6 @@ from test_remote_clean import (
 )
 
 from kompakt.cleaner.remote_clean import CLEANED, COMMITTED, DELETED, FETCHED, UPLOADED
-from kompakt.remote.layout import segments_folder
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD = """
@@ -63,11 +63,4 @@ def test_sigkill_at_each_step_loses_nothing(tmp_path: Path, step: str):
     m = manifest(tier).value
     assert_names_existing(tier, m)
     assert remote_state(tier, m) == want
-    cleaner.clean(manifest(tier), CONFIGS, 0)
-    cleaner.delete_due()
-    m = manifest(tier).value
-    assert m.clean_point == m.end_offset
-    tier.metadata.orphan_grace_ms = 0
-    tier.metadata.sweep_orphans()
-    assert {o.key for o in tier.store.list(segments_folder(TOPIC, 0))} == m.keys()
-    assert remote_state(tier, m) == want
+    assert_next_clean_recovers(tier, cleaner, want)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from test_remote_clean import (
     CONFIGS,
-    TOPIC,
     Boom,
     assert_names_existing,
+    assert_next_clean_recovers,
     feed,
     manifest,
     remote_state,
@@ -24,7 +24,6 @@ from test_remote_engine import spark_cleaner
 
 from kompakt.cleaner.remote_clean import CLEANED, COMMITTED, DELETED, FETCHED, UPLOADED
 from kompakt.log.segment import LOG_SUFFIX
-from kompakt.remote.layout import segments_folder
 from kompakt.remote.store import RemoteStorageError
 
 pytestmark = pytest.mark.slow
@@ -57,14 +56,7 @@ def test_a_failure_at_any_step_loses_nothing(setup, step: str):
     assert_names_existing(tier, m)
     assert remote_state(tier, m) == want
     cleaner.fault = lambda at: None
-    cleaner.clean(manifest(tier), CONFIGS, 0)
-    cleaner.delete_due()
-    m = manifest(tier).value
-    assert m.clean_point == m.end_offset
-    tier.metadata.orphan_grace_ms = 0
-    tier.metadata.sweep_orphans()
-    assert {o.key for o in tier.store.list(segments_folder(TOPIC, 0))} == m.keys()
-    assert remote_state(tier, m) == want
+    assert_next_clean_recovers(tier, cleaner, want)
 
 
 def test_a_corrupt_remote_segment_stops_the_clean_and_commits_nothing(setup, tmp_path: Path):

@@ -20,6 +20,7 @@ from test_remote_clean import (
     CONFIGS,
     TOPIC,
     assert_names_existing,
+    assert_next_clean_recovers,
     feed,
     manifest,
     remote_state,
@@ -27,7 +28,6 @@ from test_remote_clean import (
 )
 
 from kompakt.cleaner.remote_clean import COMMITTED, UPLOADED
-from kompakt.remote.layout import segments_folder
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD = """
@@ -78,11 +78,4 @@ def test_sigkill_of_a_spark_remote_clean_loses_nothing(tmp_path: Path, step: str
     assert_names_existing(tier, m)
     assert remote_state(tier, m) == want
     assert (m.clean_point == m.end_offset) is (step == COMMITTED)
-    cleaner.clean(manifest(tier), CONFIGS, 0)
-    cleaner.delete_due()
-    m = manifest(tier).value
-    assert m.clean_point == m.end_offset
-    tier.metadata.orphan_grace_ms = 0
-    tier.metadata.sweep_orphans()
-    assert {o.key for o in tier.store.list(segments_folder(TOPIC, 0))} == m.keys()
-    assert remote_state(tier, m) == want
+    assert_next_clean_recovers(tier, cleaner, want)
