@@ -13,7 +13,8 @@ import pytest
 from confluent_kafka import Producer
 from shared_kit import wait_for
 
-from kompakt.broker.tiering import tiering_of
+from kompakt.broker.tiering import Tiering, tiering_of
+from kompakt.log.partition_log import PartitionLog
 from tests.broker.test_tiered import read_all
 from tests.remote.broker_kit import TIMEOUT, create_topic, tiered_broker
 
@@ -29,6 +30,42 @@ CONFIGS = {
 }
 
 
+def produce_keys(bootstrap: str, n: int, keys: int) -> dict[bytes, bytes | None]:
+    """``n`` records over ``keys`` keys (every 50th a tombstone); each key's latest value."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.num.messages": 7})
+    latest: dict[bytes, bytes | None] = {}
+    for i in range(n):
+        key = b"k%d" % (i % keys)
+        value = None if i % 50 == 49 else b"v%d-" % i + b"x" * 40
+        p.produce(TOPIC, key=key, value=value)
+        latest[key] = value
+    assert p.flush(TIMEOUT) == 0
+    return latest
+
+
+def wait_remote_range_cleaned(tiering: Tiering, plog: PartitionLog, what: str) -> None:
+    """Until every rolled segment is tiered and the remote range cleaned to its end."""
+
+    def cleaned() -> bool:
+        m = tiering.manifest(plog)
+        top = plog.active_segment.base_offset
+        return m is not None and m.end_offset == top and m.clean_point == top
+
+    wait_for(cleaned, what, TIMEOUT)
+
+
+def assert_compacted_read(bootstrap: str, latest: dict, clean_point: int) -> None:
+    """A consumer from offset 0 reads every live key's latest value, each key once
+    below the clean point (Kafka's compaction guarantee)."""
+    msgs = read_all(bootstrap, TOPIC)  # (offset, key, value, headers, timestamp)
+    seen = {r[1]: r[2] for r in msgs}
+    assert {k: v for k, v in seen.items() if v is not None} == {
+        k: v for k, v in latest.items() if v is not None
+    }
+    below = [key for offset, key, *_ in msgs if offset < clean_point]
+    assert len(below) == len(set(below))
+
+
 def test_broker_cleans_the_remote_range(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """... and says so in the remote clean's own line: the private log a remote clean
     builds is no topic creation or recovery of the broker's logs, so the log layer's
@@ -37,33 +74,15 @@ def test_broker_cleans_the_remote_range(tmp_path: Path, caplog: pytest.LogCaptur
     b = tiered_broker(tmp_path / "data", **{"remote.log.manager.task.interval.ms": "100"})
     try:
         create_topic(b, TOPIC, CONFIGS)
-        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.num.messages": 7})
-        latest: dict[bytes, bytes | None] = {}
-        for i in range(N):
-            key = b"k%d" % (i % KEYS)
-            value = None if i % 50 == 49 else b"v%d-" % i + b"x" * 40
-            p.produce(TOPIC, key=key, value=value)
-            latest[key] = value
-        assert p.flush(TIMEOUT) == 0
+        latest = produce_keys(b.bootstrap, N, KEYS)
         plog = b.logs.get_log(TOPIC, 0)
         tiering = tiering_of(b.broker.state)
         assert tiering is not None
-
-        def cleaned() -> bool:
-            m = tiering.manifest(plog)
-            top = plog.active_segment.base_offset
-            return m is not None and m.end_offset == top and m.clean_point == top
-
-        wait_for(cleaned, "the whole remote range tiered and cleaned", TIMEOUT)
+        wait_remote_range_cleaned(tiering, plog, "the whole remote range tiered and cleaned")
         m = tiering.manifest(plog)
+        assert m is not None
         assert plog.log_start_offset > 0  # the local copies are gone: reads are remote
-        msgs = read_all(b.bootstrap, TOPIC)  # (offset, key, value, headers, timestamp)
-        seen = {r[1]: r[2] for r in msgs}
-        assert {k: v for k, v in seen.items() if v is not None} == {
-            k: v for k, v in latest.items() if v is not None
-        }
-        below = [key for offset, key, *_ in msgs if offset < m.clean_point]
-        assert len(below) == len(set(below))
+        assert_compacted_read(b.bootstrap, latest, m.clean_point)
         said = [r.getMessage() for r in caplog.records if r.name.startswith("kompakt.")]
         assert any("cleaned" in line and "remote segments" in line for line in said)
         created = [line for line in said if line.startswith(f"created topic {TOPIC} ")]
