@@ -277,6 +277,28 @@ def test_the_tiering_task_cleans_a_dirty_remote_range(setup, enabled: bool):
     assert present == m.keys()
 
 
+def append_transaction(
+    plog, pid: int, items: list[tuple[bytes, bytes]], seq: dict[int, int], abort: bool
+) -> None:
+    """One transaction of producer ``pid`` (its next sequence in ``seq``): its records,
+    then its COMMIT or ABORT marker."""
+    plog.append(
+        build_simple_batch(
+            items,
+            timestamp=plog.clock(),
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=seq.get(pid, 0),
+            transactional=True,
+        )
+    )
+    seq[pid] = seq.get(pid, 0) + len(items)
+    kind = CONTROL_ABORT if abort else CONTROL_COMMIT
+    plog.append(
+        build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=plog.clock())
+    )
+
+
 def feed_transactions(plog) -> dict[bytes, bytes]:
     """Three transactional producers, every fourth transaction aborted, with plain
     idempotent batches between; the table a read_committed reader must see."""
@@ -286,21 +308,7 @@ def feed_transactions(plog) -> dict[bytes, bytes]:
         pid = 100 + i % 3
         items = [(b"k%d" % ((i + j) % 7), b"t%d-%d" % (i, j)) for j in range(3)]
         abort = i % 4 == 3
-        plog.append(
-            build_simple_batch(
-                items,
-                timestamp=plog.clock(),
-                producer_id=pid,
-                producer_epoch=0,
-                base_sequence=seq.get(pid, 0),
-                transactional=True,
-            )
-        )
-        seq[pid] = seq.get(pid, 0) + len(items)
-        kind = CONTROL_ABORT if abort else CONTROL_COMMIT
-        plog.append(
-            build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=plog.clock())
-        )
+        append_transaction(plog, pid, items, seq, abort)
         if not abort:
             table.update(items)
         append(plog, [(b"plain%d" % (i % 5), b"p%d" % i)], producer_id=200, base_sequence=i)

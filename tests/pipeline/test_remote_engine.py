@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cleaner_kit import append
-from test_remote_clean import CONFIGS, feed, tier_of, tiered
+from test_remote_clean import CONFIGS, append_transaction, feed, tier_of, tiered
 
 from kompakt.broker.tiering import Tiering
 from kompakt.cleaner.remote_clean import RemoteCleaner
@@ -23,8 +23,6 @@ from kompakt.pipeline.remote_engine import SparkRemoteEngine
 from kompakt.pipeline.remote_tasks import StoreAddress
 from kompakt.record import codecs
 from kompakt.record.decode import iter_batches
-from kompakt.record.encode import build_control_batch, build_simple_batch
-from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
 from kompakt.remote import RemoteTier
 from kompakt.remote.layout import file_base_offset
 from kompakt.remote.manifest import PartitionManifest
@@ -51,22 +49,8 @@ def fill_mixed(plog) -> dict[bytes, bytes]:
         if i % 6 == 0:
             pid = 100 + (i // 6) % 2
             items = [(b"t%d" % ((i + j) % 4), b"txn%d-%d" % (i, j)) for j in range(2)]
-            plog.append(
-                build_simple_batch(
-                    items,
-                    timestamp=plog.clock(),
-                    producer_id=pid,
-                    producer_epoch=0,
-                    base_sequence=seq.get(pid, 0),
-                    transactional=True,
-                )
-            )
-            seq[pid] = seq.get(pid, 0) + len(items)
             abort = (i // 6) % 3 == 2
-            kind = CONTROL_ABORT if abort else CONTROL_COMMIT
-            plog.append(
-                build_control_batch(kind, producer_id=pid, producer_epoch=0, timestamp=plog.clock())
-            )
+            append_transaction(plog, pid, items, seq, abort)
             if not abort:
                 table.update(items)
         if i % 4 == 1:
