@@ -37,6 +37,7 @@ from kompakt.record.header import (
     set_max_timestamp,
     set_partition_leader_epoch,
 )
+from kompakt.record.plain_checks import check_plain
 from kompakt.record.stream_scan import CHUNK, Run, stream_parts
 
 LEADER_EPOCH = 0  # single node: the partition's leader epoch never changes
@@ -116,9 +117,13 @@ def validate_records(
         return [None] * len(batches)  # LogAppendTime, no keys to check: nothing to read
     lo = now - cfg.message_timestamp_before_max_ms
     hi = now + cfg.message_timestamp_after_max_ms
-    with RecordChecks(
-        batches, cfg.compact, create_time, max(lo, LONG_MIN), min(hi, LONG_MAX), capacity
-    ) as checks:
+    bounds = max(lo, LONG_MIN), min(hi, LONG_MAX)
+    if capacity == ERRORS_KEPT:  # the quick pass first (a second, larger pass has failed it)
+        maxima = np.empty(len(batches), np.int64)
+        view = np.frombuffer(records, np.uint8)
+        if check_plain(view, cfg.compact, create_time, *bounds, maxima) == len(batches):
+            return maxima.tolist()
+    with RecordChecks(batches, cfg.compact, create_time, *bounds, capacity) as checks:
         _walk(records, batches, data, checks)
         if not checks.complete:  # more errors than kept: check again, keeping them all
             capacity = checks.n_errors

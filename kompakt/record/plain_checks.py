@@ -1,0 +1,127 @@
+"""Produce validation's quick pass: the record set of a typical producer (uncompressed
+data batches of CreateTime records without headers) checked in one compiled call that
+reads each batch's header fields from the bytes itself.
+
+It answers only "every record passes" (with each batch's largest timestamp) or "not
+sure": anything else (a compressed or control batch, the LogAppendTime bit, a record
+with headers or a varint longer than two bytes, a malformed record, any record a rule
+rejects) sends the caller to the full pass (:mod:`kompakt.record.checks`), which walks
+every case and words every error. So the quick pass judges with the same rule
+(:func:`checks.judge`, Kafka's ``LogValidator.validateRecord``) and accepts a record only
+when the full pass's strict read (Kafka's ``DefaultRecord.readFrom``) would: length,
+attributes, timestamp delta, offset delta, key, value and a zero header count ending
+exactly at the record's end, and the last record ending at the batch's end.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import types
+
+from kompakt.record.checks import judge
+from kompakt.record.header import (
+    ATTRIBUTES_POS,
+    BASE_TIMESTAMP_POS,
+    BATCH_LENGTH_POS,
+    COMPRESSION_MASK,
+    CONTROL_BIT,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    RECORD_COUNT_POS,
+    TIMESTAMP_TYPE_BIT,
+)
+
+_JIT = {"cache": True, "nogil": True}
+UNSURE = -1  # what check_plain returns when the full pass must decide
+# a batch the quick pass leaves to the full one: compressed, control, or LogAppendTime
+_NOT_PLAIN = COMPRESSION_MASK | CONTROL_BIT | TIMESTAMP_TYPE_BIT
+_SIGNATURES = [
+    types.int64(
+        types.Array(types.uint8, 1, "C", readonly=ro),
+        types.boolean,
+        types.boolean,
+        types.int64,
+        types.int64,
+        types.Array(types.int64, 1, "C"),
+    )
+    for ro in (True, False)
+]
+
+
+@numba.njit(inline="always", **_JIT)
+def _big_endian(buf, pos, size):
+    """The signed big-endian integer of ``size`` bytes at ``pos``."""
+    v = np.int64(0)
+    for i in range(size):
+        v = (v << 8) | np.int64(buf[pos + i])
+    shift = 64 - 8 * size
+    return (v << shift) >> shift if shift else v
+
+
+@numba.njit(inline="always", **_JIT)
+def _short_varint(buf, p, last):
+    """The zig-zag varint of one or two bytes at ``p`` (<= ``last``) without a branch:
+    (value, next position, 1 when it is longer, which the caller leaves to the full
+    pass). Reads no byte past ``last``."""
+    b0 = np.int64(buf[p])
+    b1 = np.int64(buf[min(p + 1, last)])
+    two = b0 >> 7
+    u = (b0 & 0x7F) | ((b1 << 7) * two)
+    return (u >> 1) ^ -(u & 1), p + 1 + two, two & (b1 >> 7)
+
+
+@numba.njit(_SIGNATURES, **_JIT)
+def check_plain(buf, compact, create_time, lo, hi, maxima):
+    """Check every record of the record set ``buf`` (whole batches back to back) under
+    the rules (compacted topic, CreateTime topic, timestamp bounds ``[lo, hi]``); return
+    the number of batches, each one's largest record timestamp in ``maxima``, or
+    :data:`UNSURE`."""
+    n = 0
+    pos = 0
+    size = len(buf)
+    while pos < size:
+        if pos + HEADER_SIZE > size or n >= len(maxima):
+            return UNSURE
+        end = pos + LOG_OVERHEAD + _big_endian(buf, pos + BATCH_LENGTH_POS, 4)
+        count = _big_endian(buf, pos + RECORD_COUNT_POS, 4)
+        if end > size or end < pos + HEADER_SIZE or count <= 0:
+            return UNSURE
+        if _big_endian(buf, pos + ATTRIBUTES_POS, 2) & _NOT_PLAIN:
+            return UNSURE
+        base_ts = _big_endian(buf, pos + BASE_TIMESTAMP_POS, 8)
+        top = np.int64(-(2**63))
+        bad = 0
+        p = pos + HEADER_SIZE
+        last = end - 1
+        for _ in range(count):
+            if p >= end:
+                return UNSURE
+            length, q, longer = _short_varint(buf, p, last)
+            rec_end = q + length
+            if longer or length < 6 or rec_end > end:
+                return UNSURE
+            # The fields are read from at most body + 5 on (each of the three varints
+            # before the key takes one or two bytes), within the record since its
+            # length is at least 6; the value's only once the key ends inside it. The
+            # headers' count, 0, is the record's last byte.
+            tail = rec_end - 1
+            ts_delta, q, b1 = _short_varint(buf, q + 1, last)
+            _offset_delta, q, b2 = _short_varint(buf, q, last)
+            key_len, q, b3 = _short_varint(buf, q, last)
+            q += max(key_len, 0)
+            if q > tail:
+                return UNSURE
+            value_len, q, b4 = _short_varint(buf, q, last)
+            q += max(value_len, 0)
+            ts = base_ts + ts_delta
+            bad |= b1 | b2 | b3 | b4 | (q != tail) | (buf[tail] != 0)
+            bad |= judge(ts, key_len, False, compact, create_time, lo, hi)
+            top = max(top, ts)
+            p = rec_end
+        if bad or p != end:
+            return UNSURE
+        maxima[n] = top
+        n += 1
+        pos = end
+    return n
