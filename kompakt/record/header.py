@@ -43,6 +43,10 @@ PRODUCER_EPOCH_POS = 51
 BASE_SEQUENCE_POS = 53
 RECORD_COUNT_POS = 57
 
+# the bytes before the magic, outside the CRC, that the log stamps on every batch it
+# appends: baseOffset, batchLength, partitionLeaderEpoch
+STAMPED_PREFIX = struct.Struct(">qii")
+
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08  # 1 = LogAppendTime
 TRANSACTIONAL_BIT = 0x10
