@@ -266,12 +266,18 @@ class AbstractIndex:
         """Entries the index may hold: a writable (active) index grows to
         ``max_index_size`` on its next write (:meth:`_write`), as Kafka resizes the active
         segment's indexes at load; only then is the file extended."""
-        if self.writable:
-            return max(self.length, self.max_index_size) // self.ENTRY_SIZE
-        return self.length // self.ENTRY_SIZE
+        length = self._length
+        if length is None:
+            length = self.length
+        return (max(length, self.max_index_size) if self.writable else length) // self.ENTRY_SIZE
 
     def is_full(self) -> bool:
-        return self.entries >= self.max_entries - self._SPARE
+        """No slot left (the time index keeps its last one for the roll's entry); asked
+        on every append, so it reads the known count without the property's layers."""
+        n = self._entries
+        if n is None:
+            n = self.entries
+        return n >= self.max_entries - self._SPARE
 
     def size_bytes(self) -> int:
         return self.entries * self.ENTRY_SIZE
@@ -292,11 +298,10 @@ class AbstractIndex:
         """Append one entry (the caller is an ``_opened`` method: lock held, file open)."""
         if not self._memory:
             self._fd()
+        if self.is_full():
+            raise IndexCorruptError(f"index {self.path.name} is full")
         n, length = self._entries, self._length
         assert n is not None and length is not None
-        most = max(length, self.max_index_size) if self.writable else length
-        if n >= most // self.ENTRY_SIZE - self._SPARE:  # is_full, inlined: every append
-            raise IndexCorruptError(f"index {self.path.name} is full")
         if (n + 1) * self.ENTRY_SIZE > length:
             self.resize(self.max_index_size)  # an active index found trimmed at load
         # pwrite, not a store into the mmap: on a full disk a store into a sparse page

@@ -39,9 +39,7 @@ from kompakt.log.segment_files import (
 from kompakt.log.segment_reads import SegmentReads
 from kompakt.log.syncs import Claim, Unsynced, claim, fsync_claims, pwrite_all
 from kompakt.log.txn_index import AbortedTxn, TransactionIndex
-from kompakt.record.header import (
-    Header,
-)
+from kompakt.record.header import Header
 
 log = logging.getLogger(__name__)
 
@@ -442,20 +440,23 @@ class LogSegment(SegmentReads):
                 fd = self._log_fd()
                 self._log_sync.wrote()
                 length = pwrite_all(fd, pieces, start)
+                interval = self.index_interval_bytes
                 for rel_pos, h in headers:
-                    if self._rolling_timestamp is None and h.max_timestamp >= 0:
-                        self._rolling_timestamp = h.max_timestamp
-                    if h.max_timestamp > self._max_timestamp:
-                        self._max_timestamp = h.max_timestamp
-                        self._shallow_offset_of_max_timestamp = h.last_offset
-                    if self._bytes_since_index > self.index_interval_bytes:
-                        offsets.append(h.last_offset, start + rel_pos)
+                    ts = h.max_timestamp
+                    last = h.last_offset
+                    if self._rolling_timestamp is None and ts >= 0:
+                        self._rolling_timestamp = ts
+                    if ts > self._max_timestamp:
+                        self._max_timestamp = ts
+                        self._shallow_offset_of_max_timestamp = last
+                    if self._bytes_since_index > interval:
+                        offsets.append(last, start + rel_pos)
                         times.maybe_append(
                             self._max_timestamp, self._shallow_offset_of_max_timestamp
                         )
                         self._bytes_since_index = 0
                     self._bytes_since_index += h.size
-                    self._last_offset = h.last_offset
+                    self._last_offset = last
                     if h.is_transactional or h.is_control:
                         self.holds_txn_batches = True
             except OSError:

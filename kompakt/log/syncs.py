@@ -26,7 +26,7 @@ def pwrite_all(fd: int, pieces: list[Buffer], position: int) -> int:
     """Write ``pieces`` back to back at ``position`` and return their length: one
     ``pwritev`` (one syscall for a record set and its new batch headers), then,
     after a short write or beyond ``IOV_MAX`` pieces, the rest joined."""
-    total = sum(len(p) for p in pieces)
+    total = sum(map(len, pieces))
     written = 0
     if len(pieces) == 1:
         rest = memoryview(pieces[0])
