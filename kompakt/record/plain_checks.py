@@ -64,8 +64,8 @@ def _short_varint(buf, p, last):
     """The zig-zag varint of one or two bytes at ``p`` (<= ``last``) without a branch:
     (value, next position, 1 when it is longer, which the caller leaves to the full
     pass). Reads no byte past ``last``."""
-    b0 = np.int64(buf[p])
-    b1 = np.int64(buf[min(p + 1, last)])
+    b0 = np.int64(buf[np.uint64(p)])  # unsigned: no wraparound test for negative ones
+    b1 = np.int64(buf[np.uint64(min(p + 1, last))])
     two = b0 >> 7
     u = (b0 & 0x7F) | ((b1 << 7) * two)
     return (u >> 1) ^ -(u & 1), p + 1 + two, two & (b1 >> 7)
@@ -115,7 +115,7 @@ def check_plain(buf, compact, create_time, lo, hi, maxima):
             value_len, q, b4 = _short_varint(buf, q, last)
             q += max(value_len, 0)
             ts = base_ts + ts_delta
-            bad |= b1 | b2 | b3 | b4 | (q != tail) | (buf[tail] != 0)
+            bad |= b1 | b2 | b3 | b4 | (q != tail) | (buf[np.uint64(tail)] != 0)
             bad |= judge(ts, key_len, False, compact, create_time, lo, hi)
             top = max(top, ts)
             p = rec_end
