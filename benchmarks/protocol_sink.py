@@ -9,10 +9,11 @@ client does against it is the client's own limit on this machine, so ``kompakt Ã
 is the share of the time the broker itself costs.
 
 It uses the broker's own codec (:class:`kompakt.broker.connection.KafkaConnection`,
-kio) and advertises the broker's version ranges for the APIs it answers, so a client
-talks to both the same way. Handlers run on the event loop (no worker threads). APIs:
-ApiVersions, Metadata (one broker: itself), CreateTopics, InitProducerId (idempotent
-producers), FindCoordinator (itself), ListOffsets, Produce, Fetch.
+kio), reads its socket as the broker does (``read_request_bytes``) and advertises the
+broker's version ranges for the APIs it answers, so a client talks to both the same
+way. Handlers run on the event loop (no worker threads). APIs: ApiVersions, Metadata
+(one broker: itself), CreateTopics, InitProducerId (idempotent producers),
+FindCoordinator (itself), ListOffsets, Produce, Fetch.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from kompakt.broker.connection import CLOSED, NEED_DATA, Answer, KafkaConnection
 from kompakt.broker.handlers import register_all
+from kompakt.broker.produce_pipeline import read_request_bytes
 from kompakt.broker.protocol import INT32, ProtocolError, encode_response, schemas
 from kompakt.broker.registry import ApiRegistry
 from kompakt.record.encode import build_simple_batch
@@ -162,7 +164,7 @@ class ProtocolSink:
             while True:
                 event = conn.next_event()
                 if event is NEED_DATA:
-                    conn.receive_data(await reader.read(READ_SIZE))
+                    conn.receive_data(await read_request_bytes(reader, conn.missing))
                     continue
                 if event is CLOSED:
                     return

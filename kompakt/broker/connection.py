@@ -40,6 +40,8 @@ from kompakt.broker.protocol import (
 from kompakt.broker.registry import ApiHandler, ApiRegistry, api_name
 
 MIN_FRAME = API_HEADER.size  # api_key, api_version, correlation_id
+# a frame's rest at least this long is kept as received rather than appended
+MIN_REST_BYTES = 1 << 16
 
 
 class _Sentinel:
@@ -99,6 +101,9 @@ class KafkaConnection:
         self.max_request_bytes = max_request_bytes
         self._buffer = bytearray()
         self._frame_size: int | None = None  # of the frame being received, once known
+        # the rest of that frame, received in one piece (:attr:`missing`): kept as it
+        # came, joined with the buffer's start of the frame once, not copied twice
+        self._rest: bytes | None = None
         self._eof = False
         self._error: ProtocolError | None = None
 
@@ -106,16 +111,38 @@ class KafkaConnection:
         """Add bytes read from the peer; ``b""`` means the peer ended the stream."""
         if self._eof:
             raise RuntimeError("receive_data after end of stream")
-        if data:
-            self._buffer += data
-        else:
+        if self._rest is not None:  # more bytes before next_event took the frame
+            self._buffer += self._rest
+            self._rest = None
+        if not data:
             self._eof = True
+        elif len(data) >= MIN_REST_BYTES and len(data) == self.missing:
+            self._rest = bytes(data)  # no copy of a bytes object
+        else:
+            self._buffer += data
 
     @property
     def buffered(self) -> int:
-        """Bytes received and not yet taken as a request (the server decodes a large
-        request off its event loop)."""
-        return len(self._buffer)
+        """Bytes received and not yet taken as a request."""
+        return len(self._buffer) + (len(self._rest) if self._rest is not None else 0)
+
+    @property
+    def missing(self) -> int:
+        """Bytes still to come for the frame whose size prefix is in (0 while its size
+        is unknown): a server that reads exactly these (``readexactly``) hands the body
+        over without the buffer's copies."""
+        if self._frame_size is None:
+            return 0
+        return max(0, self._frame_size - self.buffered)
+
+    def next_frame_size(self) -> int:
+        """The size of the next frame if its 4 size bytes are in, else 0 (the server
+        decodes a large request off its event loop)."""
+        if self._frame_size is not None:
+            return self._frame_size
+        if len(self._buffer) < INT32.size:
+            return 0
+        return INT32.unpack_from(self._buffer, 0)[0]
 
     def next_event(self) -> Event:
         """The next request, NEED_DATA or CLOSED; raises ProtocolError (for good: the
@@ -160,6 +187,12 @@ class KafkaConnection:
             del buf[: INT32.size]
             self._frame_size = size
         size = self._frame_size
+        if self._rest is not None:  # buffer + rest is the frame exactly (receive_data)
+            frame = b"".join((buf, self._rest))
+            buf.clear()
+            self._rest = None
+            self._frame_size = None
+            return frame
         if len(buf) < size:
             if self._eof:
                 raise ProtocolError(

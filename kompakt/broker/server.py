@@ -33,9 +33,21 @@ from kompakt.broker.connection import (
     KafkaConnection,
     Request,
 )
-from kompakt.broker.flush import deferred_flushes
+from kompakt.broker.flush import Pending
 from kompakt.broker.metrics import BrokerMetrics, has_error
-from kompakt.broker.protocol import Buffer, ProtocolError
+from kompakt.broker.produce_pipeline import (
+    Answered,
+    Calls,
+    Frame,
+    PendingAnswers,
+    encode_answer,
+    flush_and_encode,
+    handle_produces,
+    read_request_bytes,
+    records_bytes,
+    write_frame,
+)
+from kompakt.broker.protocol import ProtocolError
 from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler, Result
 from kompakt.broker.security.principal import NoMatchingRule, PrincipalMapper, cert_principal
 from kompakt.broker.security.sasl import SaslAuthenticator
@@ -43,15 +55,14 @@ from kompakt.broker.state import BrokerState, RequestContext
 from kompakt.errors import KompaktError
 
 log = logging.getLogger(__name__)
-Frame = bytes | list[Buffer]  # an encoded response: one bytes object or parts in order
 
-# bytes taken from the socket's stream at a time, and what the stream buffers before it
-# stops reading the socket (asyncio's default, 64 KiB, paused and resumed reading, two
-# epoll calls, several times per 1 MiB produce batch)
-READ_SIZE = 1 << 20
+# what the socket's stream buffers before it stops reading the socket (asyncio's
+# default, 64 KiB, paused and resumed reading, two epoll calls, several times per 1 MiB
+# produce batch)
 STREAM_LIMIT = 1 << 20
-# requests up to this size decode on the loop (fast); larger ones on a worker thread,
-# which only this connection's task uses the protocol object from, one call at a time
+# requests up to this size decode on the loop (fast: a 1 MiB Produce's records are one
+# field); larger ones on a worker thread, which only this connection's task uses the
+# protocol object from, one call at a time
 DECODE_ON_LOOP_BYTES = 1 << 20
 TLS_HANDSHAKE_TIMEOUT = 10.0
 PRODUCE = 0  # API key
@@ -59,6 +70,9 @@ PRODUCE = 0  # API key
 # one fsync per partition for their acks=all appends (librdkafka pipelines up to 5 for
 # an idempotent producer, more for others)
 MAX_PRODUCE_BATCH = 16
+# records bytes of a connection's Produce requests appended and waiting for their fsync
+# while its next requests are read (more: the reading waits for the oldest answers)
+PIPELINE_BYTES = 8 << 20
 ANONYMOUS = "User:ANONYMOUS"
 
 
@@ -77,43 +91,6 @@ class ListenerSpec:
     sasl_max_receive: int = 524288
 
 
-def _write(writer: asyncio.StreamWriter, out: Frame) -> None:
-    """Send a frame; one in parts is written part by part (3.11's ``writelines`` would
-    join them: a copy of a Fetch's records)."""
-    if isinstance(out, list):
-        for part in out:
-            writer.write(part)
-    else:
-        writer.write(out)
-
-
-def _encode(encode: Callable[[Any], Frame], result: Any) -> Frame | Exception:
-    try:
-        return encode(result)
-    except Exception as exc:  # reported by the caller, with the request named
-        return exc
-
-
-def _handle_produces(
-    calls: list[tuple[Handler, RequestContext, Any, Callable[[Any], Frame]]],
-) -> list[tuple[Any, Frame | Exception | None]]:
-    """Several Produce requests in order on one worker thread, their acks=all fsyncs
-    shared and done before any answer is encoded; stops at a handler that raises (its
-    exception in place of the answer)."""
-    results: list[Any] = []
-    with deferred_flushes():
-        for handler, ctx, body, _encode_it in calls:
-            try:
-                results.append(handler(ctx, body))
-            except Exception as exc:
-                results.append(exc)
-                break
-    return [
-        (r, None if r is None or isinstance(r, Exception) else _encode(encode, r))
-        for r, (_h, _c, _b, encode) in zip(results, calls, strict=False)
-    ]
-
-
 def _handle(
     handler: Handler, ctx: RequestContext, body: Any, encode: Callable[[Any], Frame]
 ) -> tuple[Any, Frame | Exception | None]:
@@ -122,7 +99,7 @@ def _handle(
     result = handler(ctx, body)
     if result is None or isinstance(result, DelayedResponse):
         return result, None
-    return result, _encode(encode, result)
+    return result, encode_answer(encode, result)
 
 
 class _Connection:
@@ -132,11 +109,21 @@ class _Connection:
         self.reader = reader
         self.writer = writer
         self.spec = spec
-        self.busy = False
+        self._busy = False
+        self.answers = PendingAnswers()
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.principal = ANONYMOUS
         self.sasl: SaslAuthenticator | None = None
+
+    @property
+    def busy(self) -> bool:
+        """A request in hand or an answer not yet written (stop() lets those finish)."""
+        return self._busy or self.answers.waiting()
+
+    @busy.setter
+    def busy(self, value: bool) -> None:
+        self._busy = value
 
 
 class KafkaServer:
@@ -234,6 +221,7 @@ class KafkaServer:
         except Exception:
             log.exception("connection %s failed", conn.peer)
         finally:
+            conn.answers.abandon()
             self._conns.pop(task, None)
             try:
                 writer.close()
@@ -294,6 +282,13 @@ class KafkaServer:
         return out, outcome.close, outcome.delayed
 
     async def _serve(self, conn: _Connection) -> None:
+        """Serve the connection's requests until it is to close, then write the answers
+        still waiting for their fsync (a bad frame after them closes the connection
+        once they are out, as Kafka answers a request before reading the next)."""
+        await self._serve_requests(conn)
+        await conn.answers.settle()
+
+    async def _serve_requests(self, conn: _Connection) -> None:
         max_bytes = self.max_request_bytes
         if conn.sasl is not None:  # Kafka's sasl.server.max.receive.size, until authenticated
             max_bytes = min(max_bytes, conn.spec.sasl_max_receive)
@@ -304,7 +299,7 @@ class KafkaServer:
             try:
                 if held is not None:
                     event, held = held, None
-                elif protocol.buffered < DECODE_ON_LOOP_BYTES:
+                elif protocol.next_frame_size() <= DECODE_ON_LOOP_BYTES:
                     event = protocol.next_event()
                 else:  # a large request decodes for a second: not on the loop of everyone
                     event = await asyncio.to_thread(protocol.next_event)
@@ -316,7 +311,9 @@ class KafkaServer:
                     self._auth_failed(conn, conn.sasl.mechanism or "-", "bad_frame", str(exc))
                 return
             if event is NEED_DATA:
-                protocol.receive_data(await conn.reader.read(READ_SIZE))
+                if not await conn.answers.settle(PIPELINE_BYTES):
+                    return
+                protocol.receive_data(await read_request_bytes(conn.reader, protocol.missing))
                 continue
             if event is CLOSED:
                 return
@@ -329,6 +326,8 @@ class KafkaServer:
                 finally:
                     conn.busy = False
                 continue
+            if not await conn.answers.settle():  # answered in order: the Produce ones first
+                return
             conn.busy = True
             try:
                 if isinstance(event, Answer):
@@ -356,7 +355,7 @@ class KafkaServer:
                 if out is None:
                     return
                 if out:
-                    _write(conn.writer, out)
+                    write_frame(conn.writer, out)
                     await conn.writer.drain()
             finally:
                 conn.busy = False
@@ -374,7 +373,11 @@ class KafkaServer:
         """``first`` and the Produce requests buffered right behind it (a client
         pipelines them), and the event after them, if one was decoded."""
         batch = [first]
-        while len(batch) < MAX_PRODUCE_BATCH and 0 < protocol.buffered < DECODE_ON_LOOP_BYTES:
+        while (
+            len(batch) < MAX_PRODUCE_BATCH
+            and protocol.buffered
+            and protocol.next_frame_size() <= DECODE_ON_LOOP_BYTES
+        ):
             try:
                 event = protocol.next_event()
             except ProtocolError:  # raised again by the next next_event(), after the batch
@@ -389,9 +392,12 @@ class KafkaServer:
     async def _serve_produces(
         self, conn: _Connection, protocol: KafkaConnection, batch: list[Request], t0: float
     ) -> bool:
-        """Several pipelined Produce requests handled in one worker-thread hop, their
-        acks=all fsyncs shared (one per partition, group commit), answered in order;
-        False once the connection is to close."""
+        """Several pipelined Produce requests appended in one worker-thread hop. Those
+        that owe no fsync are answered now; acks=all ones once the fsync covering them
+        (one per partition, a group commit) returned, while this connection's next
+        requests are read and appended meanwhile, as a Kafka leader appends the next
+        request before the ones before it are replicated; answers stay in order. False
+        once the connection is to close."""
         calls = [
             (
                 req.api.handler,
@@ -401,8 +407,40 @@ class KafkaServer:
             )
             for req in batch
         ]
-        done = await asyncio.to_thread(_handle_produces, calls)
-        for req, (result, out) in zip(batch, done, strict=True):
+        done, results, pending = await asyncio.to_thread(handle_produces, calls)
+        if not await conn.answers.settle(PIPELINE_BYTES):  # collects the written ones
+            return False
+        if done is not None and not conn.answers:
+            return await self._write_produces(conn, batch, done, t0)
+        before = conn.answers.last()
+        answer = self._answer_later(conn, batch, calls, results, pending, done, t0, before)
+        nbytes = sum(records_bytes(req.body) for req in batch)
+        conn.answers.add(asyncio.ensure_future(answer), nbytes)
+        return True
+
+    async def _answer_later(
+        self,
+        conn: _Connection,
+        batch: list[Request],
+        calls: Calls,
+        results: list[Any],
+        pending: Pending,
+        done: Answered | None,
+        t0: float,
+        before: asyncio.Task[bool] | None,
+    ) -> bool:
+        """Answer ``batch`` once its fsyncs returned (``done``: none owed, encoded
+        already) and the answers before it went out."""
+        if done is None:
+            done = await asyncio.to_thread(flush_and_encode, calls, results, pending)
+        if before is not None and not await before:
+            return False
+        return await self._write_produces(conn, batch, done, t0)
+
+    async def _write_produces(
+        self, conn: _Connection, batch: list[Request], done: Answered, t0: float
+    ) -> bool:
+        for req, (result, out) in zip(batch, done, strict=False):
             if isinstance(result, Exception):
                 self._failed(conn, req, t0, result)
                 return False
@@ -410,7 +448,7 @@ class KafkaServer:
             if answer is None:
                 return False
             if answer:
-                _write(conn.writer, answer)
+                write_frame(conn.writer, answer)
         if len(done) < len(batch):  # a handler failed: the rest are not answered
             return False
         await conn.writer.drain()
@@ -490,7 +528,7 @@ class KafkaServer:
             result = await self._complete(result)
         if result is None:
             return None, None
-        return result, await asyncio.to_thread(_encode, encode, result)
+        return result, await asyncio.to_thread(encode_answer, encode, result)
 
     async def _complete(self, delayed: DelayedResponse) -> Any:
         """Kafka's ``DelayedOperationPurgatory.tryCompleteElseWatch`` for one operation:

@@ -33,12 +33,12 @@ def _never_called(ctx, req):
     raise AssertionError("the protocol object never calls handlers")
 
 
-def _connection() -> KafkaConnection:
+def _connection(max_request_bytes: int = MAX_REQUEST_BYTES) -> KafkaConnection:
     registry = ApiRegistry()
     registry.register(API_VERSIONS, 0, 4, _never_called)
     registry.register(METADATA, 0, 13, _never_called)
     registry.register(PRODUCE, 3, 13, _never_called, advertised_min=0)
-    return KafkaConnection(registry, MAX_REQUEST_BYTES)
+    return KafkaConnection(registry, max_request_bytes)
 
 
 def _api_versions(correlation_id: int) -> bytes:
@@ -93,6 +93,36 @@ def test_several_requests_in_one_chunk_come_out_in_order(one_byte_at_a_time):
         (API_VERSIONS, 3, 3, "raw"),
         (METADATA, 12, 4, "raw"),
     ]
+
+
+@pytest.mark.parametrize("more_before_taken", [False, True], ids=["alone", "then-more"])
+def test_the_rest_of_a_large_frame_given_in_one_piece_makes_the_same_request(
+    more_before_taken,
+):
+    """The server reads exactly the bytes a large frame still misses (``missing``) and
+    hands them over in one piece, kept as they came; the request is the one the frame
+    gives fed any other way, and bytes given after it frame the next request."""
+    conn = _connection(max_request_bytes=1 << 20)
+    names = [f"topic-{i:06d}" for i in range(8000)]
+    frame = _metadata(7, names)
+    assert len(frame) > 100_000
+    conn.receive_data(frame[:1000])
+    assert conn.next_event() is NEED_DATA
+    assert conn.missing == len(frame) - 1000
+    conn.receive_data(frame[1000:])
+    assert conn.missing == 0
+    if more_before_taken:
+        conn.receive_data(_api_versions(8))
+    first = conn.next_event()
+    assert isinstance(first, Request)
+    assert _summary(first) == (METADATA, 12, 7, "raw")
+    assert [t.name for t in first.body.topics] == names
+    if not more_before_taken:
+        assert conn.next_event() is NEED_DATA
+        conn.receive_data(_api_versions(8))
+    assert _summary(conn.next_event()) == (API_VERSIONS, 3, 8, "raw")
+    assert conn.next_event() is NEED_DATA
+    assert conn.buffered == 0
 
 
 def test_the_peer_hanging_up_between_requests_is_a_clean_close():

@@ -130,3 +130,54 @@ def test_pipelined_produce_requests_are_answered_in_order_after_one_fsync(broker
     assert [p.error_code for p in parts] == [ErrorCode.none] * 8
     assert [p.base_offset for p in parts] == list(range(8))
     assert plog.durable_offset == 8  # fsynced before the answers went out
+
+
+def _produce_frame(topic: str, value: bytes, correlation_id: int, acks: int = -1) -> bytes:
+    records = build_simple_batch([(b"k", value)], timestamp=int(time.time() * 1000))
+    body = {
+        "acks": acks,
+        "timeout": 10_000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+    }
+    return encode_request(API.produce, 9, body, correlation_id=correlation_id)
+
+
+def test_a_connections_next_request_appends_while_the_fsync_before_it_runs(tmp_path):
+    """A client pipelines Produce requests on one connection (librdkafka's
+    max.in.flight); as a Kafka leader appends the next request before the ones before
+    it are replicated, the second request is appended while the first one's fsync
+    stalls. Neither is answered before an fsync covers it, and the answers come in the
+    order of the requests (Kafka answers a connection's requests in order)."""
+    b = start_test_broker(tmp_path)
+    try:
+        disk = StalledDisk(b, "pipelined")
+        with socket.create_connection(("127.0.0.1", b.port), timeout=TIMEOUT) as s:
+            s.sendall(_produce_frame("pipelined", b"first", 1))
+            wait_for(lambda: disk.calls, "the first fsync to start")
+            s.sendall(_produce_frame("pipelined", b"second", 2, acks=1))
+            s.sendall(_produce_frame("pipelined", b"third", 3))
+            wait_for(  # well before the stalled fsync gives up waiting for the gate
+                lambda: disk.plog.log_end_offset == 3,
+                "the next requests' appends",
+                timeout=TIMEOUT / 3,
+            )
+            s.settimeout(0.5)
+            try:  # the answers would arrive now if they did not wait for the fsync
+                early = s.recv(1)
+            except TimeoutError:
+                early = b""
+            assert early == b""
+            s.settimeout(TIMEOUT)
+            disk.gate.set()
+            f = s.makefile("rb")
+            answers = []
+            for _ in range(3):
+                (n,) = struct.unpack(">i", f.read(4))
+                answers.append(decode_response(API.produce, 9, f.read(n)))
+        assert [cid for cid, _ in answers] == [1, 2, 3]
+        parts = [a.responses[0].partition_responses[0] for _, a in answers]
+        assert [p.error_code for p in parts] == [ErrorCode.none] * 3
+        assert [p.base_offset for p in parts] == [0, 1, 2]
+        assert disk.plog.durable_offset == 3
+    finally:
+        b.stop()

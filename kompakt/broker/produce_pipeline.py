@@ -1,0 +1,144 @@
+"""A connection's Produce requests between the socket and the log: read, appended on a
+worker thread, answered once the fsync that acks=all owes returned, in order.
+
+The server (:mod:`kompakt.broker.server`) appends a batch of a connection's pipelined
+Produce requests in one worker-thread hop (:func:`handle_produces`). Those that owe no
+fsync (acks=0 and 1) are answered at once. The acks=all ones are answered by a task
+that runs their fsyncs on another worker (a group commit, :mod:`kompakt.broker.flush`)
+and then writes their frames after the answers before them (:class:`PendingAnswers`),
+while the connection's next requests are read and appended: a client's pipeline does
+not wait for one fsync per request, as a Kafka leader appends the next request before
+the ones before it are replicated. Nothing is answered before an fsync covers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable
+from typing import Any
+
+from kompakt.broker.connection import MIN_REST_BYTES
+from kompakt.broker.flush import Pending, collected_flushes, run_flushes
+from kompakt.broker.protocol import Buffer
+from kompakt.broker.registry import Handler
+from kompakt.broker.state import RequestContext
+
+Frame = bytes | list[Buffer]  # an encoded response: one bytes object or parts in order
+Calls = list[tuple[Handler, RequestContext, Any, Callable[[Any], Frame]]]
+Answered = list[tuple[Any, Frame | Exception | None]]
+
+# bytes taken from the socket's stream at a time (when no large frame's rest is due)
+READ_SIZE = 1 << 20
+
+
+def write_frame(writer: asyncio.StreamWriter, out: Frame) -> None:
+    """Send a frame; one in parts is written part by part (3.11's ``writelines`` would
+    join them: a copy of a Fetch's records)."""
+    if isinstance(out, list):
+        for part in out:
+            writer.write(part)
+    else:
+        writer.write(out)
+
+
+async def read_request_bytes(reader: asyncio.StreamReader, missing: int) -> bytes:
+    """The next bytes for the protocol: the rest of a large frame in one piece (handed
+    on without the protocol's buffer copies, :attr:`KafkaConnection.missing`), else
+    whatever has arrived; b"" at the end of the stream."""
+    if missing < MIN_REST_BYTES:
+        return await reader.read(READ_SIZE)
+    try:
+        return await reader.readexactly(missing)
+    except asyncio.IncompleteReadError as exc:  # the peer hung up inside the frame
+        return exc.partial  # b"" next time: the protocol reports the truncated frame
+
+
+def records_bytes(body: Any) -> int:
+    """The records bytes a Produce request carries."""
+    return sum(len(p.records or b"") for t in body.topic_data for p in t.partition_data)
+
+
+def encode_answer(encode: Callable[[Any], Frame], result: Any) -> Frame | Exception:
+    try:
+        return encode(result)
+    except Exception as exc:  # reported by the caller, with the request named
+        return exc
+
+
+Calls = list[tuple[Handler, RequestContext, Any, Callable[[Any], Frame]]]
+Answered = list[tuple[Any, Frame | Exception | None]]
+
+
+def append_produces(calls: Calls) -> tuple[list[Any], Pending]:
+    """Several Produce requests in order on one worker thread: their answers and the
+    acks=all fsyncs those still wait for (one per partition, shared); stops at a
+    handler that raises (its exception in place of the answer)."""
+    results: list[Any] = []
+    with collected_flushes() as pending:
+        for handler, ctx, body, _encode_it in calls:
+            try:
+                results.append(handler(ctx, body))
+            except Exception as exc:
+                results.append(exc)
+                break
+    return results, pending
+
+
+def flush_and_encode(calls: Calls, results: list[Any], pending: Pending) -> Answered:
+    """The fsyncs ``pending`` names (a failed one turns its answers into errors), then
+    every answer encoded: nothing is encoded before the fsync that covers it."""
+    run_flushes(pending)
+    return [
+        (r, None if r is None or isinstance(r, Exception) else encode_answer(encode, r))
+        for r, (_h, _c, _b, encode) in zip(results, calls, strict=False)
+    ]
+
+
+def handle_produces(calls: Calls) -> tuple[Answered | None, list[Any], Pending]:
+    """:func:`append_produces`, and the answers encoded at once when no fsync is owed
+    (acks=0 and 1): one worker-thread hop for those."""
+    results, pending = append_produces(calls)
+    if pending:
+        return None, results, pending
+    return flush_and_encode(calls, results, pending), results, pending
+
+
+class PendingAnswers:
+    """A connection's Produce answers waiting for their fsync, oldest first: each task
+    writes its frames once the one before it has (True) or gives up when that failed
+    (False: the connection is to close); with the records bytes each holds."""
+
+    def __init__(self) -> None:
+        self._tasks: collections.deque[tuple[asyncio.Task[bool], int]] = collections.deque()
+
+    def __bool__(self) -> bool:
+        return bool(self._tasks)
+
+    def last(self) -> asyncio.Task[bool] | None:
+        return self._tasks[-1][0] if self._tasks else None
+
+    def add(self, task: asyncio.Task[bool], nbytes: int) -> None:
+        self._tasks.append((task, nbytes))
+
+    def waiting(self) -> bool:
+        """An answer not written yet."""
+        return any(not task.done() for task, _n in self._tasks)
+
+    async def settle(self, keep_bytes: int = 0) -> bool:
+        """Wait for the oldest answers until those left hold at most ``keep_bytes`` of
+        records (0: all written), collecting the done ones; False once one failed."""
+        tasks = self._tasks
+        while tasks and (tasks[0][0].done() or sum(n for _t, n in tasks) > keep_bytes):
+            task, _n = tasks.popleft()
+            if not await task:
+                return False
+        return True
+
+    def abandon(self) -> None:
+        """The connection ends: answers not yet written are dropped."""
+        for task, _n in self._tasks:
+            if task.done() and not task.cancelled():
+                task.exception()  # seen: not logged as never retrieved
+            task.cancel()
+        self._tasks.clear()
