@@ -253,20 +253,28 @@ def _timed(fn, *args):
 
 
 def throughput(b, args: argparse.Namespace) -> None:
-    """Each produce and consume case against kompakt, then the same against the sink,
-    ``--repeat`` rounds; the best of each (the run least disturbed by others on a
-    shared machine) is printed. Every round reads the topics the first wrote: from the
-    second on, kompakt reads from the page cache and the sink sends the responses it
-    keeps encoded, each at its cheapest.
+    """Each produce and consume case against kompakt and against the sink, ``--repeat``
+    rounds; the best of each side (the run least disturbed by others on a shared
+    machine) is printed, then every round's figures, so a reader sees how far each side
+    swung. The two sides of a case run back to back, kompakt first in even rounds and
+    the sink first in odd ones: neither always runs after the other (behind its disk
+    writeback, or with the caches it warmed). Every round reads the topics the first
+    wrote: from the second on, kompakt reads from the page cache and the sink sends the
+    responses it keeps encoded, each at its cheapest.
 
     Wall time on a busy machine swings by 2-3x from run to run; the CPU time of the
     process per MB (client + broker, or client + sink) does not, so it is printed too:
     ``sink CPU ÷ kompakt CPU`` is the throughput ratio a CPU-bound run would show."""
-    best: dict[str, list] = {}  # case -> [records, bytes, kompakt s, sink s, CPU s, sink CPU s]
+    # case -> (records, bytes, [(kompakt s, sink s, kompakt CPU s, sink CPU s) per round])
+    rounds: dict[str, tuple[int, int, list[tuple[float, ...]]]] = {}
 
-    def keep(case: str, n: int, nbytes: int, *times: float) -> None:
-        row = best.setdefault(case, [n, nbytes, *times])
-        row[2:] = [min(x, y) for x, y in zip(row[2:], times, strict=True)]
+    def both(r: int, kompakt, sink) -> tuple[tuple, tuple]:
+        """(kompakt's, sink's) ``_timed`` results, in this round's order."""
+        if r % 2:
+            theirs = sink()
+            return kompakt(), theirs
+        ours = kompakt()
+        return ours, sink()
 
     print(f"before: {load_average()}")
     with ProtocolSink() as sink:
@@ -277,20 +285,30 @@ def throughput(b, args: argparse.Namespace) -> None:
                 for acks in ("1", "all"):
                     topic = f"tp-{size}-{acks}-{r}"
                     sink.add_topic(topic, 1, size)
-                    dt, _, cpu = _timed(bench_produce, b.bootstrap, topic, size, n, acks)
-                    sdt, _, scpu = _timed(bench_produce, sink.bootstrap, topic, size, n, acks)
-                    keep(f"produce {size} B acks={acks}", n, n * size, dt, sdt, cpu, scpu)
+                    (dt, _, cpu), (sdt, _, scpu) = both(
+                        r,
+                        functools.partial(_timed, bench_produce, b.bootstrap, topic, size, n, acks),
+                        functools.partial(
+                            _timed, bench_produce, sink.bootstrap, topic, size, n, acks
+                        ),
+                    )
+                    case = f"produce {size} B acks={acks}"
+                    rounds.setdefault(case, (n, n * size, []))[2].append((dt, sdt, cpu, scpu))
                     if acks == "1" and r == 0:
                         consumed.append((size, n, topic))
             for size, n, topic in consumed:
-                (dt, nbytes), _, cpu = _timed(
-                    consume_from_start, {"bootstrap.servers": b.bootstrap}, topic, n
-                )
-                (sdt, sbytes), _, scpu = _timed(
-                    consume_from_start, {"bootstrap.servers": sink.bootstrap}, topic, n
+                ((dt, nbytes), _, cpu), ((sdt, sbytes), _, scpu) = both(
+                    r,
+                    functools.partial(
+                        _timed, consume_from_start, {"bootstrap.servers": b.bootstrap}, topic, n
+                    ),
+                    functools.partial(
+                        _timed, consume_from_start, {"bootstrap.servers": sink.bootstrap}, topic, n
+                    ),
                 )
                 k = nbytes / sbytes  # the sink's records are all full-size: scaled to kompakt's
-                keep(f"consume {size} B (assign)", n, nbytes, dt, sdt * k, cpu, scpu * k)
+                case = f"consume {size} B (assign)"
+                rounds.setdefault(case, (n, nbytes, []))[2].append((dt, sdt * k, cpu, scpu * k))
     after = load_average()
 
     print(
@@ -306,7 +324,8 @@ def throughput(b, args: argparse.Namespace) -> None:
     )
     print(hdr)
     print("-" * len(hdr))
-    for name, (n, nbytes, dt, sdt, cpu, scpu) in best.items():
+    for name, (n, nbytes, runs) in rounds.items():
+        dt, sdt, cpu, scpu = (min(x) for x in zip(*runs, strict=True))
         tcp = nbytes / 1e6 / bench_tcp(nbytes)
         mb = nbytes / 1e6
         print(
@@ -314,7 +333,23 @@ def throughput(b, args: argparse.Namespace) -> None:
             f"{sdt / dt:>6.2f} {cpu / mb * 1000:>9.1f} {scpu / mb * 1000:>8.1f} "
             f"{scpu / cpu:>8.2f} {tcp:>8.0f} {mb / dt / tcp:>6.3f}"
         )
+    print(spread_table(rounds))
     print(f"after: {after}")
+
+
+def spread_table(rounds: dict[str, tuple[int, int, list[tuple[float, ...]]]]) -> str:
+    """Every round's MB/s of each side and their ratio in that round (the sides of a
+    round ran back to back): how much each side swung, the sink's own variance
+    included, behind the best-of figures above."""
+    lines = ["each round, MB/s kompakt / sink = ratio (*: the sink ran first):"]
+    for name, (_n, nbytes, runs) in rounds.items():
+        mb = nbytes / 1e6
+        cells = [
+            f"{'*' if r % 2 else ''}{mb / dt:.0f} / {mb / sdt:.0f} = {sdt / dt:.2f}"
+            for r, (dt, sdt, _cpu, _scpu) in enumerate(runs)
+        ]
+        lines.append(f"  {name:24} " + "; ".join(cells))
+    return "\n".join(lines)
 
 
 def _latency_table(args: argparse.Namespace, rows: list[tuple[str, list[float]]]) -> None:
