@@ -54,6 +54,13 @@ async def read_request_bytes(reader: asyncio.StreamReader, missing: int) -> byte
         return exc.partial  # b"" next time: the protocol reports the truncated frame
 
 
+def stream_buffered(reader: asyncio.StreamReader) -> int:
+    """Bytes the stream holds already (a ``read`` returns them without waiting), so
+    the server can gather the requests a client pipelined: the stream keeps them in
+    its ``_buffer`` (CPython's asyncio since 3.4; 0 where it is absent)."""
+    return len(getattr(reader, "_buffer", b""))
+
+
 def records_bytes(body: Any) -> int:
     """The records bytes a Produce request carries."""
     return sum(len(p.records or b"") for t in body.topic_data for p in t.partition_data)
@@ -105,40 +112,47 @@ def handle_produces(calls: Calls) -> tuple[Answered | None, list[Any], Pending]:
 
 
 class PendingAnswers:
-    """A connection's Produce answers waiting for their fsync, oldest first: each task
-    writes its frames once the one before it has (True) or gives up when that failed
-    (False: the connection is to close); with the records bytes each holds."""
+    """A connection's Produce batches not answered yet, oldest first: for each, the task
+    that appends it after the one before and writes its answers after theirs (True, or
+    False once it or one before failed: the connection is to close), the future saying
+    whether its append went through, and the records bytes it holds."""
 
     def __init__(self) -> None:
-        self._tasks: collections.deque[tuple[asyncio.Task[bool], int]] = collections.deque()
+        self._entries: collections.deque[tuple[asyncio.Task[bool], asyncio.Future[bool], int]] = (
+            collections.deque()
+        )
 
     def __bool__(self) -> bool:
-        return bool(self._tasks)
+        return bool(self._entries)
 
-    def last(self) -> asyncio.Task[bool] | None:
-        return self._tasks[-1][0] if self._tasks else None
+    def last(self) -> tuple[asyncio.Future[bool] | None, asyncio.Future[bool] | None]:
+        """The newest batch's (answer task, appended future), or Nones."""
+        if not self._entries:
+            return None, None
+        task, appended, _n = self._entries[-1]
+        return task, appended
 
-    def add(self, task: asyncio.Task[bool], nbytes: int) -> None:
-        self._tasks.append((task, nbytes))
+    def add(self, task: asyncio.Task[bool], appended: asyncio.Future[bool], nbytes: int) -> None:
+        self._entries.append((task, appended, nbytes))
 
     def waiting(self) -> bool:
         """An answer not written yet."""
-        return any(not task.done() for task, _n in self._tasks)
+        return any(not task.done() for task, _a, _n in self._entries)
 
     async def settle(self, keep_bytes: int = 0) -> bool:
         """Wait for the oldest answers until those left hold at most ``keep_bytes`` of
         records (0: all written), collecting the done ones; False once one failed."""
-        tasks = self._tasks
-        while tasks and (tasks[0][0].done() or sum(n for _t, n in tasks) > keep_bytes):
-            task, _n = tasks.popleft()
+        entries = self._entries
+        while entries and (entries[0][0].done() or sum(n for _t, _a, n in entries) > keep_bytes):
+            task, _a, _n = entries.popleft()
             if not await task:
                 return False
         return True
 
     def abandon(self) -> None:
         """The connection ends: answers not yet written are dropped."""
-        for task, _n in self._tasks:
+        for task, _a, _n in self._entries:
             if task.done() and not task.cancelled():
                 task.exception()  # seen: not logged as never retrieved
             task.cancel()
-        self._tasks.clear()
+        self._entries.clear()

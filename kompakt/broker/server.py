@@ -33,9 +33,9 @@ from kompakt.broker.connection import (
     KafkaConnection,
     Request,
 )
-from kompakt.broker.flush import Pending
 from kompakt.broker.metrics import BrokerMetrics, has_error
 from kompakt.broker.produce_pipeline import (
+    READ_SIZE,
     Answered,
     Calls,
     Frame,
@@ -45,6 +45,7 @@ from kompakt.broker.produce_pipeline import (
     handle_produces,
     read_request_bytes,
     records_bytes,
+    stream_buffered,
     write_frame,
 )
 from kompakt.broker.protocol import ProtocolError
@@ -318,7 +319,7 @@ class KafkaServer:
             if event is CLOSED:
                 return
             if self._batchable(conn, event):
-                batch, held = self._gather(protocol, event)
+                batch, held = await self._gather(conn.reader, protocol, event)
                 conn.busy = True
                 try:
                     if not await self._serve_produces(conn, protocol, batch, t0):
@@ -369,21 +370,25 @@ class KafkaServer:
             and (conn.sasl is None or conn.sasl.complete)
         )
 
-    def _gather(self, protocol: KafkaConnection, first: Request) -> tuple[list[Request], Any]:
-        """``first`` and the Produce requests buffered right behind it (a client
-        pipelines them), and the event after them, if one was decoded."""
+    async def _gather(
+        self, reader: asyncio.StreamReader, protocol: KafkaConnection, first: Request
+    ) -> tuple[list[Request], Any]:
+        """``first`` and the Produce requests that arrived right behind it (a client
+        pipelines them), in the protocol's buffer or the stream's, and the event after
+        them, if one was decoded."""
         batch = [first]
-        while (
-            len(batch) < MAX_PRODUCE_BATCH
-            and protocol.buffered
-            and protocol.next_frame_size() <= DECODE_ON_LOOP_BYTES
-        ):
+        while len(batch) < MAX_PRODUCE_BATCH:
+            if protocol.next_frame_size() > DECODE_ON_LOOP_BYTES:
+                break
             try:
                 event = protocol.next_event()
             except ProtocolError:  # raised again by the next next_event(), after the batch
                 break
             if event is NEED_DATA:
-                break
+                if not stream_buffered(reader):
+                    break
+                protocol.receive_data(await reader.read(READ_SIZE))  # there: no waiting
+                continue
             if not isinstance(event, Request) or event.api.handler is not first.api.handler:
                 return batch, None if event is CLOSED else event
             batch.append(event)
@@ -392,12 +397,12 @@ class KafkaServer:
     async def _serve_produces(
         self, conn: _Connection, protocol: KafkaConnection, batch: list[Request], t0: float
     ) -> bool:
-        """Several pipelined Produce requests appended in one worker-thread hop. Those
-        that owe no fsync are answered now; acks=all ones once the fsync covering them
-        (one per partition, a group commit) returned, while this connection's next
-        requests are read and appended meanwhile, as a Kafka leader appends the next
-        request before the ones before it are replicated; answers stay in order. False
-        once the connection is to close."""
+        """Hand a batch of pipelined Produce requests to a task that appends them after
+        the batch before it (one worker-thread hop), runs the fsyncs acks=all owes (one
+        per partition, a group commit) and answers them after the answers before; the
+        connection's next requests are read meanwhile, as a Kafka leader appends the
+        next request before the ones before it are replicated. False once the
+        connection is to close."""
         calls = [
             (
                 req.api.handler,
@@ -407,33 +412,40 @@ class KafkaServer:
             )
             for req in batch
         ]
-        done, results, pending = await asyncio.to_thread(handle_produces, calls)
         if not await conn.answers.settle(PIPELINE_BYTES):  # collects the written ones
             return False
-        if done is not None and not conn.answers:
-            return await self._write_produces(conn, batch, done, t0)
-        before = conn.answers.last()
-        answer = self._answer_later(conn, batch, calls, results, pending, done, t0, before)
+        loop = asyncio.get_running_loop()
+        appended: asyncio.Future[bool] = loop.create_future()
+        answer = self._append_and_answer(conn, batch, calls, t0, appended, *conn.answers.last())
         nbytes = sum(records_bytes(req.body) for req in batch)
-        conn.answers.add(asyncio.ensure_future(answer), nbytes)
+        conn.answers.add(asyncio.ensure_future(answer), appended, nbytes)
         return True
 
-    async def _answer_later(
+    async def _append_and_answer(
         self,
         conn: _Connection,
         batch: list[Request],
         calls: Calls,
-        results: list[Any],
-        pending: Pending,
-        done: Answered | None,
         t0: float,
-        before: asyncio.Task[bool] | None,
+        appended: asyncio.Future[bool],
+        answer_before: asyncio.Future[bool] | None,
+        appended_before: asyncio.Future[bool] | None,
     ) -> bool:
-        """Answer ``batch`` once its fsyncs returned (``done``: none owed, encoded
-        already) and the answers before it went out."""
+        """Append ``batch`` once the batch before it is appended (``appended`` says if
+        it went through: none is appended after a handler that raised), then answer it
+        once its fsyncs returned and the answers before it went out."""
+        try:
+            if appended_before is not None and not await appended_before:
+                appended.set_result(False)
+                return False
+            done, results, pending = await asyncio.to_thread(handle_produces, calls)
+            appended.set_result(not any(isinstance(r, Exception) for r in results))
+        finally:
+            if not appended.done():
+                appended.set_result(False)
         if done is None:
             done = await asyncio.to_thread(flush_and_encode, calls, results, pending)
-        if before is not None and not await before:
+        if answer_before is not None and not await answer_before:
             return False
         return await self._write_produces(conn, batch, done, t0)
 
