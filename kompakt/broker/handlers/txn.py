@@ -28,12 +28,14 @@ from kompakt.broker.protocol import ms
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
 from kompakt.broker.txn.broker import (  # also the broker's start-up and seams
+    TransactionBroker,
     load_txn_coordinator,
+    loaded_txn_broker,
     start_txn_coordinator,
     txn_broker_if_started,
 )
 from kompakt.broker.txn.broker import wait_completion as _wait
-from kompakt.broker.txn.coordinator import TransactionCoordinator
+from kompakt.broker.txn.inline import run_inline
 from kompakt.broker.txn.log import TRANSACTION_STATE_TOPIC
 from kompakt.broker.txn.results import TransactionDescription, TransactionResult, client_error
 from kompakt.broker.txn.state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionState
@@ -48,8 +50,9 @@ __all__ = [
 ]
 
 
-async def _coordinator(ctx: RequestContext) -> TransactionCoordinator:
-    return (await load_txn_coordinator(ctx.state)).coordinator
+async def _coordinator(ctx: RequestContext) -> TransactionBroker:
+    """The loaded coordinator with its I/O; calls of ``.coordinator`` hold its ``lock``."""
+    return await load_txn_coordinator(ctx.state)
 
 
 # -- FindCoordinator (TRANSACTION keys) -------------------------------------------------
@@ -85,10 +88,12 @@ async def handle_init_producer_id(ctx: RequestContext, req: Any) -> dict[str, An
             "producer_epoch": 0,
         }
     try:
-        tc = await _coordinator(ctx)
+        tb = await _coordinator(ctx)
     except (KompaktError, OSError):
         return _init_failed(ErrorCode.coordinator_not_available)
-    result = await _wait(tc.init_producer_id(tid, ms(req.transaction_timeout), expected))
+    with tb.lock:
+        pending = tb.coordinator.init_producer_id(tid, ms(req.transaction_timeout), expected)
+    result = await _wait(pending, tb.lock)
     return {
         "throttle_time": 0,
         "error_code": client_error(result.error, ctx.api_key, ctx.api_version),
@@ -118,10 +123,11 @@ def add_partitions_result(index: int, code: ErrorCode) -> dict[str, Any]:
     return {"partition_index": index, "partition_error_code": code}
 
 
-async def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
+def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """AddPartitionsToTxn v0-3 (one transaction per request): an unknown partition
     fails the request, the others answer OPERATION_NOT_ATTEMPTED (Kafka's
-    ``handleAddPartitionsToTxnRequest``)."""
+    ``handleAddPartitionsToTxnRequest``). Run on a handler thread, the coordinator
+    called there (:mod:`~kompakt.broker.txn.inline`)."""
     tid = req.v3_and_below_transactional_id
     topics = req.v3_and_below_topics
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
@@ -139,14 +145,15 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, req: Any) -> dict[st
         }
     else:
         try:
-            tc = await _coordinator(ctx)
-            code = await _wait(
-                tc.add_partitions(
+            tb = loaded_txn_broker(ctx.state)
+            code = run_inline(
+                tb.lock,
+                lambda: tb.coordinator.add_partitions(
                     tid,
                     int(req.v3_and_below_producer_id),
                     int(req.v3_and_below_producer_epoch),
                     wanted,
-                )
+                ),
             )
         except (KompaktError, OSError):
             code = ErrorCode.coordinator_not_available
@@ -171,25 +178,29 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, req: Any) -> dict[str, 
     transaction (Kafka's ``handleAddOffsetsToTxnRequest``)."""
     try:
         await group_handlers.coordinator(ctx)  # __consumer_offsets exists for the marker
-        tc = await _coordinator(ctx)
-        code = await _wait(
-            tc.add_offsets(
+        tb = await _coordinator(ctx)
+        with tb.lock:
+            pending = tb.coordinator.add_offsets(
                 req.transactional_id, int(req.producer_id), int(req.producer_epoch), req.group_id
             )
-        )
+        code = await _wait(pending, tb.lock)
     except (KompaktError, OSError):
         code = ErrorCode.coordinator_not_available
     return {"throttle_time": 0, "error_code": client_error(code, ctx.api_key, ctx.api_version)}
 
 
-async def handle_end_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
+def handle_end_txn(ctx: RequestContext, req: Any) -> dict[str, Any]:
     """EndTxn: answered once PrepareCommit/PrepareAbort is written (Kafka's
-    ``handleEndTxnRequest``); the markers follow."""
+    ``handleEndTxnRequest``); the markers follow. Run on a handler thread, as
+    AddPartitionsToTxn."""
     result = TransactionResult.COMMIT if req.committed else TransactionResult.ABORT
     try:
-        tc = await _coordinator(ctx)
-        code = await _wait(
-            tc.end_txn(req.transactional_id, int(req.producer_id), int(req.producer_epoch), result)
+        tb = loaded_txn_broker(ctx.state)
+        code = run_inline(
+            tb.lock,
+            lambda: tb.coordinator.end_txn(
+                req.transactional_id, int(req.producer_id), int(req.producer_epoch), result
+            ),
         )
     except (KompaktError, OSError):
         code = ErrorCode.coordinator_not_available
@@ -248,7 +259,7 @@ def register(registry: ApiRegistry) -> None:
 # -- DescribeTransactions / ListTransactions / DescribeProducers (kafka-transactions.sh) --
 
 
-async def _existing_coordinator(ctx: RequestContext) -> TransactionCoordinator | None:
+async def _existing_coordinator(ctx: RequestContext) -> TransactionBroker | None:
     """The loaded coordinator, or None while ``__transaction_state`` does not exist:
     the read-only admin APIs never create it (no transactional id was ever used)."""
     if not ctx.logs.has_topic(TRANSACTION_STATE_TOPIC):
@@ -261,16 +272,17 @@ async def handle_describe_transactions(ctx: RequestContext, req: Any) -> dict[st
     per id its state, timeout, start time, producer id/epoch and partitions;
     TRANSACTIONAL_ID_NOT_FOUND for an unknown id, COORDINATOR_NOT_AVAILABLE when
     ``__transaction_state`` cannot be read."""
-    tc: TransactionCoordinator | None = None
+    tb: TransactionBroker | None = None
     unavailable = False
     try:
-        tc = await _existing_coordinator(ctx)
+        tb = await _existing_coordinator(ctx)
     except (KompaktError, OSError):
         unavailable = True
     states = []
     for tid in req.transactional_ids:
-        if tc is not None:
-            d = tc.describe(tid)
+        if tb is not None:
+            with tb.lock:
+                d = tb.coordinator.describe(tid)
         elif unavailable:
             d = TransactionDescription.failed(tid, ErrorCode.coordinator_not_available)
         else:  # no __transaction_state: no id was ever used
@@ -303,7 +315,7 @@ async def handle_list_transactions(ctx: RequestContext, req: Any) -> dict[str, A
     a full-match regular expression); unknown state names come back in
     ``unknown_state_filters``."""
     try:
-        tc = await _existing_coordinator(ctx)
+        tb = await _existing_coordinator(ctx)
     except (KompaktError, OSError):
         return {
             "throttle_time": 0,
@@ -326,10 +338,11 @@ async def handle_list_transactions(ctx: RequestContext, req: Any) -> dict[str, A
         list(req.state_filters),
         int(getattr(req, "duration_filter", -1)),
     )
-    if tc is None:  # no __transaction_state: nothing to list, unknown states still named
+    if tb is None:  # no __transaction_state: nothing to list, unknown states still named
         listed, unknown = [], [n for n in filters[1] if not _known_state(n)]
     else:
-        listed, unknown = tc.list_transactions(*filters)
+        with tb.lock:
+            listed, unknown = tb.coordinator.list_transactions(*filters)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,

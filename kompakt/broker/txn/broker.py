@@ -1,11 +1,13 @@
-"""The transaction coordinator with its I/O: the asyncio side of the sans-IO
+"""The transaction coordinator with its I/O: the threaded side of the sans-IO
 :class:`~kompakt.broker.txn.coordinator.TransactionCoordinator`, as
 :mod:`kompakt.broker.coordinator.handlers` is the group coordinator's. One per broker,
-kept in ``state.extra``; its timers on the broker's loop
-(:class:`~kompakt.broker.coordinator.scheduler.LoopScheduler`) and its log appends on
-one worker thread, so the ``__transaction_state`` records and the markers are written
-in the order the coordinator asked for them (Kafka's ``TransactionStateManager``
-appends and ``TransactionMarkerChannelManager``).
+kept in ``state.extra``, called under its :attr:`TransactionBroker.lock` by whichever
+thread serves the request (:mod:`~kompakt.broker.txn.inline`: AddPartitionsToTxn and
+EndTxn on a handler thread, the rest on the loop), its timers on the broker's loop.
+Each ``__transaction_state`` record is appended by the thread that decided it, under
+the lock, so in the coordinator's order; its fsync runs on that handler thread or on
+the log thread, which also writes the markers and the Complete record after them
+(Kafka's ``TransactionStateManager`` appends and ``TransactionMarkerChannelManager``).
 
 The coordinator's state is stored in :class:`~kompakt.broker.txn.log.TransactionLog`,
 read back at start-up (a transaction found in PrepareCommit/PrepareAbort then gets its
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -33,11 +36,11 @@ from kompakt.broker.coordinator import handlers as group_handlers
 from kompakt.broker.coordinator import records as group_rec
 from kompakt.broker.coordinator.faults import NO_FAULTS, CoordinatorFaults
 from kompakt.broker.coordinator.records import OffsetAndMetadata
-from kompakt.broker.coordinator.scheduler import LoopScheduler
 from kompakt.broker.coordinator.state import Group
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
 from kompakt.broker.handlers.common import error_of
 from kompakt.broker.txn.coordinator import TransactionCoordinator
+from kompakt.broker.txn.inline import LockedScheduler, on_loop, owe_fsync
 from kompakt.broker.txn.log import TRANSACTION_STATE_TOPIC, TransactionLog
 from kompakt.broker.txn.records import TransactionLogValue
 from kompakt.broker.txn.results import (
@@ -96,9 +99,15 @@ class TransactionBroker:
                 cfg.get("add.partitions.to.txn.retry.backoff.max.ms")
             ),
         )
+        self.lock = threading.RLock()
+        """guards ``coordinator`` and its state: held by whoever calls it (a handler
+        thread, the loop's handlers and timers, the marker writer's completion), so its
+        ``__transaction_state`` appends are made in the order it decides them
+        (:mod:`~kompakt.broker.txn.inline`; Kafka's ``txnMetadata.inLock``)."""
+        self.ready = False  # set once, by the loop, when loaded
         self._io = ThreadPoolExecutor(1, thread_name_prefix="kompakt-txn-log")
         self._flushers = ThreadPoolExecutor(4, thread_name_prefix="kompakt-txn-fsync")
-        self._flush_due: set[int] = set()
+        self._flush_due: set[int] = set()  # owned by the loop
         """``__transaction_state`` partitions with a Complete record's fsync ahead."""
         """fsyncs of one transaction's markers, run at once (:meth:`_flush_together`)."""
         self.coordinator = self._make(clock or state.logs.clock)
@@ -108,7 +117,7 @@ class TransactionBroker:
         offsets = int(self.state.config.get("offsets.topic.num.partitions"))
         return TransactionCoordinator(
             self.config,
-            LoopScheduler(self.loop, clock),
+            LockedScheduler(self.loop, clock, self.lock),
             self._append,
             self._write_markers,
             self.state.producers.new_producer_id,
@@ -146,8 +155,10 @@ class TransactionBroker:
         for _tid, value in found:
             if value is not None:
                 self.state.producers.ensure_above(value.producer_id)
-        self.coordinator.load(found)
-        self.coordinator.startup()
+        with self.lock:
+            self.coordinator.load(found)
+            self.coordinator.startup()
+        self.ready = True
         if found:
             log.info(
                 "loaded %d transactional ids from %s",
@@ -189,37 +200,68 @@ class TransactionBroker:
         return pending
 
     def shutdown(self) -> None:
-        self.coordinator.shutdown()
+        with self.lock:
+            self.coordinator.shutdown()
         self._io.shutdown(wait=False)
         self._flushers.shutdown(wait=False)
 
     # -- the coordinator's I/O -----------------------------------------------------------
     def _on_io(self, fn: Callable[[], None]) -> Completion[ErrorCode]:
-        """Run ``fn`` on the log thread; complete on the loop with its error code."""
+        """Run ``fn`` on the log thread; complete on the loop with its error code. The
+        thread hands the code back itself (one ``call_soon_threadsafe``), without an
+        asyncio future chained to the executor's: two of these run for every
+        transaction on the client's path (its Ongoing and its Prepare record)."""
         out: Completion[ErrorCode] = Completion()
+        loop = self.loop
 
-        def done(fut: asyncio.Future) -> None:
-            exc = fut.exception()
-            if exc is None:
-                out.complete(ErrorCode.none)
-            else:
-                code, _msg = error_of(exc)
+        def run() -> None:
+            code = ErrorCode.none
+            try:
+                fn()
+            except Exception as exc:
+                code = ErrorCode(error_of(exc)[0])
                 log.warning("transaction log write failed: %s", exc)
-                out.complete(ErrorCode(code))
+            try:
+                loop.call_soon_threadsafe(out.complete, code)
+            except RuntimeError:  # the loop is closed: nobody waits for the answer
+                pass
 
         try:
-            self.loop.run_in_executor(self._io, fn).add_done_callback(done)
+            self._io.submit(run)
         except RuntimeError:  # shut down: a reload finishes what is left
             out.complete(ErrorCode.not_coordinator)
         return out
 
     def _append(self, partition: int, items: Records, durable: bool) -> Completion[ErrorCode]:
-        """A ``__transaction_state`` append on the log thread; one not ``durable`` (a
-        Complete record) is fsynced by :meth:`_flush_soon`."""
-        out = self._on_io(lambda: self.storage.append(partition, items, durable))
+        """A ``__transaction_state`` append, made now on the calling thread (the
+        coordinator's lock held: its records land in the order it decided them). A
+        ``durable`` one completes once fsynced: by this thread after it lets go of the
+        lock inside :func:`~kompakt.broker.txn.inline.run_inline`, else by the log
+        thread; one not ``durable`` (a Complete record) at once, fsynced by
+        :meth:`_flush_soon`."""
+        out: Completion[ErrorCode] = Completion()
+        try:
+            end = self.storage.append(partition, items, durable=False)
+        except Exception as exc:
+            log.warning("transaction log write failed: %s", exc)
+            out.complete(ErrorCode(error_of(exc)[0]))
+            return out
         if not durable:
-            out.add_done_callback(lambda _error: self._flush_soon(partition))
+            out.complete(ErrorCode.none)
+            self._flush_soon(partition)
+        elif not owe_fsync(lambda: self.storage.flush_covering(partition, end), out):
+            flushed = self._on_io(lambda: self.storage.flush(partition))
+            flushed.add_done_callback(self._locked(out.complete))
         return out
+
+    def _locked(self, fn: Callable[[Any], None]) -> Callable[[Any], None]:
+        """``fn`` run under :attr:`lock` (a completion reaching the coordinator)."""
+
+        def run(value: Any) -> None:
+            with self.lock:
+                fn(value)
+
+        return run
 
     def _flush_soon(self, partition: int) -> None:
         """fsync a Complete record of ``partition`` a little later unless another
@@ -227,6 +269,9 @@ class TransactionBroker:
         would complete its PrepareX again), and in a stream of transactions the id's
         next AddPartitionsToTxn arrives first and fsyncs it with its own record, so a
         transaction costs no fsync (and no log-thread job) of its own for it."""
+        if not on_loop(self.loop):
+            self.loop.call_soon_threadsafe(self._flush_soon, partition)
+            return
         if partition in self._flush_due:
             return
         self._flush_due.add(partition)
@@ -298,7 +343,7 @@ class TransactionBroker:
             if record_error[0] == ErrorCode.none:
                 self._flush_soon(complete[0])
 
-        self._on_io(write).add_done_callback(written)
+        self._on_io(write).add_done_callback(self._locked(written))
         return out
 
     def _flush_together(
@@ -419,12 +464,34 @@ async def load_txn_coordinator(state: Any) -> TransactionBroker:
     return tb
 
 
-async def wait_completion(c: Completion[Any]) -> Any:
-    fut = asyncio.get_running_loop().create_future()
+def loaded_txn_broker(state: Any) -> TransactionBroker:
+    """:func:`load_txn_coordinator` for a handler thread: the loaded coordinator, loaded
+    on the loop first if need be (once, for the broker's first transactional request)."""
+    tb = txn_broker_if_started(state)
+    if tb is not None and tb.ready:
+        return tb
+    loop = tb.loop if tb is not None else state.notifier.loop
+    return asyncio.run_coroutine_threadsafe(load_txn_coordinator(state), loop).result()
 
-    def done(value: Any) -> None:
+
+async def wait_completion(c: Completion[Any], lock: threading.RLock | None = None) -> Any:
+    """The value of ``c``, which any thread holding ``lock`` may complete."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+
+    def set_result(value: Any) -> None:
         if not fut.done():
             fut.set_result(value)
 
-    c.add_done_callback(done)
+    def done(value: Any) -> None:
+        if on_loop(loop):
+            set_result(value)
+        else:
+            loop.call_soon_threadsafe(set_result, value)
+
+    if lock is None:
+        c.add_done_callback(done)
+    else:
+        with lock:
+            c.add_done_callback(done)
     return await fut

@@ -18,9 +18,8 @@ wait for a log append. The coordinator does no I/O itself. It is given:
   for the periodic aborts and id expiry, and the waits of parked AddPartitionsToTxn.
 
 The flow of one transaction, as in Kafka: InitProducerId (Empty, epoch bump) →
-AddPartitionsToTxn / AddOffsetsToTxn (Ongoing) → EndTxn: PrepareCommit/PrepareAbort
-appended, the client answered, markers written, CompleteCommit/CompleteAbort appended;
-a restart between Prepare and Complete finishes it in :meth:`TransactionCoordinator.load`.
+AddPartitionsToTxn / AddOffsetsToTxn (Ongoing) → EndTxn: PrepareX appended, the client
+answered, markers, then CompleteX; a restart in between finishes it in :meth:`load`.
 """
 
 from __future__ import annotations
@@ -81,19 +80,20 @@ class TransactionCoordinator:
         new_producer_id: Callable[[], int],
         offsets_partition_for: Callable[[str], int] | None = None,
     ):
-        self.config = config
-        self.scheduler = scheduler
-        self._append_fn = append
-        self._write_markers = write_markers
-        self._new_producer_id = new_producer_id
-        self._offsets_partition_for = offsets_partition_for or (
+        self.config = config  # guarded by the broker's lock
+        self.scheduler = scheduler  # immutable; thread-safe
+        self._append_fn = append  # immutable
+        self._write_markers = write_markers  # immutable
+        self._new_producer_id = new_producer_id  # immutable; thread-safe
+        self._offsets_partition_for = offsets_partition_for or (  # immutable
             lambda group: partition_for(group, OFFSETS_TOPIC_PARTITIONS)
         )
-        self.transactions: dict[str, TransactionMetadata] = {}
+        self.transactions: dict[str, TransactionMetadata] = {}  # guarded by the broker's lock
         """The cache (Kafka's ``transactionMetadataCache``), by transactional id."""
-        self._timers: list[TimerHandle] = []
-        self._active = False
+        self._timers: list[TimerHandle] = []  # guarded by the broker's lock
+        self._active = False  # guarded by the broker's lock
         self._waits = CompletionWaits(scheduler, config.add_partitions_retry_backoff_max_ms)
+        """Parked requests; guarded by the broker's lock (``TransactionBroker.lock``)."""
 
     # -- lifecycle -------------------------------------------------------------------------
     def startup(self) -> None:

@@ -15,6 +15,7 @@ from kompakt.broker.coordinator.storage import (
     flush_appended,
     unflushed,
 )
+from kompakt.broker.flush import flush_covering
 from kompakt.broker.txn import records as txn_rec
 from kompakt.broker.txn.records import TransactionLogValue
 from kompakt.broker.txn.results import Records
@@ -60,10 +61,19 @@ class TransactionLog:
                         out.append(found)
         return out
 
-    def append(self, partition: int, items: Records, durable: bool = True) -> None:
-        """One batch, fsynced unless not ``durable`` (then :meth:`flush` or the next
-        durable append of the partition makes it so: a group commit)."""
-        append_batch(self.logs.get_log(TRANSACTION_STATE_TOPIC, partition), items, durable)
+    def append(self, partition: int, items: Records, durable: bool = True) -> int:
+        """One batch, fsynced unless not ``durable`` (then :meth:`flush`,
+        :meth:`flush_covering` or the next durable append of the partition makes it
+        so: a group commit); returns the log end offset after it."""
+        plog = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
+        append_batch(plog, items, durable)
+        return int(plog.log_end_offset)
+
+    def flush_covering(self, partition: int, offset: int) -> None:
+        """Return once the partition is fsynced below ``offset``, one fsync for the
+        threads that appended meanwhile (acks=all's group commit,
+        :func:`~kompakt.broker.flush.flush_covering`)."""
+        flush_covering(self.logs.get_log(TRANSACTION_STATE_TOPIC, partition), offset)
 
     def flush(self, partition: int) -> None:
         flush_appended(self.logs.get_log(TRANSACTION_STATE_TOPIC, partition))
