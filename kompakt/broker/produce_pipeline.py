@@ -1,14 +1,15 @@
 """A connection's Produce requests between the socket and the log: read, appended on a
-worker thread, answered once the fsync that acks=all owes returned, in order.
+worker thread in order, answered once the fsync that acks=all owes returned, in order.
 
-The server (:mod:`kompakt.broker.server`) appends a batch of a connection's pipelined
-Produce requests in one worker-thread hop (:func:`handle_produces`). Those that owe no
-fsync (acks=0 and 1) are answered at once. The acks=all ones are answered by a task
-that runs their fsyncs on another worker (a group commit, :mod:`kompakt.broker.flush`)
-and then writes their frames after the answers before them (:class:`PendingAnswers`),
-while the connection's next requests are read and appended: a client's pipeline does
-not wait for one fsync per request, as a Kafka leader appends the next request before
-the ones before it are replicated. Nothing is answered before an fsync covers it.
+The server (:mod:`kompakt.broker.server`) hands each batch of a connection's pipelined
+Produce requests to a task that appends it in one worker-thread hop
+(:func:`handle_produces`) once the batch before it is appended, runs the fsyncs its
+acks=all requests owe on another worker (a group commit, :mod:`kompakt.broker.flush`)
+and writes its answers after the answers before it (:class:`PendingAnswers`). The
+connection's next requests are read and gathered meanwhile: a client's pipeline waits
+neither for one answer nor for one fsync per request, as a Kafka leader appends the
+next request before the ones before it are replicated. Nothing is answered before an
+fsync covers it.
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ coroutine on the loop), waits out delayed answers (a long-polling Fetch: Kafka's
 purgatory) and writes the response bytes back. One task per connection; requests on
 one connection are handled one at a time, in order (as Kafka does by muting a channel
 while a request is in flight), so pipelined requests are answered in order and a
-long-polling fetch only holds its own connection. Whatever the protocol object refuses
+long-polling fetch only holds its own connection. Produce requests are the exception:
+their appends and fsyncs run in order behind the connection's reading
+(:mod:`kompakt.broker.produce_pipeline`), their answers still in order and before any
+later request's. Whatever the protocol object refuses
 (a frame larger than ``socket.request.max.bytes``, a truncated frame, an unknown API
 key, an undecodable request) closes that connection with a log line; the server
 carries on.
@@ -71,8 +74,8 @@ PRODUCE = 0  # API key
 # one fsync per partition for their acks=all appends (librdkafka pipelines up to 5 for
 # an idempotent producer, more for others)
 MAX_PRODUCE_BATCH = 16
-# records bytes of a connection's Produce requests appended and waiting for their fsync
-# while its next requests are read (more: the reading waits for the oldest answers)
+# records bytes of a connection's Produce requests being appended or waiting for their
+# fsync while its next requests are read (more: the reading waits for the oldest answers)
 PIPELINE_BYTES = 8 << 20
 ANONYMOUS = "User:ANONYMOUS"
 
