@@ -296,8 +296,7 @@ class AbstractIndex:
 
     def _write(self, values: tuple[int, int]) -> None:
         """Append one entry (the caller is an ``_opened`` method: lock held, file open)."""
-        if not self._memory:
-            self._fd()
+        fd = None if self._memory else self._fd()
         if self.is_full():
             raise IndexCorruptError(f"index {self.path.name} is full")
         n, length = self._entries, self._length
@@ -306,7 +305,11 @@ class AbstractIndex:
             self.resize(self.max_index_size)  # an active index found trimmed at load
         # pwrite, not a store into the mmap: on a full disk a store into a sparse page
         # raises SIGBUS and kills the broker, while pwrite fails with ENOSPC.
-        self._pwrite(self._ENTRY.pack(*values), n * self.ENTRY_SIZE)
+        entry = self._ENTRY.pack(*values)
+        if fd is None:
+            self._pwrite(entry, n * self.ENTRY_SIZE)
+        else:  # the file's descriptor (resize keeps it): one call less on every append
+            os.pwrite(fd, entry, n * self.ENTRY_SIZE)
         self._sync.wrote()
         self._entries = n + 1
 

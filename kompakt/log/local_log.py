@@ -103,11 +103,18 @@ class LocalLog:
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
+    _roll_ms_of: tuple[TopicConfig | None, int] = (None, 0)  # the last config's answer
+
     def roll_ms(self) -> int:
-        """Compacted topics roll at min(segment.ms, max.compaction.lag.ms), like Kafka."""
-        roll = self.config.segment_ms - self._jitter()
-        if self.config.compact:
-            roll = min(roll, self.config.max_compaction_lag_ms)
+        """Compacted topics roll at min(segment.ms, max.compaction.lag.ms), like Kafka.
+        Asked on every append: worked out once per config (a change replaces it)."""
+        cfg, roll = self._roll_ms_of
+        if cfg is not self.config:
+            cfg = self.config
+            roll = cfg.segment_ms - self._jitter()
+            if cfg.compact:
+                roll = min(roll, cfg.max_compaction_lag_ms)
+            self._roll_ms_of = (cfg, roll)
         return roll
 
     def _jitter(self) -> int:

@@ -178,11 +178,13 @@ class LogSegment(SegmentReads):
 
     @property
     def offset_index(self) -> OffsetIndex:
-        return self._index("_offset_index", OffsetIndex, INDEX_SUFFIX)
+        idx = self._offset_index  # made already: every append and roll check asks
+        return idx if idx is not None else self._index("_offset_index", OffsetIndex, INDEX_SUFFIX)
 
     @property
     def time_index(self) -> TimeIndex:
-        return self._index("_time_index", TimeIndex, TIMEINDEX_SUFFIX)
+        idx = self._time_index
+        return idx if idx is not None else self._index("_time_index", TimeIndex, TIMEINDEX_SUFFIX)
 
     @property
     def txn_index(self) -> TransactionIndex:

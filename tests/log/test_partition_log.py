@@ -90,6 +90,20 @@ def test_segment_jitter_is_capped_by_segment_ms_like_kafka(manager, clock):
     assert len(plog.segments) == 2
 
 
+def test_a_segment_ms_change_rolls_from_the_next_append_like_kafka(manager, clock):
+    """Kafka's ``UnifiedLog.updateConfig``: a dynamic topic config change is used from
+    the next append on (the roll time is worked out once per config, not kept)."""
+    manager.create_topic("d", 1, {"segment.ms": str(10**9)})
+    plog = manager.get_log("d", 0)
+    plog.append(batch((b"a", b"1"), ts=clock.now))
+    clock.advance(2000)
+    plog.append(batch((b"a", b"1"), ts=clock.now))
+    assert len(plog.segments) == 1
+    manager.alter_topic_config("d", {"segment.ms": "1000"})
+    plog.append(batch((b"a", b"1"), ts=clock.now))
+    assert len(plog.segments) == 2
+
+
 def test_compacted_topic_rolls_at_max_compaction_lag_like_kafka(manager, clock):
     manager.create_topic("c", 1, {"cleanup.policy": "compact", "max.compaction.lag.ms": "100"})
     plog = manager.get_log("c", 0)
