@@ -153,6 +153,8 @@ class KafkaConnection:
             frame = self._next_frame()
             if isinstance(frame, _Sentinel):
                 return frame
+            if isinstance(frame, int):
+                return self._decode_in_place(frame)
             return self._decode(frame)
         except ProtocolError as exc:
             self._error = exc
@@ -169,7 +171,7 @@ class KafkaConnection:
         return encode_response_parts(request.response_class, request.correlation_id, body)
 
     # -- framing ---------------------------------------------------------------------------
-    def _next_frame(self) -> bytes | _Sentinel:
+    def _next_frame(self) -> bytes | int | _Sentinel:
         buf = self._buffer
         if self._frame_size is None:
             if len(buf) < INT32.size:
@@ -199,14 +201,26 @@ class KafkaConnection:
                     f"connection ended inside a {size}-byte request", level=logging.INFO
                 )
             return NEED_DATA
-        with memoryview(buf) as view:  # one copy of the frame, not two
-            frame = bytes(view[:size])
-        del buf[:size]
         self._frame_size = None
-        return frame
+        return size  # the buffer's first bytes: decoded where they are
+
+    def _decode_in_place(self, size: int) -> Request | Answer:
+        """Decode the frame that is the buffer's first ``size`` bytes without copying
+        it out (the decoded request holds copies of what it keeps), then drop it."""
+        whole = memoryview(self._buffer)
+        view = whole[:size].toreadonly()  # kio reads read-only buffers only
+        try:
+            return self._decode(view)
+        finally:
+            view.release()
+            whole.release()
+            try:
+                del self._buffer[:size]
+            except BufferError:  # something kept a view of the frame: leave it that buffer
+                self._buffer = bytearray(memoryview(self._buffer)[size:])
 
     # -- decoding --------------------------------------------------------------------------
-    def _decode(self, frame: bytes) -> Request | Answer:
+    def _decode(self, frame: bytes | memoryview) -> Request | Answer:
         api_key, version, correlation_id = peek_header(frame)
         name = api_name(api_key)
         api = self.registry.get(api_key)
