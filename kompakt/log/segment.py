@@ -315,7 +315,8 @@ class LogSegment(SegmentReads):
 
     @property
     def last_offset(self) -> int | None:
-        self._tail()
+        if not self._tail_known:  # asked on every append: the walk only once
+            self._tail()
         return self._last_offset
 
     @property
@@ -372,7 +373,8 @@ class LogSegment(SegmentReads):
 
     @property
     def next_offset(self) -> int:
-        return self.base_offset if self.last_offset is None else self.last_offset + 1
+        last = self.last_offset
+        return self.base_offset if last is None else last + 1
 
     @property
     def largest_timestamp(self) -> int:
