@@ -40,7 +40,7 @@ from kompakt.broker.protocol import (
 from kompakt.broker.registry import ApiHandler, ApiRegistry, api_name
 
 MIN_FRAME = API_HEADER.size  # api_key, api_version, correlation_id
-# a frame's rest at least this long is kept as received rather than appended
+# a frame's rest at least this long is read in one piece (:attr:`KafkaConnection.missing`)
 MIN_REST_BYTES = 1 << 16
 
 
@@ -101,9 +101,6 @@ class KafkaConnection:
         self.max_request_bytes = max_request_bytes
         self._buffer = bytearray()
         self._frame_size: int | None = None  # of the frame being received, once known
-        # the rest of that frame, received in one piece (:attr:`missing`): kept as it
-        # came, joined with the buffer's start of the frame once, not copied twice
-        self._rest: bytes | None = None
         self._eof = False
         self._error: ProtocolError | None = None
 
@@ -111,26 +108,21 @@ class KafkaConnection:
         """Add bytes read from the peer; ``b""`` means the peer ended the stream."""
         if self._eof:
             raise RuntimeError("receive_data after end of stream")
-        if self._rest is not None:  # more bytes before next_event took the frame
-            self._buffer += self._rest
-            self._rest = None
-        if not data:
-            self._eof = True
-        elif len(data) >= MIN_REST_BYTES and len(data) == self.missing:
-            self._rest = bytes(data)  # no copy of a bytes object
-        else:
+        if data:
             self._buffer += data
+        else:
+            self._eof = True
 
     @property
     def buffered(self) -> int:
         """Bytes received and not yet taken as a request."""
-        return len(self._buffer) + (len(self._rest) if self._rest is not None else 0)
+        return len(self._buffer)
 
     @property
     def missing(self) -> int:
         """Bytes still to come for the frame whose size prefix is in (0 while its size
-        is unknown): a server that reads exactly these (``readexactly``) hands the body
-        over without the buffer's copies."""
+        is unknown): a server reads a large frame's rest in one piece (``readexactly``),
+        not in one wake-up per socket read."""
         if self._frame_size is None:
             return 0
         return max(0, self._frame_size - self.buffered)
@@ -153,9 +145,7 @@ class KafkaConnection:
             frame = self._next_frame()
             if isinstance(frame, _Sentinel):
                 return frame
-            if isinstance(frame, int):
-                return self._decode_in_place(frame)
-            return self._decode(frame)
+            return self._decode_in_place(frame)
         except ProtocolError as exc:
             self._error = exc
             raise
@@ -171,7 +161,8 @@ class KafkaConnection:
         return encode_response_parts(request.response_class, request.correlation_id, body)
 
     # -- framing ---------------------------------------------------------------------------
-    def _next_frame(self) -> bytes | int | _Sentinel:
+    def _next_frame(self) -> int | _Sentinel:
+        """The size of the complete frame at the buffer's start, NEED_DATA or CLOSED."""
         buf = self._buffer
         if self._frame_size is None:
             if len(buf) < INT32.size:
@@ -189,12 +180,6 @@ class KafkaConnection:
             del buf[: INT32.size]
             self._frame_size = size
         size = self._frame_size
-        if self._rest is not None:  # buffer + rest is the frame exactly (receive_data)
-            frame = b"".join((buf, self._rest))
-            buf.clear()
-            self._rest = None
-            self._frame_size = None
-            return frame
         if len(buf) < size:
             if self._eof:
                 raise ProtocolError(

@@ -100,8 +100,8 @@ def test_the_rest_of_a_large_frame_given_in_one_piece_makes_the_same_request(
     more_before_taken,
 ):
     """The server reads exactly the bytes a large frame still misses (``missing``) and
-    hands them over in one piece, kept as they came; the request is the one the frame
-    gives fed any other way, and bytes given after it frame the next request."""
+    hands them over in one piece; the request is the one the frame gives fed any other
+    way, and bytes given after it frame the next request."""
     conn = _connection(max_request_bytes=1 << 20)
     names = [f"topic-{i:06d}" for i in range(8000)]
     frame = _metadata(7, names)
