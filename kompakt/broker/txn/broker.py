@@ -40,7 +40,7 @@ from kompakt.broker.coordinator.state import Group
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
 from kompakt.broker.handlers.common import error_of
 from kompakt.broker.txn.coordinator import TransactionCoordinator
-from kompakt.broker.txn.inline import LockedScheduler, on_loop, owe_fsync
+from kompakt.broker.txn.inline import ANSWER_WAIT_S, LockedScheduler, on_loop, owe_fsync
 from kompakt.broker.txn.log import TRANSACTION_STATE_TOPIC, TransactionLog
 from kompakt.broker.txn.records import TransactionLogValue
 from kompakt.broker.txn.results import (
@@ -471,7 +471,8 @@ def loaded_txn_broker(state: Any) -> TransactionBroker:
     if tb is not None and tb.ready:
         return tb
     loop = tb.loop if tb is not None else state.notifier.loop
-    return asyncio.run_coroutine_threadsafe(load_txn_coordinator(state), loop).result()
+    loading = asyncio.run_coroutine_threadsafe(load_txn_coordinator(state), loop)
+    return loading.result(ANSWER_WAIT_S)  # a TimeoutError (an OSError) if the loop stopped
 
 
 async def wait_completion(c: Completion[Any], lock: threading.RLock | None = None) -> Any:
