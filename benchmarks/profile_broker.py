@@ -67,11 +67,13 @@ def sample(out: Path, rate: int, gil: bool) -> subprocess.Popen:
 
 
 def thread_cpu() -> dict[str, float]:
-    """CPU seconds (user + system, from ``/proc/self/task``) per thread-name group:
-    librdkafka's threads (``rdk:...``), the client's Python thread, the rest (broker or
-    sink: event loop and worker threads). Counts what py-spy cannot see: native code
-    and system calls (writes, fsync, socket I/O)."""
+    """CPU seconds (user + system, from ``/proc/self/task``) per thread group:
+    librdkafka's threads (``rdk:...``), the client's Python thread, the broker's (or
+    sink's) event loop thread with its other threads, its worker threads (handlers,
+    fsyncs: ``asyncio_N``). Counts what py-spy cannot see: native code and system calls
+    (writes, fsync, socket I/O)."""
     tick = os.sysconf("SC_CLK_TCK")
+    workers = {t.native_id for t in threading.enumerate() if t.name.startswith("asyncio_")}
     out: collections.Counter[str] = collections.Counter()
     for task in Path("/proc/self/task").iterdir():
         try:
@@ -83,8 +85,10 @@ def thread_cpu() -> dict[str, float]:
         seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
         if int(task.name) == CLIENT_THREAD:
             out["client Python thread"] += seconds
+        elif int(task.name) in workers:
+            out["broker/sink worker threads"] += seconds
         elif not name.startswith("rdk:"):
-            out["broker/sink threads"] += seconds
+            out["broker/sink event loop and other threads"] += seconds
     # the client's librdkafka threads end with its producer or consumer, inside the case:
     # what the process used beyond the threads counted above
     out["librdkafka threads"] = time.process_time() - sum(out.values())
