@@ -1,15 +1,15 @@
 """Produce validation's quick pass: the record set of a typical producer (uncompressed
-data batches of CreateTime records without headers) checked in one compiled call that
-reads each batch's header fields from the bytes itself.
+data batches of CreateTime records) checked in one compiled call that reads each batch's
+header fields from the bytes itself.
 
 It answers only "every record passes" (with each batch's largest timestamp) or "not
-sure": anything else (a compressed or control batch, the LogAppendTime bit, a record
-with headers or a varint longer than two bytes, a malformed record, any record a rule
-rejects) sends the caller to the full pass (:mod:`kompakt.record.checks`), which walks
-every case and words every error. So the quick pass judges with the same rule
-(:func:`checks.judge`, Kafka's ``LogValidator.validateRecord``) and accepts a record only
-when the full pass's strict read (Kafka's ``DefaultRecord.readFrom``) would: length,
-attributes, timestamp delta, offset delta, key, value and a zero header count ending
+sure": anything else (a compressed or control batch, the LogAppendTime bit, a varint
+longer than two bytes, a malformed record, any record a rule rejects) sends the caller
+to the full pass (:mod:`kompakt.record.checks`), which walks every case and words every
+error. So the quick pass judges with the same rule (:func:`checks.judge`, Kafka's
+``LogValidator.validateRecord``) and accepts a record only when the full pass's strict
+read (Kafka's ``DefaultRecord.readFrom``) would: length, attributes, timestamp delta,
+offset delta, key, value and headers (no negative count or header key size) ending
 exactly at the record's end, and the last record ending at the batch's end.
 """
 
@@ -71,6 +71,29 @@ def _short_varint(buf, p, last):
     return (u >> 1) ^ -(u & 1), p + 1 + two, two & (b1 >> 7)
 
 
+@numba.njit(inline="always", **_JIT)
+def _skip_headers(buf, q, tail, last):
+    """The position after the record headers at ``q`` (<= ``tail``, the record's last
+    byte), read as Kafka's strict ``readFrom`` reads them, and 1 when the full pass
+    must decide (a negative count or key size, a longer varint, a field past the
+    record)."""
+    count, q, longer = _short_varint(buf, q, last)
+    if longer or count < 0:
+        return q, 1
+    for _ in range(count):  # each header takes two bytes at least: bounded by the record
+        if q > tail:
+            return q, 1
+        key_len, q, longer = _short_varint(buf, q, last)
+        q += key_len
+        if longer or key_len < 0 or q > tail:
+            return q, 1
+        value_len, q, longer = _short_varint(buf, q, last)
+        q += max(value_len, 0)
+        if longer:
+            return q, 1
+    return q, 0
+
+
 @numba.njit(_SIGNATURES, **_JIT)
 def check_plain(buf, compact, create_time, lo, hi, maxima):
     """Check every record of the record set ``buf`` (whole batches back to back) under
@@ -103,8 +126,8 @@ def check_plain(buf, compact, create_time, lo, hi, maxima):
                 return UNSURE
             # The fields are read from at most body + 5 on (each of the three varints
             # before the key takes one or two bytes), within the record since its
-            # length is at least 6; the value's only once the key ends inside it. The
-            # headers' count, 0, is the record's last byte.
+            # length is at least 6; every later one only once the field before it ends
+            # inside the record.
             tail = rec_end - 1
             ts_delta, q, b1 = _short_varint(buf, q + 1, last)
             _offset_delta, q, b2 = _short_varint(buf, q, last)
@@ -114,8 +137,13 @@ def check_plain(buf, compact, create_time, lo, hi, maxima):
                 return UNSURE
             value_len, q, b4 = _short_varint(buf, q, last)
             q += max(value_len, 0)
+            if q > tail:
+                return UNSURE
+            q, longer = _skip_headers(buf, q, tail, last)
+            if longer:
+                return UNSURE
             ts = base_ts + ts_delta
-            bad |= b1 | b2 | b3 | b4 | (q != tail) | (buf[np.uint64(tail)] != 0)
+            bad |= b1 | b2 | b3 | b4 | (q != rec_end)
             bad |= judge(ts, key_len, False, compact, create_time, lo, hi)
             top = max(top, ts)
             p = rec_end

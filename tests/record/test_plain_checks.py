@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kompakt.record import codecs
 from kompakt.record.checks import RecordChecks
 from kompakt.record.decode import Record, iter_batches
-from kompakt.record.encode import build_batch
+from kompakt.record.encode import assemble_batch, build_batch
 from kompakt.record.header import HEADER_SIZE, LOG_APPEND_TIME, NO_TIMESTAMP
 from kompakt.record.plain_checks import UNSURE, check_plain
 
@@ -85,11 +85,11 @@ def test_the_quick_pass_accepts_only_what_the_full_pass_accepts(spec, compact, c
         assert full == ([], maxima)
 
 
-plain_record_st = st.tuples(  # short varints, no headers: what the quick pass decides
+plain_record_st = st.tuples(  # short varints: what the quick pass decides
     st.one_of(st.none(), st.binary(max_size=40)),
     st.one_of(st.none(), st.binary(max_size=40)),
     st.one_of(st.integers(LO - 10, LO + 10), st.integers(HI - 10, HI + 10)),
-    st.just(False),
+    st.booleans(),
 )
 
 
@@ -129,14 +129,21 @@ def test_a_plain_record_set_is_decided_by_the_quick_pass():
 
 def test_what_only_the_full_pass_words_is_left_to_it():
     """A rule broken (a null key on a compacted topic, a timestamp out of bounds), a
-    record with headers, a compressed batch and a LogAppendTime claim: unsure."""
+    negative header count or header key size (readFrom's errors), a compressed batch and a LogAppendTime
+    claim: unsure."""
     keyless = _batch([(None, b"v", NOW, False)])
     assert _quick(keyless, True, True)[0] == UNSURE
     assert _quick(keyless, False, True) == (1, [NOW])
     late = _batch([(b"k", b"v", HI + 1, False)])
     assert _quick(late, False, True)[0] == UNSURE
     assert _quick(late, False, False) == (1, [HI + 1])
-    assert _quick(_batch([(b"k", b"v", NOW, True)]), False, True)[0] == UNSURE
+    assert _quick(_batch([(b"k", b"v", NOW, True)]), False, True) == (1, [NOW])
+    record = bytes([16, 0, 0, 0, 2]) + b"k" + bytes([2]) + b"v" + bytes([1])  # count -1
+    negative = assemble_batch(0, -1, 0, 0, NOW, NOW, -1, -1, -1, 1, record)
+    assert _quick(negative, False, True)[0] == UNSURE
+    record = bytes([18, 0, 0, 0, 2]) + b"k" + bytes([2]) + b"v" + bytes([2, 1])  # key size -1
+    negative = assemble_batch(0, -1, 0, 0, NOW, NOW, -1, -1, -1, 1, record)
+    assert _quick(negative, False, True)[0] == UNSURE
     zstd = _batch([(b"k", b"v", NOW, False)], codec=codecs.ZSTD)
     assert _quick(zstd, False, True)[0] == UNSURE
     claimed = _batch([(b"k", b"v", NOW, False)], log_append=True)
