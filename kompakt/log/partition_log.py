@@ -337,7 +337,7 @@ class PartitionLog(LocalLog):
             _ = self.transactions  # rebuilt from the log as it was before this append
             first = self.log_end_offset
             stamped = validator.assign_offsets_and_timestamps(
-                buf, batches, maxes, first, now, log_append
+                batches, maxes, first, now, log_append
             )
             try:
                 seg = self._maybe_roll(len(buf), stamped.next_offset - 1, first, now)
