@@ -13,6 +13,7 @@ Keys are ``/``-separated relative paths (:mod:`kompakt.remote.layout` names them
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -163,6 +164,9 @@ class FileObjectStore:
                     out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
+                # the object's version is its file's, which a rename or link keeps: read
+                # here, as a delete may remove the object the moment it is in place
+                version = self._version(os.fstat(out.fileno()))
             if match is not None:
                 self._replace_if(path, tmp, match)
             elif create:
@@ -172,8 +176,9 @@ class FileObjectStore:
                     raise PreconditionFailedError(f"{key} already exists") from None
             else:
                 os.replace(tmp, path)
-            fsync_dir(path.parent)
-            return self._version(path.stat())
+            with contextlib.suppress(FileNotFoundError):  # a delete since pruned the folder
+                fsync_dir(path.parent)
+            return version
         except PreconditionFailedError:
             tmp.unlink(missing_ok=True)
             if not path.exists():  # a match on a deleted object: no folder left behind
@@ -192,6 +197,9 @@ class FileObjectStore:
             except FileNotFoundError:
                 if attempt == 2:
                     raise
+            except FileExistsError as e:  # mkdir saw the folder, then a delete pruned it
+                if attempt == 2 or os.path.lexists(tmp.parent):  # or a file is in its place
+                    raise RemoteStorageError(f"cannot write {key} in {self.url}: {e}") from e
             except OSError as e:  # a file where a folder must be, no space, no permission
                 raise RemoteStorageError(f"cannot write {key} in {self.url}: {e}") from e
         raise AssertionError("unreachable")
