@@ -50,7 +50,7 @@ from kompakt.record.decode import RecordBatch
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(slots=True)
 class AppendInfo:
     first_offset: int
     last_offset: int
@@ -355,7 +355,7 @@ class PartitionLog(LocalLog):
             max_timestamp=stamped.max_timestamp,
             log_append_time=now if log_append else -1,
             log_start_offset=self.log_start_offset,
-            record_count=sum(h.record_count for _p, h in stamped.headers),
+            record_count=stamped.record_count,
             batch_count=len(stamped.headers),
         )
 

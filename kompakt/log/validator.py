@@ -51,13 +51,15 @@ Buffer = bytes | bytearray | memoryview
 
 class Stamped(NamedTuple):
     """What :func:`assign_offsets_and_timestamps` made: each batch's position and new
-    header, the offset after the last batch, the largest maxTimestamp (-1: none) and
-    the buffers to write, in order (the record set with the new headers)."""
+    header, the offset after the last batch, the largest maxTimestamp (-1: none), the
+    buffers to write, in order (the record set with the new headers), and the number
+    of records."""
 
     headers: list[tuple[int, Header]]
     next_offset: int
     max_timestamp: int
     pieces: list[Buffer]
+    record_count: int
 
 
 def validate(
@@ -247,6 +249,7 @@ def assign_offsets_and_timestamps(
     headers: list[tuple[int, Header]] = []
     pieces: list[Buffer] = []
     max_ts = -1
+    records = 0
     prefix = STAMPED_PREFIX
     for b, batch_max in zip(batches, maxes, strict=True):
         h = b.header
@@ -273,8 +276,9 @@ def assign_offsets_and_timestamps(
         )  # fmt: skip
         headers.append((b.position, h))
         max_ts = max(max_ts, ts)
+        records += h.record_count
         next_offset += h.last_offset_delta + 1
-    return Stamped(headers, next_offset, max_ts, pieces)
+    return Stamped(headers, next_offset, max_ts, pieces, records)
 
 
 def _claims_log_append(batch: RecordBatch) -> bool:
