@@ -2,10 +2,11 @@
 worker thread in order, answered once the fsync that acks=all owes returned, in order.
 
 The server (:mod:`kompakt.broker.server`) hands each batch of a connection's pipelined
-Produce requests to a task that appends it in one worker-thread hop
-(:func:`handle_produces`) once the batch before it is appended, runs the fsyncs its
-acks=all requests owe on another worker (a group commit, :mod:`kompakt.broker.flush`)
-and writes its answers after the answers before it (:class:`PendingAnswers`). The
+Produce requests to a task that, once the batch before it is appended, appends it and
+runs the fsyncs its acks=all requests owe (a group commit, :mod:`kompakt.broker.flush`)
+in one worker-thread hop (:func:`handle_produces`; the next batch may append as soon as
+this one's appends are done) and writes its answers after the answers before it
+(:class:`PendingAnswers`). The
 connection's next requests are read and gathered meanwhile: a client's pipeline waits
 neither for one answer nor for one fsync per request, as a Kafka leader appends the
 next request before the ones before it are replicated. Nothing is answered before an
@@ -31,6 +32,13 @@ Answered = list[tuple[Any, Frame | Exception | None]]
 
 # bytes taken from the socket's stream at a time (when no large frame's rest is due)
 READ_SIZE = 1 << 20
+# a connection's Produce batches being appended or waiting for their fsync while its
+# next requests are read, and the records bytes they hold (more: the reading waits for
+# the oldest answers). Each such batch may hold a worker thread (an fsync, or a wait for
+# the one in flight): three let one fsync cover what was appended while the one before
+# ran without one connection taking every worker.
+PIPELINE_BATCHES = 3
+PIPELINE_BYTES = 8 << 20
 
 
 def write_frame(writer: asyncio.StreamWriter, out: Frame) -> None:
@@ -60,6 +68,12 @@ def stream_buffered(reader: asyncio.StreamReader) -> int:
     the server can gather the requests a client pipelined: the stream keeps them in
     its ``_buffer`` (CPython's asyncio since 3.4; 0 where it is absent)."""
     return len(getattr(reader, "_buffer", b""))
+
+
+def resolve(future: asyncio.Future[bool], value: bool) -> None:
+    """Set ``future`` unless it is already (told twice, or given up on)."""
+    if not future.done():
+        future.set_result(value)
 
 
 def records_bytes(body: Any) -> int:
@@ -103,13 +117,15 @@ def flush_and_encode(calls: Calls, results: list[Any], pending: Pending) -> Answ
     ]
 
 
-def handle_produces(calls: Calls) -> tuple[Answered | None, list[Any], Pending]:
-    """:func:`append_produces`, and the answers encoded at once when no fsync is owed
-    (acks=0 and 1): one worker-thread hop for those."""
+def handle_produces(calls: Calls, appended: Callable[[bool], None]) -> Answered:
+    """:func:`append_produces`, then the fsyncs acks=all owes and the answers encoded,
+    in one worker-thread hop. Before an fsync, ``appended`` is told whether the appends
+    went through (no handler raised), so the connection's next batch appends on another
+    worker meanwhile instead of waiting for the fsync."""
     results, pending = append_produces(calls)
     if pending:
-        return None, results, pending
-    return flush_and_encode(calls, results, pending), results, pending
+        appended(not any(isinstance(r, Exception) for r in results))
+    return flush_and_encode(calls, results, pending)
 
 
 class PendingAnswers:
@@ -140,11 +156,16 @@ class PendingAnswers:
         """An answer not written yet."""
         return any(not task.done() for task, _a, _n in self._entries)
 
-    async def settle(self, keep_bytes: int = 0) -> bool:
-        """Wait for the oldest answers until those left hold at most ``keep_bytes`` of
-        records (0: all written), collecting the done ones; False once one failed."""
+    async def settle(self, keep_bytes: int = 0, keep: int = 0) -> bool:
+        """Wait for the oldest answers until at most ``keep`` are left, holding at most
+        ``keep_bytes`` of records (0, 0: all written), collecting the done ones; False
+        once one failed."""
         entries = self._entries
-        while entries and (entries[0][0].done() or sum(n for _t, _a, n in entries) > keep_bytes):
+        while entries and (
+            entries[0][0].done()
+            or len(entries) > keep
+            or sum(n for _t, _a, n in entries) > keep_bytes
+        ):
             task, _a, _n = entries.popleft()
             if not await task:
                 return False

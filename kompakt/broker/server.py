@@ -38,16 +38,18 @@ from kompakt.broker.connection import (
 )
 from kompakt.broker.metrics import BrokerMetrics, has_error
 from kompakt.broker.produce_pipeline import (
+    PIPELINE_BATCHES,
+    PIPELINE_BYTES,
     READ_SIZE,
     Answered,
     Calls,
     Frame,
     PendingAnswers,
     encode_answer,
-    flush_and_encode,
     handle_produces,
     read_request_bytes,
     records_bytes,
+    resolve,
     stream_buffered,
     write_frame,
 )
@@ -74,9 +76,6 @@ PRODUCE = 0  # API key
 # one fsync per partition for their acks=all appends (librdkafka pipelines up to 5 for
 # an idempotent producer, more for others)
 MAX_PRODUCE_BATCH = 16
-# records bytes of a connection's Produce requests being appended or waiting for their
-# fsync while its next requests are read (more: the reading waits for the oldest answers)
-PIPELINE_BYTES = 8 << 20
 ANONYMOUS = "User:ANONYMOUS"
 
 
@@ -315,7 +314,7 @@ class KafkaServer:
                     self._auth_failed(conn, conn.sasl.mechanism or "-", "bad_frame", str(exc))
                 return
             if event is NEED_DATA:
-                if not await conn.answers.settle(PIPELINE_BYTES):
+                if not await conn.answers.settle(PIPELINE_BYTES, PIPELINE_BATCHES):
                     return
                 protocol.receive_data(await read_request_bytes(conn.reader, protocol.missing))
                 continue
@@ -415,7 +414,8 @@ class KafkaServer:
             )
             for req in batch
         ]
-        if not await conn.answers.settle(PIPELINE_BYTES):  # collects the written ones
+        # room for this batch (and the written ones collected)
+        if not await conn.answers.settle(PIPELINE_BYTES, PIPELINE_BATCHES - 1):
             return False
         loop = asyncio.get_running_loop()
         appended: asyncio.Future[bool] = loop.create_future()
@@ -437,17 +437,22 @@ class KafkaServer:
         """Append ``batch`` once the batch before it is appended (``appended`` says if
         it went through: none is appended after a handler that raised), then answer it
         once its fsyncs returned and the answers before it went out."""
+        loop = asyncio.get_running_loop()
+
+        def on_appended(ok: bool) -> None:  # on the worker, before its fsync
+            try:
+                loop.call_soon_threadsafe(resolve, appended, ok)
+            except RuntimeError:  # the loop closed: no next batch to let go
+                pass
+
         try:
             if appended_before is not None and not await appended_before:
                 appended.set_result(False)
                 return False
-            done, results, pending = await asyncio.to_thread(handle_produces, calls)
-            appended.set_result(not any(isinstance(r, Exception) for r in results))
+            done = await asyncio.to_thread(handle_produces, calls, on_appended)
+            resolve(appended, not any(isinstance(r, Exception) for r, _out in done))
         finally:
-            if not appended.done():
-                appended.set_result(False)
-        if done is None:
-            done = await asyncio.to_thread(flush_and_encode, calls, results, pending)
+            resolve(appended, False)
         if answer_before is not None and not await answer_before:
             return False
         return await self._write_produces(conn, batch, done, t0)
