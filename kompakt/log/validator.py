@@ -73,6 +73,11 @@ def validate(
     consumed = batches[-1].position + batches[-1].header.size if batches else 0
     if not batches or consumed != len(records):
         raise CorruptRecordError(f"record set for {name} is empty or ends in a partial batch")
+    # The quick record pass before the CRCs: it raises nothing (a set it is unsure of
+    # goes to the full pass, after the batch checks), and its compute-bound walk brings
+    # the bytes into the cache the CRC then reads at full speed; the other way round
+    # the CRC waited on memory, a quarter of the time of the two.
+    maxima = _quick_maxima(records, len(batches), config, now)
     limit = config.max_message_bytes
     for b in batches:
         h = b.header
@@ -88,7 +93,31 @@ def validate(
                 f"inconsistent batch offset range: {h.record_count} records, "
                 f"lastOffsetDelta {h.last_offset_delta}"
             )
+    if maxima is not None:
+        return batches, maxima
     return batches, validate_records(records, batches, config, name, now)
+
+
+def _record_rules(config: TopicConfig, now: int) -> tuple[bool, bool, int, int, tuple[int, int]]:
+    """What ``validateRecord`` judges by: a compacted topic, a CreateTime topic, and the
+    KIP-937 timestamp bounds, as they are and clamped to a long for the compiled pass."""
+    lo = now - config.message_timestamp_before_max_ms
+    hi = now + config.message_timestamp_after_max_ms
+    create_time = config.message_timestamp_type != "LogAppendTime"
+    return config.compact, create_time, lo, hi, (max(lo, LONG_MIN), min(hi, LONG_MAX))
+
+
+def _quick_maxima(records: Buffer, n: int, config: TopicConfig, now: int) -> list[int] | None:
+    """The batch maxima of :mod:`kompakt.record.plain_checks`' quick pass over the
+    ``n`` batches of ``records``; None when it is unsure, or a LogAppendTime topic that
+    is not compacted reads no record (:func:`validate_records` decides)."""
+    compact, create_time, _lo, _hi, bounds = _record_rules(config, now)
+    if not compact and not create_time:
+        return None
+    maxima = np.empty(n, np.int64)
+    if check_plain(np.frombuffer(records, np.uint8), compact, create_time, *bounds, maxima) == n:
+        return maxima.tolist()
+    return None
 
 
 def validate_records(
@@ -111,19 +140,9 @@ def validate_records(
     Returns each batch's largest record timestamp (None for batches without data
     records), which CreateTime batches then carry as their maxTimestamp.
     """
-    cfg = config
-    create_time = cfg.message_timestamp_type != "LogAppendTime"
-    compact = cfg.compact
+    compact, create_time, lo, hi, bounds = _record_rules(config, now)
     if not compact and not create_time and not any(map(_claims_log_append, batches)):
         return [None] * len(batches)  # LogAppendTime, no keys to check: nothing to read
-    lo = now - cfg.message_timestamp_before_max_ms
-    hi = now + cfg.message_timestamp_after_max_ms
-    bounds = max(lo, LONG_MIN), min(hi, LONG_MAX)
-    if capacity == ERRORS_KEPT:  # the quick pass first (a second, larger pass has failed it)
-        maxima = np.empty(len(batches), np.int64)
-        view = np.frombuffer(records, np.uint8)
-        if check_plain(view, compact, create_time, *bounds, maxima) == len(batches):
-            return maxima.tolist()
     data = [i for i, b in enumerate(batches) if not b.header.is_control and b.header.record_count]
     with RecordChecks(batches, compact, create_time, *bounds, capacity) as checks:
         _walk(records, batches, data, checks)

@@ -12,6 +12,7 @@ from kompakt.log.config.topic import TopicConfig
 from kompakt.record import codecs
 from kompakt.record.decode import Record
 from kompakt.record.encode import assemble_batch, build_batch
+from kompakt.record.header import CRC_POS
 from kompakt.record.varint import write_varint
 
 NOW = 1_700_000_000_000
@@ -77,3 +78,12 @@ def test_a_negative_header_count_is_refused_uncompressed():
 def test_well_formed_headers_are_accepted():
     data = _one_record_batch(_record(b"\x02\x02h\x02x"), codecs.NONE)  # one header h=x
     assert validator.validate(data, TopicConfig({}, {}), "t-0", NOW)[1] == [NOW]
+
+
+def test_a_crc_mismatch_is_refused_though_every_record_is_well_formed():
+    """Kafka's LogValidator.validateBatch (``batch.ensureValid()``): CORRUPT_MESSAGE for
+    a stored CRC that does not match, whatever a pass over the records found first."""
+    data = bytearray(build_batch([Record(i, NOW, b"k", b"v", []) for i in range(3)]))
+    data[CRC_POS] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="CRC mismatch"):
+        validator.validate(bytes(data), TopicConfig({}, {}), "t-0", NOW)
