@@ -7,6 +7,7 @@ numbers travel between machines. Run: ``.venv/bin/python benchmarks/bench_log.py
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import subprocess
@@ -61,9 +62,10 @@ def main() -> None:
         cp_mbs = total / t_cp / 1e6
 
         mb = total / 1e6
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         print(
             f"data: {args.records:,} records, {mb:.1f} MB, {args.batch} records/batch, "
-            f"best of {args.repeat} rounds"
+            f"best of {args.repeat} rounds; load average {load} (wall figures move with it)"
         )
         print(f"cp of the same bytes:  {cp_mbs:8.1f} MB/s  (page cache, no fsync; nor for append)")
         rows = [
