@@ -57,6 +57,7 @@ from broker_kit import (
 )
 from confluent_kafka import Producer
 from protocol_sink import ProtocolSink
+from served import ServedBroker, ServedSink, cpu_of
 
 from kompakt.broker.app import start_test_broker
 
@@ -181,6 +182,12 @@ def main() -> None:
         action="store_true",
         help="only 1 KiB produce/consume over SASL_SSL (SCRAM-SHA-512) next to PLAINTEXT",
     )
+    ap.add_argument(
+        "--separate-processes",
+        action="store_true",
+        help="the throughput cases with the broker (kompakt serve) and the sink each in a "
+        "process of its own, as a client meets a broker, not as threads of this one",
+    )
     ap.add_argument("--txns", type=int, default=500, help="transactions of 100 x 1 KiB")
     ap.add_argument(
         "--txn-only", action="store_true", help="only the transactional section (quick)"
@@ -219,6 +226,10 @@ def main() -> None:
     }
     if not args.background_cleaner:
         overrides["log.cleaner.enable"] = "false"
+    if args.separate_processes:  # the throughput cases only
+        with ServedBroker(overrides) as served:
+            throughput(served, args)
+        return
     b = start_test_broker(tmp, **overrides)
     try:
         if args.txn_only:
@@ -244,12 +255,13 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _timed(fn, *args):
-    """(fn's result, wall seconds, CPU seconds of this whole process: the client's
-    threads and the broker's or the sink's) for one case."""
-    c0, t0 = time.process_time(), time.perf_counter()
+def _timed(server, fn, *args):
+    """(fn's result, wall seconds, CPU seconds of the client and ``server``: this whole
+    process, the broker's or the sink's threads included, plus the server's own
+    process when it has one) for one case."""
+    c0, t0 = time.process_time() + cpu_of(server), time.perf_counter()
     out = fn(*args)
-    return out, time.perf_counter() - t0, time.process_time() - c0
+    return out, time.perf_counter() - t0, time.process_time() + cpu_of(server) - c0
 
 
 def throughput(b, args: argparse.Namespace) -> None:
@@ -277,7 +289,8 @@ def throughput(b, args: argparse.Namespace) -> None:
         return ours, sink()
 
     print(f"before: {load_average()}")
-    with ProtocolSink() as sink:
+    separate = isinstance(b, ServedBroker)
+    with ServedSink(sink_topics(args)) if separate else ProtocolSink() as sink:
         consumed: list[tuple[int, int, str]] = []  # round 0's acks=1 topics, read each round
         for r in range(args.repeat):
             for size, n0 in ((100, args.small), (1024, args.large)):
@@ -287,9 +300,11 @@ def throughput(b, args: argparse.Namespace) -> None:
                     sink.add_topic(topic, 1, size)
                     (dt, _, cpu), (sdt, _, scpu) = both(
                         r,
-                        functools.partial(_timed, bench_produce, b.bootstrap, topic, size, n, acks),
                         functools.partial(
-                            _timed, bench_produce, sink.bootstrap, topic, size, n, acks
+                            _timed, b, bench_produce, b.bootstrap, topic, size, n, acks
+                        ),
+                        functools.partial(
+                            _timed, sink, bench_produce, sink.bootstrap, topic, size, n, acks
                         ),
                     )
                     case = f"produce {size} B acks={acks}"
@@ -300,10 +315,15 @@ def throughput(b, args: argparse.Namespace) -> None:
                 ((dt, nbytes), _, cpu), ((sdt, sbytes), _, scpu) = both(
                     r,
                     functools.partial(
-                        _timed, consume_from_start, {"bootstrap.servers": b.bootstrap}, topic, n
+                        _timed, b, consume_from_start, {"bootstrap.servers": b.bootstrap}, topic, n
                     ),
                     functools.partial(
-                        _timed, consume_from_start, {"bootstrap.servers": sink.bootstrap}, topic, n
+                        _timed,
+                        sink,
+                        consume_from_start,
+                        {"bootstrap.servers": sink.bootstrap},
+                        topic,
+                        n,
                     ),
                 )
                 k = nbytes / sbytes  # the sink's records are all full-size: scaled to kompakt's
@@ -335,6 +355,17 @@ def throughput(b, args: argparse.Namespace) -> None:
         )
     print(spread_table(rounds))
     print(f"after: {after}")
+
+
+def sink_topics(args: argparse.Namespace) -> list[tuple[str, int]]:
+    """The topics :func:`throughput` produces to, with their record sizes (a sink in a
+    process of its own is given them when it starts)."""
+    return [
+        (f"tp-{size}-{acks}-{r}", size)
+        for r in range(args.repeat)
+        for size in (100, 1024)
+        for acks in ("1", "all")
+    ]
 
 
 def spread_table(rounds: dict[str, tuple[int, int, list[tuple[float, ...]]]]) -> str:

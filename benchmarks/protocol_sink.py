@@ -435,3 +435,23 @@ class ProtocolSink:
             self._encoded[tuple(key)] = encoded
             self._encoded_bytes += len(encoded.frame)
         return encoded
+
+
+def main(argv: list[str]) -> None:
+    """``protocol_sink.py PORT NAME:RECORD_SIZE,...``: the sink on that port with those
+    topics, until its stdin closes or it is terminated (``served.ServedSink``)."""
+    import sys
+
+    port, spec = int(argv[0]), argv[1] if len(argv) > 1 else ""
+    sink = ProtocolSink(port=port)
+    for item in filter(None, spec.split(",")):
+        name, size = item.rsplit(":", 1)
+        sink.add_topic(name, 1, int(size))
+    with sink:
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
