@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import sys
 import threading
 import time
 import uuid
@@ -440,8 +441,6 @@ class ProtocolSink:
 def main(argv: list[str]) -> None:
     """``protocol_sink.py PORT NAME:RECORD_SIZE,...``: the sink on that port with those
     topics, until its stdin closes or it is terminated (``served.ServedSink``)."""
-    import sys
-
     port, spec = int(argv[0]), argv[1] if len(argv) > 1 else ""
     sink = ProtocolSink(port=port)
     for item in filter(None, spec.split(",")):
@@ -452,6 +451,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     main(sys.argv[1:])

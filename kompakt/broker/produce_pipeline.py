@@ -88,10 +88,6 @@ def encode_answer(encode: Callable[[Any], Frame], result: Any) -> Frame | Except
         return exc
 
 
-Calls = list[tuple[Handler, RequestContext, Any, Callable[[Any], Frame]]]
-Answered = list[tuple[Any, Frame | Exception | None]]
-
-
 def append_produces(calls: Calls) -> tuple[list[Any], Pending]:
     """Several Produce requests in order on one worker thread: their answers and the
     acks=all fsyncs those still wait for (one per partition, shared); stops at a

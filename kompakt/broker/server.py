@@ -447,8 +447,7 @@ class KafkaServer:
 
         try:
             if appended_before is not None and not await appended_before:
-                appended.set_result(False)
-                return False
+                return False  # ``appended`` told False below
             done = await asyncio.to_thread(handle_produces, calls, on_appended)
             resolve(appended, not any(isinstance(r, Exception) for r, _out in done))
         finally:
