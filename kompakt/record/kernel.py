@@ -48,6 +48,17 @@ _MIN_RECORD_SIZE = 6
 
 
 @numba.njit(inline="always", **_JIT)
+def read_be(buf, pos, size):
+    """The signed big-endian integer of ``size`` bytes (1-8) at ``pos``: a batch
+    header's field, read from the bytes without a Python object."""
+    v = np.int64(0)
+    for i in range(size):
+        v = (v << 8) | np.int64(buf[pos + i])
+    shift = 64 - 8 * size
+    return (v << shift) >> shift if shift else v
+
+
+@numba.njit(inline="always", **_JIT)
 def read_field(buf, pos, end):
     """A length-prefixed field (key, value, header key or value) at ``pos``: (data
     position, length or -1 for null, next position), next position < 0 if it overruns."""

@@ -31,6 +31,7 @@ from kompakt.record.header import (
     RECORD_COUNT_POS,
     TIMESTAMP_TYPE_BIT,
 )
+from kompakt.record.kernel import read_be
 
 _JIT = {"cache": True, "nogil": True}
 UNSURE = -1  # what check_plain returns when the full pass must decide
@@ -47,16 +48,6 @@ _SIGNATURES = [
     )
     for ro in (True, False)
 ]
-
-
-@numba.njit(inline="always", **_JIT)
-def _big_endian(buf, pos, size):
-    """The signed big-endian integer of ``size`` bytes at ``pos``."""
-    v = np.int64(0)
-    for i in range(size):
-        v = (v << 8) | np.int64(buf[pos + i])
-    shift = 64 - 8 * size
-    return (v << shift) >> shift if shift else v
 
 
 @numba.njit(inline="always", **_JIT)
@@ -106,13 +97,13 @@ def check_plain(buf, compact, create_time, lo, hi, maxima):
     while pos < size:
         if pos + HEADER_SIZE > size or n >= len(maxima):
             return UNSURE
-        end = pos + LOG_OVERHEAD + _big_endian(buf, pos + BATCH_LENGTH_POS, 4)
-        count = _big_endian(buf, pos + RECORD_COUNT_POS, 4)
+        end = pos + LOG_OVERHEAD + read_be(buf, pos + BATCH_LENGTH_POS, 4)
+        count = read_be(buf, pos + RECORD_COUNT_POS, 4)
         if end > size or end < pos + HEADER_SIZE or count <= 0:
             return UNSURE
-        if _big_endian(buf, pos + ATTRIBUTES_POS, 2) & _NOT_PLAIN:
+        if read_be(buf, pos + ATTRIBUTES_POS, 2) & _NOT_PLAIN:
             return UNSURE
-        base_ts = _big_endian(buf, pos + BASE_TIMESTAMP_POS, 8)
+        base_ts = read_be(buf, pos + BASE_TIMESTAMP_POS, 8)
         top = np.int64(-(2**63))
         bad = 0
         p = pos + HEADER_SIZE

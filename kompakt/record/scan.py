@@ -44,6 +44,7 @@ from kompakt.record.kernel import (
     gather_slices,
     locate_rows,
     malformed,
+    read_be,
     slice_offsets,
 )
 
@@ -241,20 +242,10 @@ class BatchHeaders:
 
 
 @numba.njit(cache=True, nogil=True)
-def _be(buf, pos, n):
-    v = np.int64(0)
-    for i in range(n):
-        v = (v << 8) | np.int64(buf[pos + i])
-    if n < 8 and v >= (np.int64(1) << (8 * n - 1)):
-        v -= np.int64(1) << (8 * n)
-    return v
-
-
-@numba.njit(cache=True, nogil=True)
 def _walk_headers(buf, pos, end, out):
     n = 0
     while pos + HEADER_SIZE <= end:
-        length = _be(buf, pos + BATCH_LENGTH_POS, 4)
+        length = read_be(buf, pos + BATCH_LENGTH_POS, 4)
         size = length + LOG_OVERHEAD
         if length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
             break
@@ -262,16 +253,16 @@ def _walk_headers(buf, pos, end, out):
             break
         out[n, 0] = pos
         out[n, 1] = size
-        out[n, 2] = _be(buf, pos + BASE_OFFSET_POS, 8)
-        out[n, 3] = out[n, 2] + _be(buf, pos + LAST_OFFSET_DELTA_POS, 4)
-        out[n, 4] = _be(buf, pos + ATTRIBUTES_POS, 2)
-        out[n, 5] = _be(buf, pos + PRODUCER_ID_POS, 8)
-        out[n, 6] = _be(buf, pos + PRODUCER_EPOCH_POS, 2)
-        out[n, 7] = _be(buf, pos + MAX_TIMESTAMP_POS, 8)
-        out[n, 8] = _be(buf, pos + RECORD_COUNT_POS, 4)
-        out[n, 9] = _be(buf, pos + BASE_TIMESTAMP_POS, 8)
-        out[n, 10] = _be(buf, pos + MAGIC_POS, 1)
-        out[n, 11] = _be(buf, pos + CRC_POS, 4) & 0xFFFFFFFF
+        out[n, 2] = read_be(buf, pos + BASE_OFFSET_POS, 8)
+        out[n, 3] = out[n, 2] + read_be(buf, pos + LAST_OFFSET_DELTA_POS, 4)
+        out[n, 4] = read_be(buf, pos + ATTRIBUTES_POS, 2)
+        out[n, 5] = read_be(buf, pos + PRODUCER_ID_POS, 8)
+        out[n, 6] = read_be(buf, pos + PRODUCER_EPOCH_POS, 2)
+        out[n, 7] = read_be(buf, pos + MAX_TIMESTAMP_POS, 8)
+        out[n, 8] = read_be(buf, pos + RECORD_COUNT_POS, 4)
+        out[n, 9] = read_be(buf, pos + BASE_TIMESTAMP_POS, 8)
+        out[n, 10] = read_be(buf, pos + MAGIC_POS, 1)
+        out[n, 11] = read_be(buf, pos + CRC_POS, 4) & 0xFFFFFFFF
         n += 1
         pos += size
     return n, pos
