@@ -48,7 +48,9 @@ def judge(ts, key_len, log_append, compact, create_time, lo, hi):
 def note(row, offset, ts, key_len, log_append, rules, errors, n_errors):
     """Judge one record (``rules``: compact, create time, lo, hi) and list it if in
     error; the new error count."""
-    kind = judge(ts, key_len, log_append, rules[0] != 0, rules[1] != 0, rules[2], rules[3])
+    kind = judge(
+        ts, key_len, log_append, rules[COMPACT] != 0, rules[CREATE_TIME] != 0, rules[LO], rules[HI]
+    )
     if kind:
         if n_errors < errors.shape[0]:
             errors[n_errors, 0] = row
