@@ -121,12 +121,7 @@ class LocalLog:
         """Kafka's ``LogConfig.randomSegmentJitter``: ``% min(segment.jitter.ms,
         segment.ms)``, so the roll time stays above 0 however large the jitter."""
         jitter = min(self.config.segment_jitter_ms or 0, self.config.segment_ms)
-        return (self._jitter_seed % jitter) if jitter > 0 else 0
-
-    @functools.cached_property
-    def _jitter_seed(self) -> int:
-        """The partition's fixed draw for the jitter (asked on every append)."""
-        return hash((self.topic, self.partition))
+        return (hash((self.topic, self.partition)) % jitter) if jitter > 0 else 0
 
     def _maybe_roll(self, size: int, max_offset: int, first_offset: int, now: int) -> LogSegment:
         seg = self.active_segment

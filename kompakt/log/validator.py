@@ -296,7 +296,7 @@ def assign_offsets_and_timestamps(
         headers.append((b.position, h))
         max_ts = max(max_ts, ts)
         records += h.record_count
-        next_offset += h.last_offset_delta + 1
+        next_offset = h.next_offset
     return Stamped(headers, next_offset, max_ts, pieces, records)
 
 
