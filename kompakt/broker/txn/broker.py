@@ -241,7 +241,7 @@ class TransactionBroker:
         :meth:`_flush_soon`."""
         out: Completion[ErrorCode] = Completion()
         try:
-            end = self.storage.append(partition, items, durable=False)
+            end = self.storage.append(partition, items)
         except Exception as exc:
             log.warning("transaction log write failed: %s", exc)
             out.complete(ErrorCode(error_of(exc)[0]))
@@ -328,7 +328,7 @@ class TransactionBroker:
                 unflushed[(topic, partition)] = plog
             self._flush_together(unflushed, todo)
             try:
-                self.storage.append(*complete, durable=False)
+                self.storage.append(*complete)
             except Exception as exc:
                 record_error[0] = error_of(exc)[0]
 

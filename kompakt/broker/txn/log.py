@@ -61,12 +61,12 @@ class TransactionLog:
                         out.append(found)
         return out
 
-    def append(self, partition: int, items: Records, durable: bool = True) -> int:
-        """One batch, fsynced unless not ``durable`` (then :meth:`flush`,
-        :meth:`flush_covering` or the next durable append of the partition makes it
-        so: a group commit); returns the log end offset after it."""
+    def append(self, partition: int, items: Records) -> int:
+        """One batch, not fsynced: :meth:`flush` or :meth:`flush_covering` makes it
+        durable (a group commit with the partition's other appends); returns the log
+        end offset after it."""
         plog = self.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
-        append_batch(plog, items, durable)
+        append_batch(plog, items, False)
         return int(plog.log_end_offset)
 
     def flush_covering(self, partition: int, offset: int) -> None:
