@@ -12,8 +12,10 @@ It uses the broker's own codec (:class:`kompakt.broker.connection.KafkaConnectio
 kio), reads its socket as the broker does (``read_request_bytes``) and advertises the
 broker's version ranges for the APIs it answers, so a client talks to both the same
 way. Handlers run on the event loop (no worker threads). APIs: ApiVersions, Metadata
-(one broker: itself), CreateTopics, InitProducerId (idempotent producers),
-FindCoordinator (itself), ListOffsets, Produce, Fetch.
+(one broker: itself), CreateTopics, InitProducerId (idempotent and transactional
+producers), FindCoordinator (itself, for groups and transactional ids), ListOffsets,
+Produce, Fetch, and AddPartitionsToTxn and EndTxn answered at once with success (no
+transaction state, no markers): a transactional producer's own ceiling.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ _LAST_DELTA = struct.Struct(">i")
 # API keys answered (Kafka's ApiKeys)
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 FIND_COORDINATOR, API_VERSIONS, CREATE_TOPICS, INIT_PRODUCER_ID = 10, 18, 19, 22
+ADD_PARTITIONS_TO_TXN, END_TXN = 24, 26
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,8 @@ class ProtocolSink:
             LIST_OFFSETS: self._list_offsets,
             PRODUCE: self._produce,
             FETCH: self._fetch,
+            ADD_PARTITIONS_TO_TXN: self._add_partitions_to_txn,
+            END_TXN: self._end_txn,
         }
         reg = ApiRegistry()
         for key, handler in handlers.items():
@@ -300,6 +305,28 @@ class ProtocolSink:
             "producer_id": self._next_producer_id,
             "producer_epoch": 0,
         }
+
+    @staticmethod
+    def _add_partitions_to_txn(_version: int, req: Any) -> dict[str, Any]:
+        """Every partition added (v0-3, the versions the broker serves)."""
+        return {
+            "throttle_time": 0,
+            "results_by_topic_v3_and_below": [
+                {
+                    "name": t.name,
+                    "results_by_partition": [
+                        {"partition_index": p, "partition_error_code": ErrorCode.none}
+                        for p in t.partitions
+                    ],
+                }
+                for t in req.v3_and_below_topics
+            ],
+        }
+
+    @staticmethod
+    def _end_txn(_version: int, _req: Any) -> dict[str, Any]:
+        """Committed or aborted at once: nothing is stored, so nothing is marked."""
+        return {"throttle_time": 0, "error_code": ErrorCode.none}
 
     def _find_coordinator(self, version: int, req: Any) -> dict[str, Any]:
         ep = self._endpoint()

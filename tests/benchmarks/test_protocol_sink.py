@@ -84,3 +84,22 @@ def test_unknown_topic_is_refused(sink):
     p.produce("missing", b"x", on_delivery=lambda err, _m: errors.append(err))
     p.flush(10)
     assert errors and errors[0] is not None
+
+
+def test_transactional_producer_commits_and_aborts_against_the_sink(sink):
+    """The transactional client's ceiling: FindCoordinator (TRANSACTION key),
+    InitProducerId with a transactional id, AddPartitionsToTxn and EndTxn answered at
+    once with NONE (Kafka's success), so commit and abort both return and the records
+    of both are delivered."""
+    sink.add_topic("tx", 1, record_size=10)
+    p = Producer({"bootstrap.servers": sink.bootstrap, "transactional.id": "t1"})
+    p.init_transactions(10)
+    delivered: list = []
+    for end in (p.commit_transaction, p.abort_transaction):
+        p.begin_transaction()
+        for _ in range(3):
+            p.produce("tx", b"x" * 10, on_delivery=lambda err, m: delivered.append(err))
+        assert p.flush(10) == 0
+        end(10)
+    assert delivered == [None] * 6
+    assert sink.topics["tx"].ends == [6]
