@@ -442,6 +442,8 @@ class BrokerMetrics:
             ["mechanism", "reason"],
             registry=self.registry,
         )
+        # api -> (requests child, latency child): see observe()
+        self._children: dict[str, tuple[Any, Any]] = {}
         self.registry.register(_PartitionCollector(logs))
         self.registry.register(_CleanerCollector(cleaner, cleaning_status))
         self.registry.register(_GroupCollector(coordinator))
@@ -450,8 +452,14 @@ class BrokerMetrics:
         self.registry.register(_RemoteCollector(tiering))
 
     def observe(self, api: str, seconds: float, error: bool) -> None:
-        self.requests.labels(api).inc()
-        self.latency.labels(api).observe(seconds)
+        """Count one request of ``api``. The labelled children are looked up once per
+        API (``labels()`` builds a key and takes a lock on every call); the errors one
+        only at the first error, so an API without errors has no errors series."""
+        children = self._children.get(api)
+        if children is None:
+            children = self._children[api] = (self.requests.labels(api), self.latency.labels(api))
+        children[0].inc()
+        children[1].observe(seconds)
         if error:
             self.errors.labels(api).inc()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from kio.schema.index import api_key_map
@@ -59,7 +60,9 @@ class ApiHandler:
         return self.min_version <= version <= self.max_version
 
 
+@cache  # every request names its API (metrics, logs); keys are int16, so it stays small
 def api_name(api_key: int) -> str:
+    """Kafka's name of an API (``Produce``, ``ApiVersions``), ``api_N`` for unknown keys."""
     name = api_key_map.get(api_key)
     if name is None:
         return f"api_{api_key}"
