@@ -70,10 +70,12 @@ def thread_cpu() -> dict[str, float]:
     """CPU seconds (user + system, from ``/proc/self/task``) per thread group:
     librdkafka's threads (``rdk:...``), the client's Python thread, the broker's (or
     sink's) event loop thread with its other threads, its worker threads (handlers,
-    fsyncs: ``asyncio_N``). Counts what py-spy cannot see: native code and system calls
+    fsyncs: ``kompakt-io_N``, and asyncio's ``asyncio_N``). Counts what py-spy cannot see: native code and system calls
     (writes, fsync, socket I/O)."""
     tick = os.sysconf("SC_CLK_TCK")
-    workers = {t.native_id for t in threading.enumerate() if t.name.startswith("asyncio_")}
+    workers = {
+        t.native_id for t in threading.enumerate() if t.name.startswith(("kompakt-io_", "asyncio_"))
+    }
     out: collections.Counter[str] = collections.Counter()
     for task in Path("/proc/self/task").iterdir():
         try:
