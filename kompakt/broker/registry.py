@@ -14,8 +14,9 @@ ApiVersions advertises exactly what is registered (h11-style dispatch from one t
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -51,6 +52,11 @@ class ApiHandler:
     max_version: int
     handler: Handler
     advertised_min: int
+    # a coroutine function, awaited on the loop (decided once, not per request)
+    on_loop: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "on_loop", inspect.iscoroutinefunction(self.handler))
 
     @property
     def name(self) -> str:

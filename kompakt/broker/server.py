@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
 import os
 import ssl
@@ -55,8 +54,8 @@ from kompakt.broker.produce_pipeline import (
     stream_buffered,
     write_frame,
 )
-from kompakt.broker.protocol import ProtocolError
-from kompakt.broker.registry import ApiRegistry, DelayedResponse, Handler, Result
+from kompakt.broker.protocol import Buffer, ProtocolError
+from kompakt.broker.registry import ApiHandler, ApiRegistry, DelayedResponse, Handler, Result
 from kompakt.broker.security.principal import NoMatchingRule, PrincipalMapper, cert_principal
 from kompakt.broker.security.sasl import SaslAuthenticator
 from kompakt.broker.state import BrokerState, RequestContext
@@ -405,7 +404,7 @@ class KafkaServer:
         return (
             isinstance(event, Request)
             and event.api.api_key == PRODUCE
-            and not inspect.iscoroutinefunction(event.api.handler)
+            and not event.api.on_loop
             and (conn.sasl is None or conn.sasl.complete)
         )
 
@@ -496,16 +495,24 @@ class KafkaServer:
     async def _write_produces(
         self, conn: _Connection, batch: list[Request], done: Answered, t0: float
     ) -> bool:
+        """Write a batch's answers in one write (one send for the pipelined requests a
+        client sent together, not one each); those before a failed one still go out."""
+        frames: list[Buffer] = []
+        ok = len(done) == len(batch)  # else a handler failed: the rest are not answered
         for req, (result, out) in zip(batch, done, strict=False):
             if isinstance(result, Exception):
                 self._failed(conn, req, t0, result)
-                return False
+                ok = False
+                break
             answer = self._encoded(conn, req, result, out, t0)
             if answer is None:
-                return False
+                ok = False
+                break
             if answer:
-                write_frame(conn.writer, answer)
-        if len(done) < len(batch):  # a handler failed: the rest are not answered
+                frames += answer if isinstance(answer, list) else (answer,)
+        if frames:
+            write_frame(conn.writer, b"".join(frames) if len(frames) > 1 else frames[0])
+        if not ok:
             return False
         await conn.writer.drain()
         return True
@@ -529,7 +536,7 @@ class KafkaServer:
         ctx = self._context(conn, req)
         encode = functools.partial(protocol.send_parts, req)  # pure: any thread may run it
         try:
-            result, out = await self._call(req.api.handler, ctx, req.body, encode)
+            result, out = await self._call(req.api, ctx, req.body, encode)
         except Exception as exc:
             self._failed(conn, req, t0, exc)
             return None
@@ -566,7 +573,7 @@ class KafkaServer:
         return out
 
     async def _call(
-        self, handler: Handler, ctx: RequestContext, body: Any, encode: Callable[[Any], Frame]
+        self, api: ApiHandler, ctx: RequestContext, body: Any, encode: Callable[[Any], Frame]
     ) -> tuple[Any, Frame | Exception | None]:
         """(the handler's answer, its encoded frame or the encoding's exception). A handler
         runs where it belongs: a coroutine on the loop, a plain function on a worker thread
@@ -574,10 +581,10 @@ class KafkaServer:
         off the loop (with a plain handler, on its thread): a response naming 100,000
         partitions takes seconds to encode, which on the loop stalled every other
         connection (Kafka's network threads do not wait on one another's responses)."""
-        if inspect.iscoroutinefunction(handler):
-            result: Result = await handler(ctx, body)
+        if api.on_loop:
+            result: Result = await api.handler(ctx, body)  # type: ignore[misc]
         else:
-            result, out = await self._hop(_handle, handler, ctx, body, encode)
+            result, out = await self._hop(_handle, api.handler, ctx, body, encode)
             if not isinstance(result, DelayedResponse):
                 return result, out
         if isinstance(result, DelayedResponse):
