@@ -7,6 +7,15 @@ checksum; a missing or inconsistent index is rebuilt from the ``.log`` (see
 ``LogSegment.recover``). One base class holds the file mechanics; subclasses only say
 what an entry holds.
 
+New entries are kept in memory (``_pending``, served to lookups from there) and written
+to the file in one ``pwrite`` when :data:`PENDING_BYTES` of them gathered, and at every
+flush, trim (roll, close) and truncation: an 8-byte ``pwrite`` on every append cost a
+sixth of the append's own time. Kafka stores the entry into its mmap, which costs a
+memory store; the write here stays a ``pwrite`` so a full disk fails it with ENOSPC
+instead of a SIGBUS. A crash loses at most the entries not yet written: the newest ones,
+so what is on disk is still a correct sparse index (a lookup starts earlier and walks
+forward), and recovery rebuilds the indexes of every segment past the recovery point.
+
 Opened on first use, as Kafka's ``LazyIndex``: a segment loaded at start-up maps no index
 until a read, an append or a check needs it, and :meth:`AbstractIndex.close_files` (the
 open-segment cap, :mod:`kompakt.log.open_segments`) unmaps it again while the object
@@ -34,10 +43,12 @@ from pathlib import Path
 from typing import Self
 
 from kompakt.errors import CorruptRecordError
-from kompakt.log.syncs import Claim, Unsynced, claim, fsync_claims
+from kompakt.log.syncs import Claim, Unsynced, claim, fsync_claims, pwrite_all
 
 _ZERO_BLOCK_SIZE = 1 << 16
 _ZERO_BLOCK = bytes(_ZERO_BLOCK_SIZE)
+PENDING_BYTES = 4096
+"""Entries kept in memory before they are written (a page: 512 offset entries)."""
 
 
 def _data_end(fd: int, end: int) -> int:
@@ -106,6 +117,8 @@ class AbstractIndex:
         self._file = None
         self._mmap = None
         self._entries: int | None = None  # known from the first open on
+        self._written = 0  # entries in the file; the ones after them are in _pending
+        self._pending = bytearray()
         self._length: int | None = None  # the file's length, likewise
         self._sync = Unsynced()  # writes against the fsyncs that covered them
         self._closed = False
@@ -145,7 +158,7 @@ class AbstractIndex:
             length -= length % self.ENTRY_SIZE
         self._length = length
         self._mmap = mmap.mmap(self._file.fileno(), length) if length else None
-        self._entries = self._trailing_entries(entries) if exists else 0
+        self._entries = self._written = self._trailing_entries(entries) if exists else 0
         if self._on_open is not None:
             self._on_open(self)
 
@@ -160,7 +173,7 @@ class AbstractIndex:
         self._mmap = bytearray(data[:length])
         self._length = length
         self._read_only = True
-        self._entries = self._trailing_entries(length // self.ENTRY_SIZE)
+        self._entries = self._written = self._trailing_entries(length // self.ENTRY_SIZE)
         del self._mmap[self._entries * self.ENTRY_SIZE :]
         if self._on_open is not None:
             self._on_open(self)
@@ -180,6 +193,14 @@ class AbstractIndex:
 
     @entries.setter
     def entries(self, n: int) -> None:
+        """Forget the entries from ``n`` on (a failed append's rollback): the unwritten
+        ones go; written ones stay in the file past the count, as before the append."""
+        written = self._written
+        if n < written:
+            self._written = n
+            self._pending.clear()
+        else:
+            del self._pending[(n - written) * self.ENTRY_SIZE :]
         self._entries = n
 
     @property
@@ -228,7 +249,8 @@ class AbstractIndex:
         index._sync = Unsynced()
         index._closed = False
         index._mmap = data[:length] if length else None
-        index._entries = index._trailing_entries(length // cls.ENTRY_SIZE)
+        index._entries = index._written = index._trailing_entries(length // cls.ENTRY_SIZE)
+        index._pending = bytearray()
         return index
 
     # -- subclass hooks ------------------------------------------------------------------
@@ -257,6 +279,9 @@ class AbstractIndex:
         return 0
 
     def _raw(self, i: int) -> tuple[int, int]:
+        written = self._written
+        if i >= written:  # not in the file yet
+            return self._ENTRY.unpack_from(self._pending, (i - written) * self.ENTRY_SIZE)
         assert self._mmap is not None
         return self._ENTRY.unpack_from(self._mmap, i * self.ENTRY_SIZE)
 
@@ -295,23 +320,43 @@ class AbstractIndex:
         os.pwrite(self._fd(), data, position)
 
     def _write(self, values: tuple[int, int]) -> None:
-        """Append one entry (the caller is an ``_opened`` method: lock held, file open)."""
-        fd = None if self._memory else self._fd()
-        if self.is_full():
-            raise IndexCorruptError(f"index {self.path.name} is full")
-        n, length = self._entries, self._length
-        assert n is not None and length is not None
-        if (n + 1) * self.ENTRY_SIZE > length:
-            self.resize(self.max_index_size)  # an active index found trimmed at load
-        # pwrite, not a store into the mmap: on a full disk a store into a sparse page
-        # raises SIGBUS and kills the broker, while pwrite fails with ENOSPC.
+        """Append one entry (the caller is an ``_opened`` method that found a slot for
+        it: lock held, file open), kept in memory until :data:`PENDING_BYTES` gathered
+        (:meth:`_write_pending`)."""
+        n = self._entries
+        assert n is not None
         entry = self._ENTRY.pack(*values)
-        if fd is None:
+        if self._memory:
+            if (n + 1) * self.ENTRY_SIZE > self.length:
+                self.resize(self.max_index_size)
             self._pwrite(entry, n * self.ENTRY_SIZE)
-        else:  # the file's descriptor (resize keeps it): one call less on every append
-            os.pwrite(fd, entry, n * self.ENTRY_SIZE)
+            self._written = n + 1
+        else:
+            if self._file is None:
+                self._fd()  # a reader's index (read_only): refused there
+            self._pending += entry
         self._sync.wrote()
         self._entries = n + 1
+        if len(self._pending) >= PENDING_BYTES:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Write the entries kept in memory to the file (lock held, file open), growing
+        an active index found trimmed at load to ``max_index_size`` first. ``pwrite``,
+        not a store into the mmap: on a full disk a store into a sparse page raises
+        SIGBUS and kills the broker, while ``pwrite`` fails with ENOSPC (the entries
+        then stay pending)."""
+        pending = self._pending
+        if not pending:
+            return
+        start = self._written * self.ENTRY_SIZE
+        end = start + len(pending)
+        assert self._length is not None
+        if end > self._length:
+            self.resize(max(self.max_index_size, end))
+        pwrite_all(self._fd(), [pending], start)
+        self._written += len(pending) // self.ENTRY_SIZE
+        pending.clear()
 
     def _search(self, target: int, key_of: int) -> int:
         """Index of the largest entry whose ``key_of`` field is <= target, or -1."""
@@ -328,11 +373,12 @@ class AbstractIndex:
 
     @_opened
     def truncate_entries(self, n: int) -> None:
+        """Keep the first ``n`` entries; the file's slots after them are zeroed."""
         if not self._memory:
             self._fd()
         n = max(0, min(n, self.entries))
         start = n * self.ENTRY_SIZE
-        end = self.entries * self.ENTRY_SIZE
+        end = self._written * self.ENTRY_SIZE  # the unwritten ones are only forgotten
         if end > start:
             self._pwrite(bytes(end - start), start)
             self._sync.wrote()
@@ -355,6 +401,7 @@ class AbstractIndex:
                 return None
             if self._file is None:
                 self._open()
+            self._write_pending()
             return claim(self._sync, self._fd())
 
     def flush(self) -> None:
@@ -370,6 +417,10 @@ class AbstractIndex:
         with self._lock:
             if self._length is None and not self.is_open:
                 return  # never opened since load: as it was found (trimmed at close)
+            if self._pending:
+                if self._file is None:
+                    self._open()
+                self._write_pending()
             if self.length != self.entries * self.ENTRY_SIZE:
                 self.resize(self.entries * self.ENTRY_SIZE)
 
@@ -395,8 +446,13 @@ class AbstractIndex:
             self._mmap = mmap.mmap(self._file.fileno(), new_size)
 
     def close(self) -> None:
-        """Flush and close for good (the segment is closed or deleted)."""
+        """Write what is pending, flush and close for good (the segment is closed or
+        deleted)."""
         with self._lock:
+            if self._pending and not self._closed:
+                if self._file is None:
+                    self._open()
+                self._write_pending()
             if self._sync.dirty and self.is_open:
                 os.fsync(self._fd())
                 self._sync.mark_clean()
@@ -421,8 +477,11 @@ class OffsetIndex(AbstractIndex):
 
     @_opened
     def append(self, offset: int, position: int) -> None:
+        """Kafka's ``OffsetIndex.append``: refused when full or not past the last entry."""
+        if self.is_full():
+            raise IndexCorruptError(f"index {self.path.name} is full")
         rel = offset - self.base_offset
-        n = self.entries
+        n = self._entries
         if n and rel <= self._raw(n - 1)[0]:
             raise IndexCorruptError(
                 f"index entry offset {offset} not larger than last in {self.path.name}"
@@ -498,7 +557,10 @@ class TimeIndex(AbstractIndex):
 
     @_opened
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
-        n = self.entries
+        """Kafka's ``TimeIndex.maybeAppend``: an entry when ``timestamp`` is past the last
+        one; refused when full, but the roll's final entry (``skip_full_check``) takes
+        the slot kept for it."""
+        n = self._entries
         if not skip_full_check and self.is_full():
             raise IndexCorruptError(f"time index {self.path.name} is full")
         last_ts, last_rel = self._raw(n - 1) if n else (-1, 0)

@@ -8,6 +8,7 @@ promises such a reader.
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 
@@ -20,6 +21,7 @@ def test_read_only_offset_index_sees_the_owners_entries_in_a_preallocated_file(t
     owner = OffsetIndex(path, 100, 4096)
     for i, (offset, position) in enumerate([(120, 4096), (150, 8200), (190, 12400)]):
         owner.append(offset, position)
+        owner.flush()  # the entries the owner has written
         reader = OffsetIndex.read_only(path, 100)
         assert reader.entries == i + 1
         assert reader.entry(reader.entries - 1) == (offset, position)
@@ -36,6 +38,7 @@ def test_read_only_index_keeps_its_snapshot_when_the_owner_trims_the_file(tmp_pa
     path = segment_file(tmp_path, 0, INDEX_SUFFIX)
     owner = OffsetIndex(path, 0, 4096)
     owner.append(5, 100)
+    owner.flush()
     reader = OffsetIndex.read_only(path, 0)
     owner.truncate_entries(0)
     owner.trim_to_valid_size()
@@ -86,3 +89,99 @@ def test_entries_of_a_preallocated_index_after_a_crash_are_found_past_its_hole(t
     assert again.entry(598) == (5990, 599 * 4096)
     owner.close()
     again.close()
+
+
+def test_new_entries_are_served_from_memory_and_the_file_holds_a_prefix(tmp_path):
+    """Entries are written a page at a time (``PENDING_BYTES``), not one ``pwrite``
+    per append: the owner's lookups see every entry, a reader of the file (the Spark
+    source) at least a prefix of them, which is still a correct sparse index (Kafka's
+    ``OffsetIndex.lookup``: the largest entry <= the target, a walk forward from it)."""
+    from kompakt.log.index import PENDING_BYTES
+
+    path = segment_file(tmp_path, 0, INDEX_SUFFIX)
+    owner = OffsetIndex(path, 0, 1 << 20)
+    n = PENDING_BYTES // OffsetIndex.ENTRY_SIZE + 3
+    for i in range(1, n + 1):
+        owner.append(i * 10, i * 100)
+    assert owner.entries == n
+    assert owner.lookup(n * 10 + 5) == (n * 10, n * 100)
+    assert owner.last_entry == (n * 10, n * 100)
+    reader = OffsetIndex.read_only(path, 0)
+    assert 0 < reader.entries <= n
+    assert [reader.entry(i) for i in range(reader.entries)] == [
+        owner.entry(i) for i in range(reader.entries)
+    ]
+    found, pos = reader.lookup(n * 10 + 5)
+    assert found <= n * 10 and pos == found * 10  # lands on an earlier entry of the log
+    owner.flush()
+    assert OffsetIndex.read_only(path, 0).entries == n
+    owner.close()
+
+
+def test_an_index_left_by_a_crash_before_its_entries_were_written_passes_the_sanity_check(
+    tmp_path,
+):
+    """SIGKILL loses the entries not yet written: the newest ones. The file left is a
+    shorter index (Kafka's ``sanityCheck`` holds), and a lookup past it starts earlier."""
+    path = segment_file(tmp_path, 0, INDEX_SUFFIX)
+    owner = OffsetIndex(path, 0, 4096)
+    owner.append(10, 100)
+    owner.flush()
+    owner.append(20, 200)
+    owner.append(30, 300)  # neither flushed nor closed: what a kill leaves
+    again = OffsetIndex(path, 0, 4096)
+    again.sanity_check(400)
+    assert again.entries == 1 and again.lookup(35) == (10, 100)
+    owner.close()
+    again.close()
+
+
+def test_a_failed_appends_rollback_forgets_its_unwritten_entries(tmp_path):
+    """``LogSegment.append`` cuts the indexes back to their count before a failed
+    write: the entries it added are gone from memory and never reach the file."""
+    path = segment_file(tmp_path, 0, INDEX_SUFFIX)
+    owner = OffsetIndex(path, 0, 4096)
+    owner.append(10, 100)
+    owner.flush()
+    owner.append(20, 200)
+    owner.append(30, 300)
+    owner.entries = 2
+    owner.append(40, 400)
+    assert [owner.entry(i) for i in range(3)] == [(10, 100), (20, 200), (40, 400)]
+    owner.trim_to_valid_size()
+    assert path.stat().st_size == 3 * OffsetIndex.ENTRY_SIZE
+    owner.close()
+    reread = OffsetIndex.read_only(path, 0)
+    assert [reread.entry(i) for i in range(3)] == [(10, 100), (20, 200), (40, 400)]
+
+
+def test_reads_after_a_kill_with_index_entries_unwritten_find_every_offset(tmp_path):
+    """A log killed with index entries in memory only (appended after the last flush)
+    restarts, recovers, and reads every offset from the right batch."""
+    from kompakt.log.manager import LogManager
+    from kompakt.record.decode import iter_batches
+    from kompakt.record.encode import build_simple_batch
+
+    now = int(time.time() * 1000)  # older timestamps roll a segment per append
+
+    def one(i):
+        return build_simple_batch([(b"k%d" % i, b"v" * 50)], timestamp=now + i)
+
+    m = LogManager(tmp_path / "d")
+    m.create_topic("t", 1, {"index.interval.bytes": "1"})
+    plog = m.get_log("t", 0)
+    for i in range(20):
+        plog.append(one(i))
+    m.flush_all()
+    for i in range(20, 60):
+        plog.append(one(i))
+    assert plog.active_segment.offset_index.entries > 40
+    m._release_lock()  # a kill: no close, no clean-shutdown marker
+    m2 = LogManager(tmp_path / "d")
+    plog2 = m2.get_log("t", 0)
+    assert plog2.log_end_offset == 60
+    for off in range(60):
+        first = next(iter_batches(plog2.read(off, 1 << 16)))
+        assert first.header.base_offset == off
+    assert plog2.offset_for_timestamp(now + 45)[0] == 45
+    m2.close()

@@ -122,6 +122,27 @@ def test_roll_when_offset_index_is_full(manager):
     assert all(s.offset_index.entries <= 3 for s in plog.segments)
 
 
+def test_roll_when_time_index_is_full_writes_its_final_entry_into_the_kept_slot(manager, clock):
+    """Kafka's ``TimeIndex``: ``isFull`` keeps the last slot free, and the roll's
+    ``maybeAppend(..., skipFullCheck = true)`` writes the segment's max timestamp into
+    it. Was: the write refused the kept slot too, and every append after the time index
+    filled failed with "index is full"."""
+    cfg = {"segment.index.bytes": "36", "index.interval.bytes": "100"}
+    manager.create_topic("t", 1, cfg)  # 3 time index slots, the last one kept
+    plog = manager.get_log("t", 0)
+    # a batch of one record is ~70 bytes: every second batch gets index entries; the
+    # fifth fills the time index, and the sixth, in the same append, raises the max
+    # timestamp past its last entry
+    for i in range(4):
+        plog.append(batch((b"k", b"v"), ts=clock.now + i))
+    plog.append(batch((b"k", b"v"), ts=clock.now + 4) + batch((b"k", b"v"), ts=clock.now + 5))
+    plog.append(batch((b"k", b"v"), ts=clock.now + 6))
+    first = plog.segments[0]
+    assert len(plog.segments) > 1
+    assert first.time_index.entries == 3
+    assert first.time_index.last_entry == (first.max_timestamp, first.next_offset - 1)
+
+
 def test_read_mid_batch_returns_whole_batch_starting_before_offset(manager):
     manager.create_topic("t", 1)
     plog = manager.get_log("t", 0)
