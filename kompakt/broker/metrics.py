@@ -471,16 +471,21 @@ class BrokerMetrics:
 
 
 def has_error(body: Any, depth: int = 0) -> bool:
-    """Whether a handler's response data carries a non-zero error code anywhere."""
+    """Whether a handler's response data carries a non-zero error code anywhere (loops,
+    not generators: it runs on every answered request)."""
     if depth > 5:
         return False
     if isinstance(body, dict):
-        code = body.get("error_code")
-        if code:
+        if body.get("error_code"):
             return True
-        return any(
-            has_error(v, depth + 1) for k, v in body.items() if isinstance(v, list | tuple | dict)
-        )
-    if isinstance(body, list | tuple):
-        return any(has_error(x, depth + 1) for x in body if isinstance(x, dict))
+        for v in body.values():
+            if isinstance(v, _NESTED) and has_error(v, depth + 1):
+                return True
+    elif isinstance(body, list | tuple):
+        for x in body:
+            if isinstance(x, dict) and has_error(x, depth + 1):
+                return True
     return False
+
+
+_NESTED = (list, tuple, dict)

@@ -569,7 +569,8 @@ class KafkaServer:
             )
             self._observe(req.name, t0, True)
             return None
-        self._observe(req.name, t0, has_error(result))
+        if self.metrics is not None:
+            self._observe(req.name, t0, has_error(result))
         return out
 
     async def _call(

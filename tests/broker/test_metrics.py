@@ -14,9 +14,11 @@ from confluent_kafka.admin import (
     ConfigResource,
     NewTopic,
 )
+from prometheus_client.parser import text_string_to_metric_families
 from shared_kit import wait_for
 
 from kompakt.broker.app import start_test_broker
+from kompakt.broker.metrics import BrokerMetrics, has_error
 
 TOPIC_CONFIG = {
     "cleanup.policy": "compact",
@@ -107,3 +109,29 @@ def test_throttle_metrics_and_a_dynamic_io_limit(tmp_path):
         assert wait_for(throttled, "a clean throttled at 1.2 MB/s", 60) > 0
     finally:
         b.stop()
+
+
+def test_request_counts_and_errors_per_api():
+    """Kafka's per-request metrics (``RequestMetrics``: RequestsPerSec, ErrorsPerSec by
+    request name): each request counts once for its API, an answer with a non-zero error
+    code anywhere in it counts as that API's error, and an API that never failed has no
+    errors series."""
+    ok = {"responses": [{"name": "t", "partition_responses": [{"index": 0, "error_code": 0}]}]}
+    bad = {"responses": [{"name": "t", "partition_responses": [{"index": 1, "error_code": 3}]}]}
+    assert not has_error(ok)
+    assert has_error(bad)
+    assert has_error([{"error_code": 7}])
+    m = BrokerMetrics(lambda: None)
+    for body in (ok, ok, bad):
+        m.observe("Produce", 0.001, has_error(body))
+    m.observe("Metadata", 0.001, False)
+    found = {
+        (s.name, s.labels.get("api")): s.value
+        for fam in text_string_to_metric_families(m.render().decode())
+        for s in fam.samples
+        if s.name in ("kompakt_requests_total", "kompakt_request_errors_total")
+    }
+    assert found[("kompakt_requests_total", "Produce")] == 3
+    assert found[("kompakt_request_errors_total", "Produce")] == 1
+    assert found[("kompakt_requests_total", "Metadata")] == 1
+    assert ("kompakt_request_errors_total", "Metadata") not in found
