@@ -23,6 +23,7 @@ ABORT drops them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -52,7 +53,6 @@ from kompakt.broker.txn.results import (
 )
 from kompakt.broker.txn.state import Completion, TopicPartition
 from kompakt.errors import KompaktError, UnknownTopicError
-from kompakt.record.decode import iter_batches
 from kompakt.record.encode import build_control_batch, build_simple_batch
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
 
@@ -107,9 +107,8 @@ class TransactionBroker:
         self.ready = False  # set once, by the loop, when loaded
         self._io = ThreadPoolExecutor(1, thread_name_prefix="kompakt-txn-log")
         self._flushers = ThreadPoolExecutor(4, thread_name_prefix="kompakt-txn-fsync")
-        self._flush_due: set[int] = set()  # owned by the loop
+        self._flush_due: set[int] = set()  # guarded by ``lock``
         """``__transaction_state`` partitions with a Complete record's fsync ahead."""
-        """fsyncs of one transaction's markers, run at once (:meth:`_flush_together`)."""
         self.coordinator = self._make(clock or state.logs.clock)
         self._loaded: asyncio.Task | None = None
 
@@ -206,11 +205,12 @@ class TransactionBroker:
         self._flushers.shutdown(wait=False)
 
     # -- the coordinator's I/O -----------------------------------------------------------
-    def _on_io(self, fn: Callable[[], None]) -> Completion[ErrorCode]:
-        """Run ``fn`` on the log thread; complete on the loop with its error code. The
-        thread hands the code back itself (one ``call_soon_threadsafe``), without an
-        asyncio future chained to the executor's: two of these run for every
-        transaction on the client's path (its Ongoing and its Prepare record)."""
+    def _on_io(self, fn: Callable[[], None], locked: bool = True) -> Completion[ErrorCode]:
+        """Run ``fn`` on the log thread; complete with its error code there, under
+        :attr:`lock` (a coordinator completion), or on the loop if not ``locked`` (a
+        completion touching the group coordinator, whose state the loop owns). The
+        marker write's completion, one per transaction, thereby costs no wake of the
+        loop and no second thread hop."""
         out: Completion[ErrorCode] = Completion()
         loop = self.loop
 
@@ -221,6 +221,10 @@ class TransactionBroker:
             except Exception as exc:
                 code = ErrorCode(error_of(exc)[0])
                 log.warning("transaction log write failed: %s", exc)
+            if locked:
+                with self.lock:
+                    out.complete(code)
+                return
             try:
                 loop.call_soon_threadsafe(out.complete, code)
             except RuntimeError:  # the loop is closed: nobody waits for the answer
@@ -250,8 +254,7 @@ class TransactionBroker:
             out.complete(ErrorCode.none)
             self._flush_soon(partition)
         elif not owe_fsync(lambda: self.storage.flush_covering(partition, end), out):
-            flushed = self._on_io(lambda: self.storage.flush(partition))
-            flushed.add_done_callback(self._locked(out.complete))
+            self._on_io(lambda: self.storage.flush(partition)).add_done_callback(out.complete)
         return out
 
     def _locked(self, fn: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -268,20 +271,18 @@ class TransactionBroker:
         append's fsync has covered it by then: nothing is answered on it (a reload
         would complete its PrepareX again), and in a stream of transactions the id's
         next AddPartitionsToTxn arrives first and fsyncs it with its own record, so a
-        transaction costs no fsync (and no log-thread job) of its own for it."""
-        if not on_loop(self.loop):
-            self.loop.call_soon_threadsafe(self._flush_soon, partition)
-            return
+        transaction costs no fsync (and no log-thread job) of its own for it. One timer
+        per partition at a time, set from any thread holding :attr:`lock`."""
         if partition in self._flush_due:
             return
         self._flush_due.add(partition)
 
-        def due() -> None:
+        def due() -> None:  # on the loop, under the lock (LockedScheduler)
             self._flush_due.discard(partition)
             if self.storage.unflushed(partition):
                 self._on_io(lambda: self.storage.flush(partition))
 
-        self.loop.call_later(COMPLETE_FLUSH_DELAY_MS / 1000, due)
+        self.coordinator.scheduler.call_later(COMPLETE_FLUSH_DELAY_MS, due)
 
     def _write_markers(
         self,
@@ -321,10 +322,8 @@ class TransactionBroker:
                     timestamp=plog.clock(),
                 )
                 with plog.lock:  # the marker's epoch fences older ones (see producers)
-                    producers = self.state.producers.for_log(plog)
-                    info = plog.append(marker)
-                    for b in iter_batches(marker):
-                        producers.update(b.header, info.first_offset)
+                    self.state.producers.for_log(plog)  # built: the append feeds it
+                    plog.append(marker)
                 unflushed[(topic, partition)] = plog
             self._flush_together(unflushed, todo)
             try:
@@ -335,15 +334,22 @@ class TransactionBroker:
         out: Completion[MarkersWritten] = Completion()
         record_error = [ErrorCode.none]
 
-        def written(error: ErrorCode) -> None:
+        def written(error: ErrorCode) -> None:  # under the lock
             if error != ErrorCode.none:
                 return out.complete((error, ErrorCode.none))
-            self._complete_offsets(producer_id, result)
+            if on_loop(self.loop):
+                self._complete_offsets(producer_id, result)
+            elif self._has_pending_offsets(producer_id):  # came in after the EndTxn
+                with contextlib.suppress(RuntimeError):  # a closed loop: a reload does it
+                    self.loop.call_soon_threadsafe(self._complete_offsets, producer_id, result)
             out.complete((error, record_error[0]))
             if record_error[0] == ErrorCode.none:
                 self._flush_soon(complete[0])
 
-        self._on_io(write).add_done_callback(self._locked(written))
+        # offsets sent to the transaction are the group coordinator's, on the loop
+        offsets = self._has_pending_offsets(producer_id)
+        written_on = self._on_io(write, locked=not offsets)
+        written_on.add_done_callback(self._locked(written) if offsets else written)
         return out
 
     def _flush_together(
@@ -376,6 +382,12 @@ class TransactionBroker:
             todo.discard(tp)
         if failed is not None:
             raise failed
+
+    def _has_pending_offsets(self, producer_id: int) -> bool:
+        """Whether TxnOffsetCommit wrote offsets of the producer's transaction (they
+        are in before its EndTxn: the client waits for their answer first)."""
+        gc = group_handlers.coordinator_if_started(self.state)
+        return gc is not None and producer_id in gc.offsets.pending_txn
 
     def _complete_offsets(self, producer_id: int, result: TransactionResult) -> None:
         """Kafka's ``GroupMetadataManager.handleTxnCompletion``: the producer's pending
@@ -433,7 +445,7 @@ class TransactionBroker:
                 mine.setdefault(group_id, {}).update(offsets)
             out.complete(error)
 
-        self._on_io(write).add_done_callback(written)
+        self._on_io(write, locked=False).add_done_callback(written)
         return out
 
 

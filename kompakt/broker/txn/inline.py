@@ -68,8 +68,10 @@ def run_inline(lock: threading.RLock, call: Callable[[], Completion[T]]) -> T:
             code = ErrorCode(error_of(exc)[0])
         with lock:
             appended.complete(code)
-    answered = threading.Event()
     with lock:  # whoever completes it holds the lock
+        if out.done():  # answered on this thread: the common case, no wait
+            return out.result()
+        answered = threading.Event()
         out.add_done_callback(lambda _value: answered.set())
     if not answered.wait(ANSWER_WAIT_S):
         raise TimeoutError("the transaction coordinator did not answer")
