@@ -109,6 +109,7 @@ class AbstractIndex:
         self.max_index_size = max(
             self.ENTRY_SIZE, max_index_size - max_index_size % self.ENTRY_SIZE
         )
+        self._capacity: int | None = None  # max_entries, worked out when first asked
         self.writable = writable
         self._lock = lock if lock is not None else threading.RLock()
         self._on_open = on_open
@@ -156,7 +157,7 @@ class AbstractIndex:
             self._file.truncate(length)
         elif length % self.ENTRY_SIZE:
             length -= length % self.ENTRY_SIZE
-        self._length = length
+        self._set_length(length)
         self._mmap = mmap.mmap(self._file.fileno(), length) if length else None
         self._entries = self._written = self._trailing_entries(entries) if exists else 0
         if self._on_open is not None:
@@ -171,7 +172,7 @@ class AbstractIndex:
             data = b""
         length = len(data) - len(data) % self.ENTRY_SIZE
         self._mmap = bytearray(data[:length])
-        self._length = length
+        self._set_length(length)
         self._read_only = True
         self._entries = self._written = self._trailing_entries(length // self.ENTRY_SIZE)
         del self._mmap[self._entries * self.ENTRY_SIZE :]
@@ -239,7 +240,8 @@ class AbstractIndex:
         with open(index.path, "rb") as f:
             data = f.read()
         length = len(data) - len(data) % cls.ENTRY_SIZE
-        index.max_index_size = index._length = length
+        index.max_index_size = length
+        index._set_length(length)
         index._file = None
         index._read_only = True
         index._memory = False
@@ -287,22 +289,46 @@ class AbstractIndex:
 
     # -- common mechanics ----------------------------------------------------------------
     @property
+    def writable(self) -> bool:
+        """Whether the index is the active segment's, which may grow (:attr:`max_entries`)."""
+        return self._writable
+
+    @writable.setter
+    def writable(self, value: bool) -> None:
+        self._writable = value
+        self._capacity = None
+
+    def _set_length(self, length: int) -> None:
+        """The file's (or the in-memory entries') length changed: :attr:`max_entries` too."""
+        self._length = length
+        self._capacity = None
+
+    @property
     def max_entries(self) -> int:
         """Entries the index may hold: a writable (active) index grows to
-        ``max_index_size`` on its next write (:meth:`_write`), as Kafka resizes the active
-        segment's indexes at load; only then is the file extended."""
-        length = self._length
-        if length is None:
+        ``max_index_size`` when its entries are written (:meth:`_write_pending`), as
+        Kafka resizes the active segment's indexes at load; only then is the file
+        extended. Kept until the length or :attr:`writable` changes."""
+        cap = self._capacity
+        if cap is None:
             length = self.length
-        return (max(length, self.max_index_size) if self.writable else length) // self.ENTRY_SIZE
+            cap = (
+                max(length, self.max_index_size) if self._writable else length
+            ) // self.ENTRY_SIZE
+            self._capacity = cap
+        return cap
 
     def is_full(self) -> bool:
         """No slot left (the time index keeps its last one for the roll's entry); asked
-        on every append, so it reads the known count without the property's layers."""
+        on every append, so it reads the known count and capacity without the
+        properties' layers."""
         n = self._entries
         if n is None:
             n = self.entries
-        return n >= self.max_entries - self._SPARE
+        cap = self._capacity
+        if cap is None:
+            cap = self.max_entries
+        return n >= cap - self._SPARE
 
     def size_bytes(self) -> int:
         return self.entries * self.ENTRY_SIZE
@@ -433,7 +459,7 @@ class AbstractIndex:
         new_size -= new_size % self.ENTRY_SIZE
         if self._memory and isinstance(self._mmap, bytearray):
             del self._mmap[new_size:]
-            self._length = new_size
+            self._set_length(new_size)
             return
         self._fd()
         assert self._file is not None
@@ -441,7 +467,7 @@ class AbstractIndex:
             self._mmap.close()
             self._mmap = None
         self._file.truncate(new_size)
-        self._length = new_size
+        self._set_length(new_size)
         if new_size:
             self._mmap = mmap.mmap(self._file.fileno(), new_size)
 

@@ -83,14 +83,20 @@ class OpenSegments:
         self.cap = cap
         self._lru: OrderedDict[Closable, None] = OrderedDict()
         self._lock = threading.Lock()
+        self._last: Closable | None = None  # the most recent, when known: touched again
         self.evictions = 0
         """Segments closed to stay within the cap (a counter for metrics and tests)."""
 
     def touch(self, seg: Closable) -> None:
         """``seg`` has open files and was just used: make it the most recent, and close
-        the least recent ones beyond the cap."""
+        the least recent ones beyond the cap. The segment touched last (every append
+        to one partition touches its active segment) is the most recent already: one
+        read, no lock."""
+        if self._last is seg:
+            return
         with self._lock:
             lru = self._lru
+            self._last = seg
             if seg in lru:
                 lru.move_to_end(seg)
                 return
@@ -109,11 +115,15 @@ class OpenSegments:
             self.evictions += len(victims) - len(busy)
             for v in busy:
                 self._lru[v] = None
+            if busy:
+                self._last = None  # a busy one went back behind the most recent
 
     def forget(self, seg: Closable) -> None:
         """``seg`` closed its files itself (close, delete)."""
         with self._lock:
             self._lru.pop(seg, None)
+            if self._last is seg:
+                self._last = None
 
     def __len__(self) -> int:
         with self._lock:

@@ -403,7 +403,9 @@ class LogSegment(SegmentReads):
         """Kafka's ``LogSegment.shouldRoll``: size, age, full index, offset overflow."""
         if self.size == 0:
             return False
-        rolling = self.rolling_timestamp
+        if not self._times_known:  # asked on every append: the property's walk once
+            self._times()
+        rolling = self._rolling_timestamp
         age_base = rolling if rolling is not None else self.created_ms
         return (
             self.size > max_segment_bytes - batch_size
@@ -428,7 +430,8 @@ class LogSegment(SegmentReads):
         """
         pieces = data if isinstance(data, list) else [data]
         with self.lock:
-            self._times()
+            if not self._times_known:
+                self._times()
             start = self.size
             offsets, times = self.offset_index, self.time_index
             saved = (
