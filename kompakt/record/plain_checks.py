@@ -63,6 +63,14 @@ def _short_varint(buf, p, last):
 
 
 @numba.njit(inline="always", **_JIT)
+def _short_varint_end(buf, p, last):
+    """Where the varint of one or two bytes at ``p`` ends, and 1 when it is longer: a
+    field whose value no rule reads (the offset delta) is only stepped over."""
+    two = np.int64(buf[np.uint64(p)]) >> 7
+    return p + 1 + two, two & (np.int64(buf[np.uint64(min(p + 1, last))]) >> 7)
+
+
+@numba.njit(inline="always", **_JIT)
 def _skip_headers(buf, q, tail, last):
     """The position after the record headers at ``q`` (<= ``tail``, the record's last
     byte), read as Kafka's strict ``readFrom`` reads them, and 1 when the full pass
@@ -120,8 +128,10 @@ def check_plain(buf, compact, create_time, lo, hi, maxima):
             # length is at least 6; every later one only once the field before it ends
             # inside the record.
             tail = rec_end - 1
-            ts_delta, q, b1 = _short_varint(buf, q + 1, last)
-            _offset_delta, q, b2 = _short_varint(buf, q, last)
+            # the timestamp and offset deltas end by body + 4 <= tail: read without the
+            # bound (``last`` given as the second byte's own position)
+            ts_delta, q, b1 = _short_varint(buf, q + 1, q + 2)
+            q, b2 = _short_varint_end(buf, q, q + 1)
             key_len, q, b3 = _short_varint(buf, q, last)
             q += max(key_len, 0)
             if q > tail:
@@ -130,9 +140,12 @@ def check_plain(buf, compact, create_time, lo, hi, maxima):
             q += max(value_len, 0)
             if q > tail:
                 return UNSURE
-            q, longer = _skip_headers(buf, q, tail, last)
-            if longer:
-                return UNSURE
+            if buf[np.uint64(q)] == 0:  # no headers, the common case: one byte
+                q += 1
+            else:
+                q, longer = _skip_headers(buf, q, tail, last)
+                if longer:
+                    return UNSURE
             ts = base_ts + ts_delta
             bad |= b1 | b2 | b3 | b4 | (q != rec_end)
             bad |= judge(ts, key_len, False, compact, create_time, lo, hi)
