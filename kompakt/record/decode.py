@@ -26,6 +26,7 @@ from kompakt.record.header import (
     Header,
     batch_size,
     crc32c,
+    header_of,
 )
 from kompakt.record.varint import read_varint
 
@@ -187,6 +188,6 @@ def iter_batches(
             if pos + HEADER_SIZE <= end and view[pos + MAGIC_POS] != MAGIC:
                 raise CorruptRecordError(f"unsupported magic {view[pos + MAGIC_POS]}", position=pos)
             return
-        header = Header._make(HEADER.unpack_from(view, pos))
+        header = header_of(HEADER.unpack_from(view, pos))
         yield RecordBatch(header, view[pos : pos + size], pos)
         pos += size

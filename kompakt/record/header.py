@@ -19,6 +19,7 @@ key | value | headers`` with zig-zag varints and -1 lengths for null.
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import NamedTuple
 
@@ -132,6 +133,11 @@ class Header(NamedTuple):
         return self.producer_id >= 0
 
 
+header_of = functools.partial(tuple.__new__, Header)
+"""A :class:`Header` of the tuple of its 13 fields, as ``Header._make`` without its
+Python frame and length check (a header is made on every batch of every append)."""
+
+
 def batch_size(prefix: bytes | memoryview, pos: int = 0) -> int:
     """Bytes the batch at ``pos`` takes in a log, from its first ``LOG_OVERHEAD`` bytes
     (baseOffset, batchLength): what a reader needs before it has the whole batch."""
@@ -141,7 +147,7 @@ def batch_size(prefix: bytes | memoryview, pos: int = 0) -> int:
 
 def read_header(buf: bytes | memoryview, pos: int = 0) -> Header:
     """The header of the batch at ``pos`` (no checks: see ``RecordBatch.ensure_valid``)."""
-    return Header._make(HEADER.unpack_from(buf, pos))
+    return header_of(HEADER.unpack_from(buf, pos))
 
 
 def set_base_offset(buf: bytearray | memoryview, position: int, base_offset: int) -> None:
