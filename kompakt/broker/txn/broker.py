@@ -6,8 +6,9 @@ thread serves the request (:mod:`~kompakt.broker.txn.inline`: AddPartitionsToTxn
 EndTxn on a handler thread, the rest on the loop), its timers on the broker's loop.
 Each ``__transaction_state`` record is appended by the thread that decided it, under
 the lock, so in the coordinator's order; its fsync runs on that handler thread or on
-the log thread, which also writes the markers and the Complete record after them
-(Kafka's ``TransactionStateManager`` appends and ``TransactionMarkerChannelManager``).
+the log thread, which also writes the markers, after which the Complete record goes
+first in its partition's next batch (Kafka's ``TransactionStateManager`` appends and
+``TransactionMarkerChannelManager``).
 
 The coordinator's state is stored in :class:`~kompakt.broker.txn.log.TransactionLog`,
 read back at start-up (a transaction found in PrepareCommit/PrepareAbort then gets its
@@ -60,7 +61,7 @@ log = logging.getLogger("kompakt.broker.txn")
 
 _KEY = "txn_coordinator"
 COMPLETE_FLUSH_DELAY_MS = 50
-"""How long a Complete record waits for another append's fsync before one of its own:
+"""How long a Complete record waits to go with another append before one of its own:
 longer than a client takes from EndTxn's answer to its next AddPartitionsToTxn, short
 enough that an idle id's record is on disk at once to a person's eye."""
 
@@ -109,6 +110,9 @@ class TransactionBroker:
         self._flushers = ThreadPoolExecutor(4, thread_name_prefix="kompakt-txn-fsync")
         self._flush_due: set[int] = set()  # guarded by ``lock``
         """``__transaction_state`` partitions with a Complete record's fsync ahead."""
+        self._owed: dict[int, Records] = {}  # guarded by ``lock``
+        """Complete records by partition, not yet appended: each goes first in the
+        partition's next batch (:meth:`_append_now`)."""
         self.coordinator = self._make(clock or state.logs.clock)
         self._loaded: asyncio.Task | None = None
 
@@ -201,6 +205,11 @@ class TransactionBroker:
     def shutdown(self) -> None:
         with self.lock:
             self.coordinator.shutdown()
+            for partition in list(self._owed):  # the log's close flushes them
+                try:
+                    self._append_now(partition, [])
+                except Exception as exc:  # a reload completes their PrepareX again
+                    log.warning("transaction log write failed: %s", exc)
         self._io.shutdown(wait=False)
         self._flushers.shutdown(wait=False)
 
@@ -245,7 +254,7 @@ class TransactionBroker:
         :meth:`_flush_soon`."""
         out: Completion[ErrorCode] = Completion()
         try:
-            end = self.storage.append(partition, items)
+            end = self._append_now(partition, items)
         except Exception as exc:
             log.warning("transaction log write failed: %s", exc)
             out.complete(ErrorCode(error_of(exc)[0]))
@@ -257,6 +266,18 @@ class TransactionBroker:
             self._on_io(lambda: self.storage.flush(partition)).add_done_callback(out.complete)
         return out
 
+    def _append_now(self, partition: int, items: Records) -> int:
+        """Append ``items`` (under :attr:`lock`) after the partition's owed Complete
+        records, in one batch; returns the log end offset after it. A failed append
+        keeps them owed."""
+        owed = self._owed.pop(partition, None)
+        try:
+            return self.storage.append(partition, owed + items if owed else items)
+        except Exception:
+            if owed:
+                self._owed[partition] = owed
+            raise
+
     def _locked(self, fn: Callable[[Any], None]) -> Callable[[Any], None]:
         """``fn`` run under :attr:`lock` (a completion reaching the coordinator)."""
 
@@ -267,18 +288,26 @@ class TransactionBroker:
         return run
 
     def _flush_soon(self, partition: int) -> None:
-        """fsync a Complete record of ``partition`` a little later unless another
-        append's fsync has covered it by then: nothing is answered on it (a reload
-        would complete its PrepareX again), and in a stream of transactions the id's
-        next AddPartitionsToTxn arrives first and fsyncs it with its own record, so a
-        transaction costs no fsync (and no log-thread job) of its own for it. One timer
-        per partition at a time, set from any thread holding :attr:`lock`."""
+        """Append and fsync a Complete record of ``partition`` a little later unless
+        another append took it and its fsync covered it by then: nothing is answered on
+        it (a reload would complete its PrepareX again), and in a stream of
+        transactions the id's next AddPartitionsToTxn arrives first and appends and
+        fsyncs it with its own record, so a transaction costs no append, fsync or
+        log-thread job of its own for it. One timer per partition at a time, set from
+        any thread holding :attr:`lock`."""
         if partition in self._flush_due:
             return
         self._flush_due.add(partition)
 
         def due() -> None:  # on the loop, under the lock (LockedScheduler)
             self._flush_due.discard(partition)
+            if partition in self._owed:  # nobody appended to the partition meanwhile
+                try:
+                    self._append_now(partition, [])
+                except Exception as exc:  # still owed: tried again a little later
+                    log.warning("transaction log write failed: %s", exc)
+                    self._flush_soon(partition)
+                    return
             if self.storage.unflushed(partition):
                 self._on_io(lambda: self.storage.flush(partition))
 
@@ -296,8 +325,12 @@ class TransactionBroker:
         appended to each partition (a partition already marked by an earlier, failed
         try is skipped; a deleted one is dropped, as Kafka's marker channel does), then
         the transactional offsets of ``__consumer_offsets`` applied or dropped. Once
-        the markers are fsynced, the same step on the log thread appends the
-        ``complete`` record, fsynced later as :meth:`_append` does a Complete record."""
+        the markers are fsynced, the ``complete`` record is owed to its partition: it
+        goes first in the partition's next batch (in a stream of transactions, the
+        id's next Ongoing record's) or in one of its own a little later
+        (:meth:`_flush_soon`), so a transaction costs no append of its own for it.
+        Kafka's order holds: the record is written after the markers are durable, and
+        the id's next record after it."""
         todo = set(partitions)
         unflushed: dict[TopicPartition, Any] = {}  # marker appended, not yet fsynced
         control = CONTROL_COMMIT if result == TransactionResult.COMMIT else CONTROL_ABORT
@@ -326,13 +359,8 @@ class TransactionBroker:
                     plog.append(marker)
                 unflushed[(topic, partition)] = plog
             self._flush_together(unflushed, todo)
-            try:
-                self.storage.append(*complete)
-            except Exception as exc:
-                record_error[0] = error_of(exc)[0]
 
         out: Completion[MarkersWritten] = Completion()
-        record_error = [ErrorCode.none]
 
         def written(error: ErrorCode) -> None:  # under the lock
             if error != ErrorCode.none:
@@ -342,9 +370,10 @@ class TransactionBroker:
             elif self._has_pending_offsets(producer_id):  # came in after the EndTxn
                 with contextlib.suppress(RuntimeError):  # a closed loop: a reload does it
                     self.loop.call_soon_threadsafe(self._complete_offsets, producer_id, result)
-            out.complete((error, record_error[0]))
-            if record_error[0] == ErrorCode.none:
-                self._flush_soon(complete[0])
+            partition, records = complete
+            self._owed.setdefault(partition, []).extend(records)
+            out.complete((error, ErrorCode.none))
+            self._flush_soon(partition)
 
         # offsets sent to the transaction are the group coordinator's, on the loop
         offsets = self._has_pending_offsets(producer_id)

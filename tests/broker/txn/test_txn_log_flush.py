@@ -17,6 +17,7 @@ from shared_kit import unique, wait_for
 
 from kompakt.broker.app import start_test_broker
 from kompakt.broker.txn import records as txn_rec
+from kompakt.broker.txn.broker import txn_broker_if_started
 from kompakt.broker.txn.log import TRANSACTION_STATE_TOPIC
 from kompakt.broker.txn.state import TransactionState
 from kompakt.log.partition_log import PartitionLog
@@ -125,3 +126,39 @@ def test_a_transactions_commit_path_fsyncs_only_log_files(
         group.close()
     finally:
         b.stop()
+
+
+def test_a_complete_record_goes_in_the_next_batch_after_the_markers(broker) -> None:
+    """Kafka writes an id's CompleteCommit once its markers are durable, and its next
+    Ongoing after that (``TransactionMetadata.prepareAddPartitions`` only from a
+    Complete state). Nothing is answered on the Complete record, so it waits for the
+    partition's next batch: in a stream of transactions it goes first in the batch of
+    the id's next Ongoing record instead of a batch of its own. Was: one append, and
+    one log write, of its own per transaction."""
+    topic, tid = unique("complete-next"), unique("tx")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": tid})
+    p.init_transactions(TIMEOUT)
+    for i in range(5):
+        p.begin_transaction()
+        p.produce(topic, b"v%d" % i)
+        p.commit_transaction(TIMEOUT)
+    tb = txn_broker_if_started(broker.broker.state)
+    assert tb is not None
+    plog = broker.logs.get_log(TRANSACTION_STATE_TOPIC, tb.coordinator.partition_for(tid))
+    wait_for(lambda: last_state(plog, tid) == TransactionState.COMPLETE_COMMIT, "complete", TIMEOUT)
+    batches = []
+    for b in plog.iter_batches(plog.log_start_offset):
+        states = []
+        for r in b.records():
+            rec = txn_rec.read_record(bytes(r.key), r.value and bytes(r.value))
+            if rec is not None and rec[0] == tid and rec[1] is not None:
+                states.append(rec[1].state)
+        if states:
+            batches.append(states)
+    flat = [s for states in batches for s in states]
+    S = TransactionState
+    cycle = [S.ONGOING, S.PREPARE_COMMIT, S.COMPLETE_COMMIT]
+    assert flat == [S.EMPTY] + cycle * 5
+    assert [S.COMPLETE_COMMIT, S.ONGOING] in batches
