@@ -8,6 +8,8 @@ promises such a reader.
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
 import time
 
 import pytest
@@ -185,3 +187,42 @@ def test_reads_after_a_kill_with_index_entries_unwritten_find_every_offset(tmp_p
         assert first.header.base_offset == off
     assert plog2.offset_for_timestamp(now + 45)[0] == 45
     m2.close()
+
+
+_FAILED_WRITE = """
+import errno, resource, signal, sys
+from pathlib import Path
+from kompakt.log.index import OffsetIndex
+path = Path(sys.argv[1])
+index = OffsetIndex(path, 0, 1 << 20)  # preallocated before the limit
+for i in range(1, 101):
+    index.append(i * 10, i * 100)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (200, resource.RLIM_INFINITY))
+try:
+    index.flush()
+except OSError as exc:
+    assert exc.errno == errno.EFBIG, exc
+else:
+    raise AssertionError("the write past the file-size limit did not fail")
+assert index.lookup(995) == (990, 9900)  # still served from memory
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+index.flush()
+assert OffsetIndex.read_only(path, 0).entries == 100
+index.close()
+print("ok")
+"""
+
+
+def test_entries_whose_write_failed_stay_pending_and_the_next_flush_writes_them(tmp_path):
+    """A full disk fails the deferred write at the flush (Kafka's flush path: the
+    caller's storage error, the log dir offline), and loses no entry: the ones not
+    written stay in memory, served to lookups, until a later write succeeds. The
+    disk is full here by a file-size limit (EFBIG), in a child process."""
+    res = subprocess.run(
+        [sys.executable, "-c", _FAILED_WRITE, str(segment_file(tmp_path, 0, INDEX_SUFFIX))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0 and "ok" in res.stdout, res.stdout + res.stderr
