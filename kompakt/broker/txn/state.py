@@ -16,7 +16,7 @@ Nothing here does I/O or reads a clock: the coordinator passes ``now``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
@@ -159,19 +159,24 @@ class TransactionMetadata:
     def has_pending_transaction(self) -> bool:
         return self.state in (_S.ONGOING, _S.PREPARE_ABORT, _S.PREPARE_COMMIT)
 
-    def snapshot(self) -> TxnTransitMetadata:
-        """The current state as a transit (Kafka's ``prepareNoTransit``)."""
-        return TxnTransitMetadata(
-            self.producer_id,
-            self.last_producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
-            self.state,
-            frozenset(self.topic_partitions),
-            self.txn_start_timestamp,
-            self.txn_last_update_timestamp,
-        )
+    def snapshot(self, **changes: Any) -> TxnTransitMetadata:
+        """The current state as a transit (Kafka's ``prepareNoTransit``), with
+        ``changes`` (fields of :class:`TxnTransitMetadata`): one object built, not a
+        copy replaced (two of these per transaction on the client's path)."""
+        fields = {
+            "producer_id": self.producer_id,
+            "last_producer_id": self.last_producer_id,
+            "producer_epoch": self.producer_epoch,
+            "last_producer_epoch": self.last_producer_epoch,
+            "txn_timeout_ms": self.txn_timeout_ms,
+            "state": self.state,
+            "txn_start_timestamp": self.txn_start_timestamp,
+            "txn_last_update_timestamp": self.txn_last_update_timestamp,
+        }
+        if "topic_partitions" not in changes:
+            fields["topic_partitions"] = frozenset(self.topic_partitions)
+        fields.update(changes)
+        return TxnTransitMetadata(**fields)
 
     # -- prepare: one per kind of request (Kafka's prepareXxx) -----------------------------
     def prepare_fence_producer_epoch(self) -> TxnTransitMetadata:
@@ -271,7 +276,7 @@ class TransactionMetadata:
             raise IllegalTransactionTransition(
                 f"{self.transactional_id}: preparing {state} while {self.pending_state} is pending"
             )
-        target = replace(self.snapshot(), state=state, last_producer_id=self.producer_id, **changes)
+        target = self.snapshot(state=state, last_producer_id=self.producer_id, **changes)
         if target.producer_id < 0:
             raise IllegalTransactionTransition(f"illegal new producer id {target.producer_id}")
         if state != _S.DEAD and target.producer_epoch < 0:
