@@ -137,8 +137,12 @@ def _length(
 ) -> tuple[int, int]:
     """A declared length or count: -1 for null, checked against the bytes left."""
     if flexible:
-        n, pos = _uvarint(buf, pos, end)
-        n -= 1
+        if pos < end and buf[pos] < 0x80:  # a one-byte varint, the usual length
+            n = buf[pos] - 1
+            pos += 1
+        else:
+            n, pos = _uvarint(buf, pos, end)
+            n -= 1
     else:
         n, pos = _int(buf, pos, legacy_size, end)
     if n < -1:
@@ -165,12 +169,14 @@ def _walk(buf: memoryview, pos: int, end: int, op: Op, flexible: bool) -> int:
         n, pos = _length(buf, pos, end, flexible and arg != "legacy", 2)
         if n < 0:
             _null(nullable)
-        pos += max(n, 0)
+        else:
+            pos += n
     elif kind == _BYTES:
         n, pos = _length(buf, pos, end, flexible, 4)
         if n < 0:
             _null(nullable)
-        pos += max(n, 0)
+        else:
+            pos += n
     elif kind == _ENTITY:
         if nullable:  # Kafka's nullable struct: int8 -1 for null, 1 for present
             marker, pos = _int(buf, pos, 1, end)
@@ -180,8 +186,8 @@ def _walk(buf: memoryview, pos: int, end: int, op: Op, flexible: bool) -> int:
     else:  # array
         n, pos = _length(buf, pos, end, flexible, 4)
         if n < 0:
-            _null(nullable)
-        if arg[0] == _FIXED:
+            _null(nullable)  # a null array: nothing follows it
+        elif arg[0] == _FIXED:
             pos += n * arg[1]
         else:
             for _ in range(n):
@@ -202,6 +208,8 @@ def check_entity(buf: memoryview, pos: int, end: int, cls: type) -> int:
     if pos > end:
         raise DeclaredSizeError("request ends inside a field")
     if flexible:
+        if pos < end and buf[pos] == 0:  # no tagged fields, the usual case
+            return pos + 1
         count, pos = _uvarint(buf, pos, end)
         if count > end - pos:
             raise DeclaredSizeError(f"{count} tagged fields in {end - pos} bytes")
