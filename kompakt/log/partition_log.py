@@ -333,8 +333,10 @@ class PartitionLog(LocalLog):
         buf, batches = validator.to_topic_codec(records, batches, cfg)
         log_append = cfg.message_timestamp_type == "LogAppendTime"
         with self.lock:
-            self.check_online()
-            _ = self.transactions  # rebuilt from the log as it was before this append
+            if self.offline is not None:
+                self.check_online()
+            if not self._transactions_loaded:
+                _ = self.transactions  # rebuilt from the log as it was before this append
             first = self.log_end_offset
             stamped = validator.assign_offsets_and_timestamps(
                 batches, maxes, first, now, log_append
