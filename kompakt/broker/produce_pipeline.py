@@ -76,6 +76,19 @@ def resolve(future: asyncio.Future[bool], value: bool) -> None:
         future.set_result(value)
 
 
+def telling(loop: asyncio.AbstractEventLoop, appended: asyncio.Future[bool]) -> Callable:
+    """The callback a batch's worker calls once its appends are done, before its fsync:
+    ``appended`` resolved on the loop, so the connection's next batch appends meanwhile."""
+
+    def told(ok: bool) -> None:
+        try:
+            loop.call_soon_threadsafe(resolve, appended, ok)
+        except RuntimeError:  # the loop closed: no next batch to let go
+            pass
+
+    return told
+
+
 def records_bytes(body: Any) -> int:
     """The records bytes a Produce request carries."""
     return sum(len(p.records or b"") for t in body.topic_data for p in t.partition_data)

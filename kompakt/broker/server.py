@@ -21,11 +21,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import ssl
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +41,6 @@ from kompakt.broker.produce_pipeline import (
     PIPELINE_BYTES,
     READ_SIZE,
     Answered,
-    Calls,
     Frame,
     PendingAnswers,
     encode_answer,
@@ -52,13 +49,15 @@ from kompakt.broker.produce_pipeline import (
     records_bytes,
     resolve,
     stream_buffered,
+    telling,
     write_frame,
 )
 from kompakt.broker.protocol import Buffer, ProtocolError
-from kompakt.broker.registry import ApiHandler, ApiRegistry, DelayedResponse, Handler, Result
+from kompakt.broker.registry import ApiHandler, ApiRegistry, DelayedResponse, Result
 from kompakt.broker.security.principal import NoMatchingRule, PrincipalMapper, cert_principal
 from kompakt.broker.security.sasl import SaslAuthenticator
 from kompakt.broker.state import BrokerState, RequestContext
+from kompakt.broker.workers import Workers, handle_and_encode
 from kompakt.errors import KompaktError
 
 log = logging.getLogger(__name__)
@@ -78,19 +77,6 @@ PRODUCE = 0  # API key
 # an idempotent producer, more for others)
 MAX_PRODUCE_BATCH = 16
 ANONYMOUS = "User:ANONYMOUS"
-# worker threads for handlers, as many as asyncio's default executor has (Kafka's
-# request handler threads)
-HANDLER_THREADS = min(32, (os.cpu_count() or 1) + 4)
-
-
-def _settle(future: asyncio.Future, ok: bool, value: Any) -> None:
-    """On the loop: a hop's outcome into its future, unless the waiter gave up."""
-    if future.done():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
 
 
 @dataclass
@@ -106,17 +92,6 @@ class ListenerSpec:
     sasl: Callable[[], SaslAuthenticator] | None = None
     mapper: PrincipalMapper | None = None
     sasl_max_receive: int = 524288
-
-
-def _handle(
-    handler: Handler, ctx: RequestContext, body: Any, encode: Callable[[Any], Frame]
-) -> tuple[Any, Frame | Exception | None]:
-    """A plain handler's answer and its encoding, on one worker thread (a delayed answer
-    is not encoded yet: it is completed on the loop)."""
-    result = handler(ctx, body)
-    if result is None or isinstance(result, DelayedResponse):
-        return result, None
-    return result, encode_answer(encode, result)
 
 
 class _Connection:
@@ -167,27 +142,8 @@ class KafkaServer:
         self._servers: list[asyncio.base_events.Server] = []
         self._conns: dict[asyncio.Task, _Connection] = {}
         self._closing = False
-        self._workers = ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="kompakt-io")
-
-    def _hop(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
-        """``fn(*args)`` on a worker thread, awaited on the loop: asyncio.to_thread
-        without its context copy and the concurrent Future chained to the asyncio one
-        (a third less CPU per hop, which every handled request takes)."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-
-        def run() -> None:
-            try:
-                value, ok = fn(*args), True
-            except BaseException as exc:  # handed to the waiter, as to_thread does
-                value, ok = exc, False
-            try:
-                loop.call_soon_threadsafe(_settle, future, ok, value)
-            except RuntimeError:  # the loop closed meanwhile: nobody waits
-                pass
-
-        self._workers.submit(run)
-        return future
+        self._workers = Workers()
+        self._hop = self._workers.hop
 
     async def start(self) -> None:
         try:
@@ -229,7 +185,7 @@ class KafkaServer:
                 t.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
-        self._workers.shutdown(wait=False)
+        self._workers.shutdown()
         for server in self._servers:
             try:
                 await asyncio.wait_for(server.wait_closed(), timeout=1.0)
@@ -455,7 +411,14 @@ class KafkaServer:
             return False
         loop = asyncio.get_running_loop()
         appended: asyncio.Future[bool] = loop.create_future()
-        answer = self._append_and_answer(conn, batch, calls, t0, appended, *conn.answers.last())
+        start = functools.partial(self._hop, handle_produces, calls, telling(loop, appended))
+        answer_before, appended_before = conn.answers.last()
+        started = None
+        if appended_before is None or (appended_before.done() and appended_before.result()):
+            started = start()  # nothing to wait for: the worker starts now
+        answer = self._append_and_answer(
+            conn, batch, t0, appended, answer_before, appended_before, started, start
+        )
         nbytes = sum(records_bytes(req.body) for req in batch)
         conn.answers.add(asyncio.ensure_future(answer), appended, nbytes)
         return True
@@ -464,27 +427,23 @@ class KafkaServer:
         self,
         conn: _Connection,
         batch: list[Request],
-        calls: Calls,
         t0: float,
         appended: asyncio.Future[bool],
         answer_before: asyncio.Future[bool] | None,
         appended_before: asyncio.Future[bool] | None,
+        started: asyncio.Future[Answered] | None,
+        start: Callable[[], asyncio.Future[Answered]],
     ) -> bool:
         """Append ``batch`` once the batch before it is appended (``appended`` says if
         it went through: none is appended after a handler that raised), then answer it
-        once its fsyncs returned and the answers before it went out."""
-        loop = asyncio.get_running_loop()
-
-        def on_appended(ok: bool) -> None:  # on the worker, before its fsync
-            try:
-                loop.call_soon_threadsafe(resolve, appended, ok)
-            except RuntimeError:  # the loop closed: no next batch to let go
-                pass
-
+        once its fsyncs returned and the answers before it went out. ``started``: the
+        append, if it began at once (no batch before it to wait for)."""
         try:
-            if appended_before is not None and not await appended_before:
-                return False  # ``appended`` told False below
-            done = await self._hop(handle_produces, calls, on_appended)
+            if started is None:
+                if appended_before is not None and not await appended_before:
+                    return False  # ``appended`` told False below
+                started = start()
+            done = await started
             resolve(appended, not any(isinstance(r, Exception) for r, _out in done))
         finally:
             resolve(appended, False)
@@ -585,7 +544,7 @@ class KafkaServer:
         if api.on_loop:
             result: Result = await api.handler(ctx, body)  # type: ignore[misc]
         else:
-            result, out = await self._hop(_handle, api.handler, ctx, body, encode)
+            result, out = await self._hop(handle_and_encode, api.handler, ctx, body, encode)
             if not isinstance(result, DelayedResponse):
                 return result, out
         if isinstance(result, DelayedResponse):
