@@ -41,6 +41,7 @@ from kompakt.broker.produce_pipeline import (
     PIPELINE_BYTES,
     READ_SIZE,
     Answered,
+    Calls,
     Frame,
     PendingAnswers,
     encode_answer,
@@ -409,16 +410,8 @@ class KafkaServer:
         # room for this batch (and the written ones collected)
         if not await conn.answers.settle(PIPELINE_BYTES, PIPELINE_BATCHES - 1):
             return False
-        loop = asyncio.get_running_loop()
-        appended: asyncio.Future[bool] = loop.create_future()
-        start = functools.partial(self._hop, handle_produces, calls, telling(loop, appended))
-        answer_before, appended_before = conn.answers.last()
-        started = None
-        if appended_before is None or (appended_before.done() and appended_before.result()):
-            started = start()  # nothing to wait for: the worker starts now
-        answer = self._append_and_answer(
-            conn, batch, t0, appended, answer_before, appended_before, started, start
-        )
+        appended: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        answer = self._append_and_answer(conn, batch, calls, t0, appended, *conn.answers.last())
         nbytes = sum(records_bytes(req.body) for req in batch)
         conn.answers.add(asyncio.ensure_future(answer), appended, nbytes)
         return True
@@ -427,23 +420,23 @@ class KafkaServer:
         self,
         conn: _Connection,
         batch: list[Request],
+        calls: Calls,
         t0: float,
         appended: asyncio.Future[bool],
         answer_before: asyncio.Future[bool] | None,
         appended_before: asyncio.Future[bool] | None,
-        started: asyncio.Future[Answered] | None,
-        start: Callable[[], asyncio.Future[Answered]],
     ) -> bool:
         """Append ``batch`` once the batch before it is appended (``appended`` says if
         it went through: none is appended after a handler that raised), then answer it
-        once its fsyncs returned and the answers before it went out. ``started``: the
-        append, if it began at once (no batch before it to wait for)."""
+        once its fsyncs returned and the answers before it went out. The append's hop
+        is submitted here, once the loop got to this task, not as soon as the batch was
+        read: a worker woken while the loop still reads waits for the interpreter lock
+        (more CPU per request, measured)."""
         try:
-            if started is None:
-                if appended_before is not None and not await appended_before:
-                    return False  # ``appended`` told False below
-                started = start()
-            done = await started
+            if appended_before is not None and not await appended_before:
+                return False  # ``appended`` told False below
+            loop = asyncio.get_running_loop()
+            done = await self._hop(handle_produces, calls, telling(loop, appended))
             resolve(appended, not any(isinstance(r, Exception) for r, _out in done))
         finally:
             resolve(appended, False)
