@@ -577,10 +577,10 @@ class LogSegment(SegmentReads):
 
     def close(self) -> None:
         with self.lock:
+            for idx in self._indexes():
+                idx.close()  # may reopen a file the cap closed, to write what is pending
             if self.handles is not None:
                 self.handles.forget(self)
-            for idx in self._indexes():
-                idx.close()
             fd, self._fd = self._fd, None
             self._closed = True
             if fd is not None:

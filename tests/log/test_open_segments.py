@@ -235,6 +235,26 @@ def test_a_segment_in_use_is_not_closed_under_its_reader(tmp_path: Path):
         seg.close()
 
 
+def test_closing_a_segment_whose_files_the_cap_closed_writes_its_index_and_leaves_the_cap(
+    tmp_path: Path,
+):
+    """Index entries are written a page at a time: an active segment the cap closed
+    with entries still in memory reopens its index at close to write them, and is not
+    left in the cap's list by that reopening."""
+    from kompakt.log.index import OffsetIndex
+    from kompakt.log.segment import LogSegment
+
+    cap = OpenSegments(1)
+    seg = LogSegment(tmp_path, 0, handles=cap)
+    seg.offset_index.append(5, 100)  # in memory
+    other = LogSegment(tmp_path, 100, handles=cap)
+    assert not seg.files_open and len(cap) == 1
+    seg.close()
+    assert len(cap) == 0  # the reopening took `other`'s place, the close forgot it
+    assert OffsetIndex.read_only(seg.offset_index.path, 0).lookup(7) == (5, 100)
+    other.close()
+
+
 @pytest.mark.parametrize("cap", [0, -1])
 def test_the_cap_must_be_positive(cap: int):
     with pytest.raises(ValueError, match="at least 1"):
