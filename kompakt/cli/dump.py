@@ -141,7 +141,8 @@ def dump_log(path: Path, deep: bool) -> FileDump:
 
 def dump_index(path: Path, kind: str) -> FileDump:
     """Entries of an ``.index`` or ``.timeindex`` file (zero-filled preallocation ignored)."""
-    from kompakt.log.index import OffsetIndex, TimeIndex
+    from kompakt.log.offset_index import OffsetIndex
+    from kompakt.log.time_index import TimeIndex
 
     out = FileDump(str(path), kind, _base_offset(path))
     base = out.base_offset or 0

@@ -4,8 +4,9 @@ Both are files of fixed-width big-endian entries, memory-mapped, preallocated to
 ``segment.index.bytes`` (rounded down to a whole entry) while the segment is active and
 trimmed to the used size when it rolls or the log closes. They are derived data: no
 checksum; a missing or inconsistent index is rebuilt from the ``.log`` (see
-``LogSegment.recover``). One base class holds the file mechanics; subclasses only say
-what an entry holds.
+``LogSegment.recover``). This base class holds the file mechanics; its subclasses
+(:mod:`kompakt.log.offset_index`, :mod:`kompakt.log.time_index`) only say what an entry
+holds.
 
 New entries are kept in memory (``_pending``, served to lookups from there) and written
 to the file in one ``pwrite`` when :data:`PENDING_BYTES` of them gathered, and at every
@@ -72,7 +73,7 @@ class IndexCorruptError(CorruptRecordError):
     """An index file fails its sanity check; the caller rebuilds it."""
 
 
-def _opened(method):
+def opened(method):
     """Run ``method`` under the owner's lock with the file open (reopened if closed)."""
 
     @functools.wraps(method)
@@ -346,7 +347,7 @@ class AbstractIndex:
         os.pwrite(self._fd(), data, position)
 
     def _write(self, values: tuple[int, int]) -> None:
-        """Append one entry (the caller is an ``_opened`` method that found a slot for
+        """Append one entry (the caller is an ``opened`` method that found a slot for
         it: lock held, file open), kept in memory until :data:`PENDING_BYTES` gathered
         (:meth:`_write_pending`)."""
         n = self._entries
@@ -397,7 +398,7 @@ class AbstractIndex:
                 hi = mid - 1
         return lo
 
-    @_opened
+    @opened
     def truncate_entries(self, n: int) -> None:
         """Keep the first ``n`` entries; the file's slots after them are zeroed."""
         if not self._memory:
@@ -450,7 +451,7 @@ class AbstractIndex:
             if self.length != self.entries * self.ENTRY_SIZE:
                 self.resize(self.entries * self.ENTRY_SIZE)
 
-    @_opened
+    @opened
     def resize(self, new_size: int) -> None:
         """Set the file's length and remap (no msync: entries are written with
         ``pwrite``, so the mapping holds no dirty pages of its own; :meth:`flush`
@@ -489,135 +490,3 @@ class AbstractIndex:
         with self._lock:
             os.replace(self.path, new_path)
             self.path = Path(new_path)
-
-
-class OffsetIndex(AbstractIndex):
-    """``.index``: 8-byte entries ``relativeOffset int32 | position int32``.
-
-    Sparse: one entry per ``index.interval.bytes`` appended. A lookup gives the greatest
-    indexed offset <= the target and the byte position to start scanning from.
-    """
-
-    _ENTRY = struct.Struct(">ii")
-    ENTRY_SIZE = _ENTRY.size
-
-    @_opened
-    def append(self, offset: int, position: int) -> None:
-        """Kafka's ``OffsetIndex.append``: refused when full or not past the last entry."""
-        if self.is_full():
-            raise IndexCorruptError(f"index {self.path.name} is full")
-        rel = offset - self.base_offset
-        n = self._entries
-        if n and rel <= self._raw(n - 1)[0]:
-            raise IndexCorruptError(
-                f"index entry offset {offset} not larger than last in {self.path.name}"
-            )
-        self._write((rel, position))
-
-    @_opened
-    def lookup(self, offset: int) -> tuple[int, int]:
-        """(offset, position) of the largest entry <= offset; (base, 0) when none."""
-        i = self._search(offset - self.base_offset, 0)
-        if i < 0:
-            return self.base_offset, 0
-        rel, pos = self._raw(i)
-        return self.base_offset + rel, pos
-
-    @_opened
-    def entry(self, i: int) -> tuple[int, int]:
-        rel, pos = self._raw(i)
-        return self.base_offset + rel, pos
-
-    @property
-    @_opened
-    def last_entry(self) -> tuple[int, int]:
-        """(offset, position) of the last entry; (base, 0) when empty, as ``lookup`` of
-        any offset past it: where a walk to the end of the segment starts."""
-        return self.entry(self.entries - 1) if self.entries else (self.base_offset, 0)
-
-    @property
-    @_opened
-    def last_offset(self) -> int:
-        return self.entry(self.entries - 1)[0] if self.entries else self.base_offset
-
-    @_opened
-    def truncate_to(self, offset: int) -> None:
-        """Drop entries for offsets >= offset."""
-        i = self._search(offset - self.base_offset, 0)
-        n = i + 1
-        if n > 0 and self.entry(i)[0] >= offset:
-            n -= 1
-        self.truncate_entries(n)
-
-    @_opened
-    def sanity_check(self, log_size: int) -> None:
-        """Kafka's ``OffsetIndex.sanityCheck`` plus monotonic entries within the log."""
-        last_rel, last_pos = -1, -1
-        for i in range(self.entries):
-            rel, pos = self._raw(i)
-            if rel <= last_rel or pos <= last_pos or rel < 0 or pos >= max(log_size, 1):
-                raise IndexCorruptError(f"corrupt offset index {self.path.name} at entry {i}")
-            last_rel, last_pos = rel, pos
-
-
-class TimeIndex(AbstractIndex):
-    """``.timeindex``: 12-byte entries ``timestamp int64 | relativeOffset int32``.
-
-    An entry is added when a batch's max timestamp exceeds every earlier one, at most
-    one per index interval, so lookups find where records at or after a time begin.
-    """
-
-    _ENTRY = struct.Struct(">qi")
-    ENTRY_SIZE = _ENTRY.size
-
-    _SPARE = 1  # Kafka keeps the last slot free so a roll can always write the final entry
-
-    @property
-    @_opened
-    def last_entry(self) -> tuple[int, int]:
-        """(timestamp, offset) of the last entry; (-1, base) when empty."""
-        if not self.entries:
-            return -1, self.base_offset
-        ts, rel = self._raw(self.entries - 1)
-        return ts, self.base_offset + rel
-
-    @_opened
-    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
-        """Kafka's ``TimeIndex.maybeAppend``: an entry when ``timestamp`` is past the last
-        one; refused when full, but the roll's final entry (``skip_full_check``) takes
-        the slot kept for it."""
-        n = self._entries
-        if not skip_full_check and self.is_full():
-            raise IndexCorruptError(f"time index {self.path.name} is full")
-        last_ts, last_rel = self._raw(n - 1) if n else (-1, 0)
-        if n and offset < self.base_offset + last_rel:
-            raise IndexCorruptError(f"time index offset {offset} goes backwards")
-        if timestamp > last_ts:
-            if n >= self.max_entries:
-                return
-            self._write((timestamp, offset - self.base_offset))
-
-    @_opened
-    def lookup(self, timestamp: int) -> tuple[int, int]:
-        """(timestamp, offset) of the last entry with timestamp <= target, or (-1, base)."""
-        i = self._search(timestamp, 0)
-        if i < 0:
-            return -1, self.base_offset
-        ts, rel = self._raw(i)
-        return ts, self.base_offset + rel
-
-    @_opened
-    def truncate_to(self, offset: int) -> None:
-        n = self.entries
-        while n > 0 and self.base_offset + self._raw(n - 1)[1] >= offset:
-            n -= 1
-        self.truncate_entries(n)
-
-    @_opened
-    def sanity_check(self, log_size: int) -> None:
-        last_ts, last_rel = -1, -1
-        for i in range(self.entries):
-            ts, rel = self._raw(i)
-            if ts < last_ts or rel < last_rel or rel < 0:
-                raise IndexCorruptError(f"corrupt time index {self.path.name} at entry {i}")
-            last_ts, last_rel = ts, rel

@@ -17,16 +17,15 @@ import os
 import threading
 from pathlib import Path
 
-from kompakt.log.index import IndexCorruptError, OffsetIndex, TimeIndex
+from kompakt.log.index import IndexCorruptError
+from kompakt.log.offset_index import OffsetIndex
 from kompakt.log.open_segments import OpenSegments
 from kompakt.log.segment_files import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
-    FILENAME_DIGITS,
     INDEX_SUFFIX,
     INT32_MAX,
     LOG_SUFFIX,
-    SEGMENT_FILE_TYPES,
     SWAP_SUFFIX,
     TIMEINDEX_SUFFIX,
     TXNINDEX_SUFFIX,
@@ -38,6 +37,7 @@ from kompakt.log.segment_files import (
 )
 from kompakt.log.segment_reads import SegmentReads
 from kompakt.log.syncs import Claim, Unsynced, claim, fsync_claims, pwrite_all
+from kompakt.log.time_index import TimeIndex
 from kompakt.log.txn_index import AbortedTxn, TransactionIndex
 from kompakt.record.header import Header
 
@@ -46,10 +46,8 @@ log = logging.getLogger(__name__)
 __all__ = [  # the names other modules import from here (kompakt.log.segment_files)
     "CLEANED_SUFFIX",
     "DELETED_SUFFIX",
-    "FILENAME_DIGITS",
     "INDEX_SUFFIX",
     "LOG_SUFFIX",
-    "SEGMENT_FILE_TYPES",
     "SWAP_SUFFIX",
     "TIMEINDEX_SUFFIX",
     "TXNINDEX_SUFFIX",

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from kompakt.log.checkpoint import CheckpointError, OffsetCheckpointFile
 from kompakt.log.config import TopicConfig
-from kompakt.log.index import OffsetIndex
 from kompakt.log.manager import (
     CLEANER_CHECKPOINT,
     LOG_START_CHECKPOINT,
@@ -25,6 +24,7 @@ from kompakt.log.manager import (
     parse_partition_dir,
 )
 from kompakt.log.names import is_valid_topic_name
+from kompakt.log.offset_index import OffsetIndex
 from kompakt.log.segment import INDEX_SUFFIX, log_file_offset, segment_file
 from kompakt.record.header import HEADER_SIZE, LOG_OVERHEAD, read_header
 

@@ -67,7 +67,7 @@ from kompakt.cleaner.key_map import feeds_key_map
 from kompakt.cleaner.segment_io import segment_buffer
 from kompakt.cleaner.throttle import Throttler
 from kompakt.cleaner.transactions import AbortedTxn, TxnTracker
-from kompakt.log.index import OffsetIndex
+from kompakt.log.offset_index import OffsetIndex
 from kompakt.log.segment import INDEX_SUFFIX, segment_file
 from kompakt.pipeline import exchange
 from kompakt.pipeline.layout import segment_path

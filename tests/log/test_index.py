@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from kompakt.log.index import OffsetIndex, TimeIndex
+from kompakt.log.offset_index import OffsetIndex
 from kompakt.log.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, segment_file
+from kompakt.log.time_index import TimeIndex
 
 
 def test_read_only_offset_index_sees_the_owners_entries_in_a_preallocated_file(tmp_path):
@@ -192,7 +193,7 @@ def test_reads_after_a_kill_with_index_entries_unwritten_find_every_offset(tmp_p
 _FAILED_WRITE = """
 import errno, resource, signal, sys
 from pathlib import Path
-from kompakt.log.index import OffsetIndex
+from kompakt.log.offset_index import OffsetIndex
 path = Path(sys.argv[1])
 index = OffsetIndex(path, 0, 1 << 20)  # preallocated before the limit
 for i in range(1, 101):

@@ -241,7 +241,7 @@ def test_closing_a_segment_whose_files_the_cap_closed_writes_its_index_and_leave
     """Index entries are written a page at a time: an active segment the cap closed
     with entries still in memory reopens its index at close to write them, and is not
     left in the cap's list by that reopening."""
-    from kompakt.log.index import OffsetIndex
+    from kompakt.log.offset_index import OffsetIndex
     from kompakt.log.segment import LogSegment
 
     cap = OpenSegments(1)

@@ -180,7 +180,9 @@ def test_reopening_a_preallocated_index_after_a_crash_does_not_scan_every_slot(
     """Was: after a crash every active segment's index is still preallocated (10 MiB by
     default), and finding its used entries unpacked every slot in Python: ~0.4 s per
     partition, 16 s to restart a broker with ``__consumer_offsets``' 50 partitions."""
-    from kompakt.log.index import AbstractIndex, OffsetIndex, TimeIndex
+    from kompakt.log.index import AbstractIndex
+    from kompakt.log.offset_index import OffsetIndex
+    from kompakt.log.time_index import TimeIndex
 
     size = 10 * 1024 * 1024
     off = OffsetIndex(tmp_path / "0.index", 100, size)
