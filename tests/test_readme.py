@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_kit import wait_for
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SECURITY = README.parent / "docs" / "security.md"
@@ -162,7 +163,14 @@ def test_readme_certificate_recipe_and_super_user_command_config_work(tmp_path):
         async def principals() -> list[str]:  # on the broker's loop, which owns _conns
             return [c.principal for c in b.broker.server._conns.values()]
 
-        assert "User:CN=alice" in asyncio.run_coroutine_threadsafe(principals(), b.loop).result(10)
+        # librdkafka answers list_topics from its bootstrap connection, then closes it
+        # and opens one to the broker the metadata named: wait for that one, not a gap
+        wait_for(
+            lambda: (
+                "User:CN=alice" in asyncio.run_coroutine_threadsafe(principals(), b.loop).result(10)
+            ),
+            "the mTLS client's connection as User:CN=alice",
+        )
         del mtls_client
 
         def kompakt(*args: str) -> subprocess.CompletedProcess:
