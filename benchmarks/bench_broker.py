@@ -185,8 +185,9 @@ def main() -> None:
     ap.add_argument(
         "--separate-processes",
         action="store_true",
-        help="the throughput cases with the broker (kompakt serve) and the sink each in a "
-        "process of its own, as a client meets a broker, not as threads of this one",
+        help="the throughput cases (with --txn-only, the transactions) with the broker "
+        "(kompakt serve) and the sink each in a process of its own, as a client meets a "
+        "broker, not as threads of this one",
     )
     ap.add_argument("--txns", type=int, default=500, help="transactions of 100 x 1 KiB")
     ap.add_argument(
@@ -226,9 +227,9 @@ def main() -> None:
     }
     if not args.background_cleaner:
         overrides["log.cleaner.enable"] = "false"
-    if args.separate_processes:  # the throughput cases only
+    if args.separate_processes:  # the throughput cases, or with --txn-only the transactions
         with ServedBroker(overrides) as served:
-            throughput(served, args)
+            (bench_transactions if args.txn_only else throughput)(served, args)
         return
     b = start_test_broker(tmp, **overrides)
     try:
@@ -289,6 +290,9 @@ def throughput(b, args: argparse.Namespace) -> None:
         return ours, sink()
 
     print(f"before: {load_average()}")
+    # the broker's first connection does its one-time work (the start-up's objects
+    # frozen out of the garbage collector's walks) before any case's clock runs
+    create_topic(b.bootstrap, "bench-warm")
     separate = isinstance(b, ServedBroker)
     with ServedSink(sink_topics(args)) if separate else ProtocolSink() as sink:
         consumed: list[tuple[int, int, str]] = []  # round 0's acks=1 topics, read each round
@@ -506,12 +510,15 @@ def bench_transactions(b, args: argparse.Namespace) -> None:
         "compression.type": "none",
         "queue.buffering.max.messages": 1_000_000,
     }
+    separate = isinstance(b, ServedBroker)
     create_topic(bs, "idem-1k")
     idem = Producer({**base, "enable.idempotence": True})  # acks=all, like a txn producer
     produce_all(idem, "idem-1k", b"warm", 10)
     t0 = time.perf_counter()
     produce_all(idem, "idem-1k", value, n)
     idem_dt = time.perf_counter() - t0
+
+    import txn_pieces  # only here: where a transaction's time goes on the broker
 
     def transaction_loop(conf: dict, topic: str) -> tuple[float, list[float]]:
         """(seconds, commit latencies in ms) of ``n_txn`` transactions of ``TXN_RECORDS``
@@ -524,6 +531,10 @@ def bench_transactions(b, args: argparse.Namespace) -> None:
         produce_all(txn, topic, b"warm", 10)
         txn.commit_transaction(30)
         commits: list[float] = []
+        ours = conf["bootstrap.servers"] == bs
+        if ours and not separate:
+            before = txn_pieces.snapshot(b)
+        cpu0 = cpu_of(b) if ours else 0.0
         t0 = time.perf_counter()
         for _ in range(n_txn):
             txn.begin_transaction()
@@ -532,10 +543,17 @@ def bench_transactions(b, args: argparse.Namespace) -> None:
             c0 = time.perf_counter()
             txn.commit_transaction(30)  # flushes the transaction's records first
             commits.append((time.perf_counter() - c0) * 1000)
-        return time.perf_counter() - t0, commits
+        dt = time.perf_counter() - t0
+        if ours and not separate:
+            pieces.extend(txn_pieces.report(before, txn_pieces.snapshot(b), n_txn))
+        elif ours:
+            spent = (cpu_of(b) - cpu0) / n_txn * 1000
+            pieces.append(f"  the broker process's CPU: {spent:.2f} ms per txn")
+        return dt, commits
 
+    pieces: list[str] = []
     txn_dt, commits = transaction_loop(base, "txn-1k")
-    with ProtocolSink() as sink:
+    with ServedSink([("txn-1k", 1024)]) if separate else ProtocolSink() as sink:
         ceiling_dt, ceiling_commits = transaction_loop(
             {**base, "bootstrap.servers": sink.bootstrap}, "txn-1k"
         )
@@ -543,6 +561,7 @@ def bench_transactions(b, args: argparse.Namespace) -> None:
     print(
         f"transactions: {n_txn} x {TXN_RECORDS} records of 1 KiB ({mb:.1f} MB each way), "
         "one partition, acks=all"
+        + (", broker and sink each a process of its own" if separate else "")
     )
     hdr = f"{'producer':34} {'records':>8} {'s':>8} {'MB/s':>8} {'txn/s':>8}"
     print(hdr)
@@ -560,6 +579,13 @@ def bench_transactions(b, args: argparse.Namespace) -> None:
     )
     print(txn_ratio_line(idem_dt, txn_dt))
     print(f"transactional / ceiling: {ceiling_dt / txn_dt:.2f}x  (the client's own limit: 1.0)")
+    print(
+        f"ceiling / idempotent: {idem_dt / ceiling_dt:.2f}x  (the most transactional / "
+        "idempotent can be with this client, whatever the broker)"
+    )
+    where = "its own process" if separate else "this process: broker and client"
+    print(f"where a transaction's time goes on kompakt ({where}):")
+    print("\n".join(pieces))
 
 
 def txn_ratio_line(idem_dt: float, txn_dt: float) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import os
 import shutil
 import signal
@@ -97,6 +98,30 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
+class GcClock:
+    """Garbage collections during a case, by generation: how many and their seconds
+    (a full one holds the interpreter lock for every thread of the process while it
+    walks every tracked object)."""
+
+    def __init__(self) -> None:
+        self.count: collections.Counter[int] = collections.Counter()
+        self.seconds: collections.Counter[int] = collections.Counter()
+        self._t0 = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.count[info["generation"]] += 1
+            self.seconds[info["generation"]] += time.perf_counter() - self._t0
+
+    def line(self, mb: float) -> str:
+        return "garbage collections: " + ", ".join(
+            f"gen{g} {self.count[g]} ({self.seconds[g] * 1000 / mb:.2f} ms/MB)" for g in range(3)
+        )
+
+
 def report(raw: Path, rate: int, mb: float, top: int) -> None:
     """Self (tottime) and cumulative (cumtime) seconds per function, broker (or sink)
     threads apart from the client's thread, and each per MB of payload."""
@@ -170,6 +195,7 @@ def main() -> None:
             create_topic(b.bootstrap, "warm")
             produce_all(producer(b.bootstrap, "1"), "warm", b"w" * size, 1000)
             spy = sample(raw, args.rate, args.gil)
+            gcs = GcClock()
             cpu0 = thread_cpu()
             dt = bench_produce(b.bootstrap, "profiled", size, n, args.acks)
         else:
@@ -178,6 +204,7 @@ def main() -> None:
             create_topic(b.bootstrap, "profiled")
             produce_all(producer(b.bootstrap, "1"), "profiled", b"x" * size, n)
             spy = sample(raw, args.rate, args.gil)
+            gcs = GcClock()
             cpu0 = thread_cpu()
             dt, _ = consume_from_start({"bootstrap.servers": b.bootstrap}, "profiled", n)
         cpu = thread_cpu()
@@ -195,6 +222,7 @@ def main() -> None:
                 for k in sorted(cpu)
             )
         )
+        print(gcs.line(mb))
         if not raw.exists():
             raise SystemExit(f"py-spy wrote nothing: {err.decode(errors='replace')[-500:]}")
         report(raw, args.rate, mb, args.top)

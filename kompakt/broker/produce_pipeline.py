@@ -32,6 +32,8 @@ Answered = list[tuple[Any, Frame | Exception | None]]
 
 # bytes taken from the socket's stream at a time (when no large frame's rest is due)
 READ_SIZE = 1 << 20
+# a large response part is written in pieces of this size (:func:`send_frame`)
+WRITE_PIECE = 1 << 20
 # a connection's Produce batches being appended or waiting for their fsync while its
 # next requests are read, and the records bytes they hold (more: the reading waits for
 # the oldest answers). Each such batch may hold a worker thread (an fsync, or a wait for
@@ -49,6 +51,37 @@ def write_frame(writer: asyncio.StreamWriter, out: Frame) -> None:
             writer.write(part)
     else:
         writer.write(out)
+
+
+async def send_frame(writer: asyncio.StreamWriter, out: Frame) -> None:
+    """Send a frame and wait until the transport may take more (``drain``). A part
+    larger than :data:`WRITE_PIECE` (a Fetch's records) goes in pieces, each written
+    once the transport's buffer is empty, so the socket takes it straight from the
+    part: asyncio's transport copies what a write leaves unsent (3.11: a slice of it,
+    then into its buffer, then again each time that buffer halves, about three copies
+    of a 16 MiB part), here at most one piece's rest."""
+    for part in out if isinstance(out, list) else (out,):
+        if len(part) <= WRITE_PIECE:
+            writer.write(part)
+            continue
+        view = memoryview(part)
+        for start in range(0, len(view), WRITE_PIECE):
+            if writer.transport.get_write_buffer_size():
+                await _emptied(writer)
+            writer.write(view[start : start + WRITE_PIECE])
+    await writer.drain()
+
+
+async def _emptied(writer: asyncio.StreamWriter) -> None:
+    """Wait until the transport's buffer is empty: limits of 0 pause the writer while
+    anything is buffered, then the transport's own limits again."""
+    transport = writer.transport
+    low, high = transport.get_write_buffer_limits()
+    transport.set_write_buffer_limits(0, 0)
+    try:
+        await writer.drain()
+    finally:
+        transport.set_write_buffer_limits(high, low)
 
 
 async def read_request_bytes(reader: asyncio.StreamReader, missing: int) -> bytes:

@@ -35,6 +35,7 @@ from kompakt.broker.connection import (
     KafkaConnection,
     Request,
 )
+from kompakt.broker.heap import freeze_startup_heap
 from kompakt.broker.metrics import BrokerMetrics, has_error
 from kompakt.broker.produce_pipeline import (
     PIPELINE_BATCHES,
@@ -49,6 +50,7 @@ from kompakt.broker.produce_pipeline import (
     read_request_bytes,
     records_bytes,
     resolve,
+    send_frame,
     stream_buffered,
     telling,
     write_frame,
@@ -197,6 +199,7 @@ class KafkaServer:
     async def _on_connect(
         self, spec: ListenerSpec, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        freeze_startup_heap()
         task = asyncio.current_task()
         conn = _Connection(reader, writer, spec)
         if self._closing:
@@ -351,8 +354,7 @@ class KafkaServer:
                 if out is None:
                     return
                 if out:
-                    write_frame(conn.writer, out)
-                    await conn.writer.drain()
+                    await send_frame(conn.writer, out)
             finally:
                 conn.busy = False
 

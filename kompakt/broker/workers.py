@@ -38,12 +38,62 @@ def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_exception(value)
 
 
+_after = threading.local()
+"""``jobs``: what the request this handler thread serves left for after its answer."""
+
+Jobs = list[Callable[[], None]]
+
+
+def after_answer(job: Callable[[], None]) -> bool:
+    """Inside a plain handler (:func:`handle_and_encode`) on this thread: ``job`` is
+    run on the loop once the request's answer is written, and True; elsewhere False
+    (the caller runs it now). For work the answer does not wait for that would
+    otherwise take the interpreter lock from the loop just as it writes the answer (a
+    transaction's markers, submitted as EndTxn's PrepareCommit is durable)."""
+    jobs: Jobs | None = getattr(_after, "jobs", None)
+    if jobs is None:
+        return False
+    jobs.append(job)
+    return True
+
+
+def run_jobs(jobs: Jobs) -> None:
+    """Run kept jobs, each on its own (one that raises is logged, the rest still run)."""
+    for job in jobs:
+        try:
+            job()
+        except Exception:
+            log.exception("a job run after an answer failed")
+
+
+def answer_waits_elsewhere() -> None:
+    """Run this thread's kept jobs now: its handler is about to wait for an answer that
+    one of them may complete."""
+    jobs: Jobs | None = getattr(_after, "jobs", None)
+    if jobs:
+        kept = jobs[:]
+        jobs.clear()
+        run_jobs(kept)
+
+
+def _take_jobs() -> Jobs:
+    jobs: Jobs = getattr(_after, "jobs", None) or []
+    _after.jobs = None
+    return jobs
+
+
 def handle_and_encode(
     handler: Handler, ctx: RequestContext, body: Any, encode: Callable[[Any], Frame]
 ) -> tuple[Any, Frame | Exception | None]:
     """A plain handler's answer and its encoding, in one hop (a delayed answer is not
-    encoded yet: it is completed on the loop)."""
-    result = handler(ctx, body)
+    encoded yet: it is completed on the loop). The jobs it keeps for after its answer
+    (:func:`after_answer`) are handed to the loop by the hop, behind the answer."""
+    _after.jobs = []
+    try:
+        result = handler(ctx, body)
+    except BaseException:
+        run_jobs(_take_jobs())
+        raise
     if result is None or isinstance(result, DelayedResponse):
         return result, None
     return result, encode_answer(encode, result)
@@ -124,10 +174,13 @@ class Workers:
                 value, ok = fn(*args), True
             except BaseException as exc:  # handed to the waiter, as to_thread does
                 value, ok = exc, False
+            jobs = _take_jobs()
             try:
                 loop.call_soon_threadsafe(_settle, future, ok, value)
+                if jobs:  # behind the waiter's step, which writes the answer
+                    loop.call_soon_threadsafe(loop.call_soon, run_jobs, jobs)
             except RuntimeError:  # the loop closed meanwhile: nobody waits
-                pass
+                run_jobs(jobs)
 
         self._submit(run)
         return future

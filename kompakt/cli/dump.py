@@ -98,6 +98,7 @@ def batch_info(batch: RecordBatch, deep: bool) -> tuple[dict[str, Any], str | No
 
 
 def dump_log(path: Path, deep: bool) -> FileDump:
+    from kompakt.log.syncs import is_written_ahead
     from kompakt.record.decode import RecordBatch
     from kompakt.record.header import HEADER_SIZE, LOG_OVERHEAD, batch_size, read_header
 
@@ -111,6 +112,8 @@ def dump_log(path: Path, deep: bool) -> FileDump:
             )
             break
         length = batch_size(data, pos) - LOG_OVERHEAD
+        if length == 0 and is_written_ahead(data[pos:]):
+            break  # zeros a live or crashed segment was written ahead with: no batch
         if length < HEADER_SIZE - LOG_OVERHEAD:
             out.errors.append(
                 {"position": pos, "error": f"corrupt batch: length {length} is impossible"}

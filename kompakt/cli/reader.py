@@ -16,7 +16,7 @@ from pathlib import Path
 from kompakt.errors import LogDirLockedError, UnknownTopicError
 from kompakt.log.config import TopicConfig
 from kompakt.log.data_dir import require_data_dir
-from kompakt.record.decode import iter_batches
+from kompakt.log.syncs import batches_before_zeros
 from kompakt.record.header import LOG_OVERHEAD
 
 from .backend import (
@@ -221,10 +221,11 @@ def _file_batches(path: Path, chunk: int = 1 << 20):
         pos = 0
         while pos + LOG_OVERHEAD <= end:
             data = os.pread(fd, min(chunk, end - pos), pos)
-            last_end = 0
-            for b in iter_batches(data):
-                yield b
-                last_end = b.position + b.header.size
+            last_end = yield from batches_before_zeros(
+                data, lambda e, at=pos: os.pread(fd, end - at - e, at + e)
+            )
+            if last_end is None:  # zeros a live or crashed segment was written ahead with
+                return
             if last_end == 0:  # a batch bigger than the chunk, or a torn tail
                 length = int.from_bytes(os.pread(fd, LOG_OVERHEAD, pos)[8:12], "big")
                 if pos + length + LOG_OVERHEAD > end or length + LOG_OVERHEAD <= chunk:

@@ -79,8 +79,7 @@ def opened(method):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         with self._lock:
-            if self._file is None and not self._read_only:
-                self._open()
+            self._ready()
             return method(self, *args, **kwargs)
 
     return wrapper
@@ -121,6 +120,7 @@ class AbstractIndex:
         self._entries: int | None = None  # known from the first open on
         self._written = 0  # entries in the file; the ones after them are in _pending
         self._pending = bytearray()
+        self._tail: tuple[int, tuple[int, int]] | None = None  # see _last
         self._length: int | None = None  # the file's length, likewise
         self._sync = Unsynced()  # writes against the fsyncs that covered them
         self._closed = False
@@ -254,6 +254,7 @@ class AbstractIndex:
         index._mmap = data[:length] if length else None
         index._entries = index._written = index._trailing_entries(length // cls.ENTRY_SIZE)
         index._pending = bytearray()
+        index._tail = None
         return index
 
     # -- subclass hooks ------------------------------------------------------------------
@@ -280,6 +281,20 @@ class AbstractIndex:
                 return -(-used // self.ENTRY_SIZE)
             end = start
         return 0
+
+    def _ready(self) -> None:
+        """Open the file if it is closed (lock held): what every use of it starts with."""
+        if self._file is None and not self._read_only:
+            self._open()
+
+    def _last(self, n: int) -> tuple[int, int]:
+        """The last of ``n`` entries: as :meth:`_write` kept it while the count is still
+        the one it made (only a write raises the count after the first open, so an
+        entry dropped and rewritten since is the kept one too), else from the file."""
+        tail = self._tail
+        if tail is not None and tail[0] == n:
+            return tail[1]
+        return self._raw(n - 1)
 
     def _raw(self, i: int) -> tuple[int, int]:
         written = self._written
@@ -346,13 +361,13 @@ class AbstractIndex:
             return
         os.pwrite(self._fd(), data, position)
 
-    def _write(self, values: tuple[int, int]) -> None:
-        """Append one entry (the caller is an ``opened`` method that found a slot for
-        it: lock held, file open), kept in memory until :data:`PENDING_BYTES` gathered
+    def _write(self, key: int, value: int) -> None:
+        """Append one entry (the caller holds the lock, opened the file and found a slot
+        for it), kept in memory until :data:`PENDING_BYTES` gathered
         (:meth:`_write_pending`)."""
         n = self._entries
         assert n is not None
-        entry = self._ENTRY.pack(*values)
+        entry = self._ENTRY.pack(key, value)
         if self._memory:
             if (n + 1) * self.ENTRY_SIZE > self.length:
                 self.resize(self.max_index_size)
@@ -364,6 +379,7 @@ class AbstractIndex:
             self._pending += entry
         self._sync.wrote()
         self._entries = n + 1
+        self._tail = (n + 1, (key, value))
         if len(self._pending) >= PENDING_BYTES:
             self._write_pending()
 
@@ -384,6 +400,14 @@ class AbstractIndex:
         pwrite_all(self._fd(), [pending], start)
         self._written += len(pending) // self.ENTRY_SIZE
         pending.clear()
+
+    def _write_pending_opened(self) -> None:
+        """:meth:`_write_pending`, the file opened first if the cap closed it (lock
+        held): what a trim and a close leave nothing behind with."""
+        if self._pending:
+            if self._file is None:
+                self._open()
+            self._write_pending()
 
     def _search(self, target: int, key_of: int) -> int:
         """Index of the largest entry whose ``key_of`` field is <= target, or -1."""
@@ -444,10 +468,7 @@ class AbstractIndex:
         with self._lock:
             if self._length is None and not self.is_open:
                 return  # never opened since load: as it was found (trimmed at close)
-            if self._pending:
-                if self._file is None:
-                    self._open()
-                self._write_pending()
+            self._write_pending_opened()
             if self.length != self.entries * self.ENTRY_SIZE:
                 self.resize(self.entries * self.ENTRY_SIZE)
 
@@ -476,10 +497,8 @@ class AbstractIndex:
         """Write what is pending, flush and close for good (the segment is closed or
         deleted)."""
         with self._lock:
-            if self._pending and not self._closed:
-                if self._file is None:
-                    self._open()
-                self._write_pending()
+            if not self._closed:
+                self._write_pending_opened()
             if self._sync.dirty and self.is_open:
                 os.fsync(self._fd())
                 self._sync.mark_clean()

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from kompakt.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
 from kompakt.log.checkpoint import fsync_dir
 from kompakt.log.clock import Clock
@@ -23,6 +25,7 @@ from kompakt.log.loader import LogLoader
 from kompakt.log.open_segments import OpenSegments
 from kompakt.log.segment import LogSegment
 from kompakt.record.decode import iter_batches
+from kompakt.record.plain_checks import UNSURE, check_served
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +98,9 @@ class LocalLog:
     @property
     def log_end_offset(self) -> int:
         for seg in reversed(self.segments):
-            if seg.last_offset is not None:
-                return seg.next_offset
+            last = seg.last_offset  # asked on every append: the property once
+            if last is not None:
+                return last + 1
         # an offline stand-in has no segments: what its checkpoint said, if anything
         return self.segments[-1].base_offset if self.segments else self.log_start_offset
 
@@ -124,8 +128,11 @@ class LocalLog:
         return (hash((self.topic, self.partition)) % jitter) if jitter > 0 else 0
 
     def _maybe_roll(self, size: int, max_offset: int, first_offset: int, now: int) -> LogSegment:
-        seg = self.active_segment
-        if seg.should_roll(size, max_offset, now, self.config.segment_bytes, self.roll_ms()):
+        seg = self.segments[-1]  # the active segment, without the property's frame
+        cfg, roll_ms = self._roll_ms_of
+        if cfg is not self.config:
+            roll_ms = self.roll_ms()
+        if seg.should_roll(size, max_offset, now, self.config.segment_bytes, roll_ms):
             return self.roll(first_offset, now)
         return seg
 
@@ -261,7 +268,12 @@ class LocalLog:
         Beyond Kafka (whose broker serves a corrupt batch and leaves the CRC check to
         the consumer): a fetch stops before a batch that fails its CRC, and one that
         starts there is CORRUPT_MESSAGE, with the file and position in the broker log.
+        A compiled walk finds the valid batches (a few hundredths of a ms per MB); the
+        batches' own checks run only when it is unsure, and word the error.
         """
+        valid = check_served(np.frombuffer(data, np.uint8))
+        if valid != UNSURE:
+            return data[:valid]
         last = 0
         try:
             for b in iter_batches(data):

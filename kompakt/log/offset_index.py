@@ -18,18 +18,21 @@ class OffsetIndex(AbstractIndex):
     _ENTRY = struct.Struct(">ii")
     ENTRY_SIZE = _ENTRY.size
 
-    @opened
     def append(self, offset: int, position: int) -> None:
-        """Kafka's ``OffsetIndex.append``: refused when full or not past the last entry."""
-        if self.is_full():
-            raise IndexCorruptError(f"index {self.path.name} is full")
-        rel = offset - self.base_offset
-        n = self._entries
-        if n and rel <= self._raw(n - 1)[0]:
-            raise IndexCorruptError(
-                f"index entry offset {offset} not larger than last in {self.path.name}"
-            )
-        self._write((rel, position))
+        """Kafka's ``OffsetIndex.append``: refused when full or not past the last entry.
+        Asked on every indexed append: the lock taken here rather than by ``opened``'s
+        extra frame, the last entry read as the last write kept it."""
+        with self._lock:
+            self._ready()
+            if self.is_full():
+                raise IndexCorruptError(f"index {self.path.name} is full")
+            rel = offset - self.base_offset
+            n = self._entries
+            if n and rel <= self._last(n)[0]:
+                raise IndexCorruptError(
+                    f"index entry offset {offset} not larger than last in {self.path.name}"
+                )
+            self._write(rel, position)
 
     @opened
     def lookup(self, offset: int) -> tuple[int, int]:

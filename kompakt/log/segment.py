@@ -36,12 +36,13 @@ from kompakt.log.segment_files import (
     segment_files,
 )
 from kompakt.log.segment_reads import SegmentReads
-from kompakt.log.syncs import Claim, Unsynced, claim, fsync_claims, pwrite_all
+from kompakt.log.syncs import Claim, Unsynced, append_ahead, claim, fsync_claims, pwrite_all
 from kompakt.log.time_index import TimeIndex
 from kompakt.log.txn_index import AbortedTxn, TransactionIndex
-from kompakt.record.header import Header
+from kompakt.record.header import CONTROL_BIT, TRANSACTIONAL_BIT, Header
 
 log = logging.getLogger(__name__)
+TXN_OR_CONTROL = TRANSACTIONAL_BIT | CONTROL_BIT
 
 __all__ = [  # the names other modules import from here (kompakt.log.segment_files)
     "CLEANED_SUFFIX",
@@ -127,6 +128,7 @@ class LogSegment(SegmentReads):
                 fd = self._open_log(os.O_CREAT)
                 self.size = os.fstat(fd).st_size
                 mtime_ms = int(os.fstat(fd).st_mtime * 1000)
+        self._file_end = self.size  # the file's size: past :attr:`size` when written ahead
         self._unchecked = lazy
         """Indexes not yet sanity-checked (a lazy load checks them when first mapped)."""
         if not lazy:
@@ -340,35 +342,6 @@ class LogSegment(SegmentReads):
         self._tail()
         return self._whole_batches_end
 
-    def _load_tail_state(self) -> None:
-        self._tail_known = True
-        # walk from the last indexed position to learn the last offset and max timestamp
-        _off, pos = self.offset_index.last_entry
-        if not 0 <= pos <= self.size:  # a damaged index: its sanity check rebuilds it next
-            pos = 0
-        self._whole_batches_end = pos
-        for b in self.iter_batches(pos):
-            h = b.header
-            self._last_offset = h.last_offset
-            self._whole_batches_end = b.position + h.size
-            if h.max_timestamp > self._max_timestamp:
-                self._max_timestamp, self._shallow_offset_of_max_timestamp = (
-                    h.max_timestamp,
-                    h.last_offset,
-                )
-
-    def _load_times(self) -> None:
-        self._times_known = True
-        ts, off = self.time_index.last_entry
-        if ts >= 0 and (
-            ts > self._max_timestamp
-            or (ts == self._max_timestamp and off < self._shallow_offset_of_max_timestamp)
-        ):
-            self._max_timestamp, self._shallow_offset_of_max_timestamp = ts, off
-        first = self.read_header_at(0)
-        if first is not None:
-            self._rolling_timestamp = first.max_timestamp if first.max_timestamp >= 0 else None
-
     @property
     def next_offset(self) -> int:
         last = self.last_offset
@@ -392,9 +365,6 @@ class LogSegment(SegmentReads):
     def set_last_modified_ms(self, ms: int) -> None:
         os.utime(self.log_path, ns=(ms * 1_000_000, ms * 1_000_000))
 
-    def can_convert_to_relative(self, offset: int) -> bool:
-        return 0 <= offset - self.base_offset <= INT32_MAX
-
     def should_roll(
         self, batch_size: int, max_offset: int, now_ms: int, max_segment_bytes: int, roll_ms: int
     ) -> bool:
@@ -405,12 +375,15 @@ class LogSegment(SegmentReads):
             self._times()
         rolling = self._rolling_timestamp
         age_base = rolling if rolling is not None else self.created_ms
+        # the indexes as made (an index object is always true), else the properties make them
+        offsets = self._offset_index or self.offset_index
+        times = self._time_index or self.time_index
         return (
             self.size > max_segment_bytes - batch_size
             or now_ms - age_base > roll_ms
-            or self.offset_index.is_full()
-            or self.time_index.is_full()
-            or not self.can_convert_to_relative(max_offset)
+            or offsets.is_full()
+            or times.is_full()
+            or not 0 <= max_offset - self.base_offset <= INT32_MAX  # a relative offset's range
         )
 
     # -- writing -------------------------------------------------------------------------
@@ -431,20 +404,19 @@ class LogSegment(SegmentReads):
             if not self._times_known:
                 self._times()
             start = self.size
-            offsets, times = self.offset_index, self.time_index
+            offsets = self._offset_index or self.offset_index  # made already: no frame
+            times = self._time_index or self.time_index
             saved = (
-                self._rolling_timestamp,
-                self._max_timestamp,
-                self._shallow_offset_of_max_timestamp,
-                self._bytes_since_index,
-                self._last_offset,
-                offsets.entries,
-                times.entries,
-            )
+                self._rolling_timestamp, self._max_timestamp, self._shallow_offset_of_max_timestamp,
+                self._bytes_since_index, self._last_offset, offsets.entries, times.entries,
+            )  # fmt: skip
             try:
                 fd = self._log_fd()
                 self._log_sync.wrote()
-                length = pwrite_all(fd, pieces, start)
+                if self.writable and not self.suffix:  # a live segment: written ahead
+                    length, self._file_end = append_ahead(fd, pieces, start, self._file_end)
+                else:
+                    length = pwrite_all(fd, pieces, start)
                 interval = self.index_interval_bytes
                 for rel_pos, h in headers:
                     ts = h.max_timestamp
@@ -462,20 +434,16 @@ class LogSegment(SegmentReads):
                         self._bytes_since_index = 0
                     self._bytes_since_index += h.size
                     self._last_offset = last
-                    if h.is_transactional or h.is_control:
+                    if h.attributes & TXN_OR_CONTROL:  # the two flags in one test
                         self.holds_txn_batches = True
             except OSError:
                 (
-                    self._rolling_timestamp,
-                    self._max_timestamp,
-                    self._shallow_offset_of_max_timestamp,
-                    self._bytes_since_index,
-                    self._last_offset,
-                    off_entries,
-                    time_entries,
-                ) = saved
+                    self._rolling_timestamp, self._max_timestamp, self._shallow_offset_of_max_timestamp,
+                    self._bytes_since_index, self._last_offset, off_entries, time_entries,
+                ) = saved  # fmt: skip
                 try:
                     os.ftruncate(self._log_fd(), start)
+                    self._file_end = start
                     self.offset_index.entries = min(self.offset_index.entries, off_entries)
                     self.time_index.entries = min(self.time_index.entries, time_entries)
                 except OSError:
@@ -518,8 +486,10 @@ class LogSegment(SegmentReads):
             self._txn_index.flush()
 
     def on_become_inactive(self) -> None:
-        """On roll: final time-index entry, indexes trimmed to their used size (Kafka)."""
+        """On roll: final time-index entry, indexes and the ``.log`` trimmed to their
+        used size (Kafka's ``onBecomeInactiveSegment``)."""
         with self.lock:
+            self.trim_to_size()
             if self.max_timestamp >= 0:
                 self.time_index.maybe_append(
                     self.max_timestamp, self.shallow_offset_of_max_timestamp, skip_full_check=True
@@ -535,6 +505,15 @@ class LogSegment(SegmentReads):
             for idx in self._indexes():
                 idx.trim_to_valid_size()
 
+    def trim_to_size(self) -> None:
+        """Cut the zeros written ahead of the size (:data:`~kompakt.log.syncs.WRITE_AHEAD`):
+        the file then ends at the last batch, as a segment no longer written must."""
+        with self.lock:
+            if self._file_end > self.size and not self.read_only:
+                os.ftruncate(self._log_fd(), self.size)
+                self._log_sync.wrote()
+                self._file_end = self.size
+
     def truncate_to_position(self, position: int) -> None:
         with self.lock:
             if self.read_only:  # readers stop at the size: the cut is in memory only
@@ -542,7 +521,7 @@ class LogSegment(SegmentReads):
                 return
             os.ftruncate(self._log_fd(), position)
             self._log_sync.wrote()
-            self.size = position
+            self.size = self._file_end = position
 
     # -- files ---------------------------------------------------------------------------
     def files(self) -> list[Path]:
@@ -575,6 +554,11 @@ class LogSegment(SegmentReads):
 
     def close(self) -> None:
         with self.lock:
+            if self._file_end > self.size and not self._closed:
+                try:  # a closing owner trims first, then fsyncs (PartitionLog.close)
+                    self.trim_to_size()
+                except OSError as exc:  # recovery cuts the zeros as a torn tail
+                    log.warning("%s: cannot trim the file to its size: %s", self.log_path, exc)
             for idx in self._indexes():
                 idx.close()  # may reopen a file the cap closed, to write what is pending
             if self.handles is not None:

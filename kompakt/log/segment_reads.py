@@ -11,6 +11,7 @@ import numpy as np
 
 from kompakt.errors import CorruptRecordError
 from kompakt.log.index import IndexCorruptError
+from kompakt.log.syncs import WRITE_AHEAD, is_written_ahead
 from kompakt.record.decode import RecordBatch, iter_batches
 from kompakt.record.header import (
     HEADER_SIZE,
@@ -27,6 +28,42 @@ log = logging.getLogger(__name__)
 class SegmentReads:
     """Reading and recovery of :class:`~kompakt.log.segment.LogSegment`, which is one
     (its state: ``size``, the indexes and the ``.log`` descriptor, guarded by ``lock``)."""
+
+    def _load_tail_state(self) -> None:
+        """The last offset, the end of the whole batches and the max timestamp from a
+        walk of the batches after the last offset-index entry (lock held)."""
+        self._tail_known = True
+        # walk from the last indexed position to learn the last offset and max timestamp
+        _off, pos = self.offset_index.last_entry
+        if not 0 <= pos <= self.size:  # a damaged index: its sanity check rebuilds it next
+            pos = 0
+        self._whole_batches_end = pos
+        try:
+            for b in self.iter_batches(pos):
+                h = b.header
+                self._last_offset = h.last_offset
+                self._whole_batches_end = b.position + h.size
+                if h.max_timestamp > self._max_timestamp:
+                    self._max_timestamp, self._shallow_offset_of_max_timestamp = (
+                        h.max_timestamp,
+                        h.last_offset,
+                    )
+        except CorruptRecordError:  # zeros written ahead, a damaged tail: the loader recovers
+            pass
+
+    def _load_times(self) -> None:
+        """The max timestamp merged with the time index's last entry, and the first
+        batch's (the roll's age base)."""
+        self._times_known = True
+        ts, off = self.time_index.last_entry
+        if ts >= 0 and (
+            ts > self._max_timestamp
+            or (ts == self._max_timestamp and off < self._shallow_offset_of_max_timestamp)
+        ):
+            self._max_timestamp, self._shallow_offset_of_max_timestamp = ts, off
+        first = self.read_header_at(0)
+        if first is not None:
+            self._rolling_timestamp = first.max_timestamp if first.max_timestamp >= 0 else None
 
     def max_timestamp_and_offset(self) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record holding :attr:`max_timestamp`, or None
@@ -106,7 +143,9 @@ class SegmentReads:
     def recover(self) -> int:
         """Rebuild indexes from the log, truncating at the first invalid batch.
 
-        Returns the number of bytes truncated (Kafka's ``LogSegment.recover``).
+        Returns the number of invalid bytes truncated (Kafka's ``LogSegment.recover``);
+        the zeros a live segment was written ahead with are cut too, but are no damage
+        and count for nothing (the loader deletes the segments after a damaged one).
         """
         with self.lock:
             self._unchecked = False  # being rebuilt: no check when first mapped
@@ -123,6 +162,7 @@ class SegmentReads:
         self._last_offset = None
         valid = 0
         since_index = 0
+        ahead = False
         try:
             for b in self.iter_batches(0):
                 b.ensure_valid()
@@ -151,11 +191,19 @@ class SegmentReads:
                 valid = b.position + h.size
                 self._last_offset = h.last_offset
         except (CorruptRecordError, IndexCorruptError) as exc:
-            log.warning("%s: stopping recovery at byte %d: %s", self.log_path, valid, exc)
+            ahead = self.size - valid < WRITE_AHEAD and is_written_ahead(
+                self.read_at(valid, self.size - valid)
+            )
+            if not ahead:
+                log.warning("%s: stopping recovery at byte %d: %s", self.log_path, valid, exc)
         self._bytes_since_index = since_index
         self._whole_batches_end = valid
         truncated = self.size - valid
-        if truncated:
+        if truncated and ahead:  # not damage: the segment was being written (syncs.py)
+            log.info("%s: cutting %d bytes of zeros written ahead", self.log_path, truncated)
+            self.truncate_to_position(valid)
+            truncated = 0
+        elif truncated:
             log.warning(
                 "%s: truncating %d invalid bytes at position %d", self.log_path, truncated, valid
             )

@@ -30,21 +30,22 @@ class TimeIndex(AbstractIndex):
         ts, rel = self._raw(self.entries - 1)
         return ts, self.base_offset + rel
 
-    @opened
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
         """Kafka's ``TimeIndex.maybeAppend``: an entry when ``timestamp`` is past the last
         one; refused when full, but the roll's final entry (``skip_full_check``) takes
-        the slot kept for it."""
-        n = self._entries
-        if not skip_full_check and self.is_full():
-            raise IndexCorruptError(f"time index {self.path.name} is full")
-        last_ts, last_rel = self._raw(n - 1) if n else (-1, 0)
-        if n and offset < self.base_offset + last_rel:
-            raise IndexCorruptError(f"time index offset {offset} goes backwards")
-        if timestamp > last_ts:
-            if n >= self.max_entries:
-                return
-            self._write((timestamp, offset - self.base_offset))
+        the slot kept for it. Asked on every indexed append, as ``OffsetIndex.append``."""
+        with self._lock:
+            self._ready()
+            n = self._entries
+            if not skip_full_check and self.is_full():
+                raise IndexCorruptError(f"time index {self.path.name} is full")
+            last_ts, last_rel = self._last(n) if n else (-1, 0)
+            if n and offset < self.base_offset + last_rel:
+                raise IndexCorruptError(f"time index offset {offset} goes backwards")
+            if timestamp > last_ts:
+                if n >= self.max_entries:
+                    return
+                self._write(timestamp, offset - self.base_offset)
 
     @opened
     def lookup(self, timestamp: int) -> tuple[int, int]:

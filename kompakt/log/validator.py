@@ -22,7 +22,7 @@ from kompakt.errors import (
 from kompakt.log.config import LONG_MAX, LONG_MIN, TopicConfig
 from kompakt.record import codecs
 from kompakt.record.checks import KEY_NULL, OUT_OF_RANGE, RecordChecks
-from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.decode import RecordBatch, batches_end, iter_batches, leading_batches
 from kompakt.record.encode import assemble_batch
 from kompakt.record.header import (
     COMPRESSION_MASK,
@@ -46,6 +46,8 @@ LEADER_EPOCH = 0  # single node: the partition's leader epoch never changes
 # beyond it are walked a chunk at a time. A memory bound only: nothing is refused by it.
 IN_MEMORY_EXPANSION = 8 << 20
 ERRORS_KEPT = 1024  # record errors held before a second pass that keeps them all
+# dtype objects made once: numpy converts a scalar type on each call (0.1 us an append)
+_UINT8, _INT64 = np.dtype(np.uint8), np.dtype(np.int64)
 
 Buffer = bytes | bytearray | memoryview
 
@@ -63,6 +65,16 @@ class Stamped(NamedTuple):
     record_count: int
 
 
+def batches_of(records: Buffer, name: str) -> list[RecordBatch]:
+    """The whole batches of a record set to append, which must be one or more and end
+    exactly at its end: what every append starts with, the broker's own (a
+    coordinator's, a marker) as a producer's."""
+    batches = leading_batches(records)
+    if not batches or batches_end(batches) != len(records):
+        raise CorruptRecordError(f"record set for {name} is empty or ends in a partial batch")
+    return batches
+
+
 def validate(
     records: Buffer, config: TopicConfig, name: str, now: int
 ) -> tuple[list[RecordBatch], list[int | None]]:
@@ -70,22 +82,27 @@ def validate(
 
     ``name`` is the partition's (``topic-partition``), for the error messages.
     """
-    batches = list(iter_batches(records))
-    consumed = batches[-1].position + batches[-1].header.size if batches else 0
-    if not batches or consumed != len(records):
-        raise CorruptRecordError(f"record set for {name} is empty or ends in a partial batch")
-    # The quick record pass before the CRCs: it raises nothing (a set it is unsure of
-    # goes to the full pass, after the batch checks), and its compute-bound walk brings
-    # the bytes into the cache the CRC then reads at full speed; the other way round
-    # the CRC waited on memory, a quarter of the time of the two.
-    maxima = _quick_maxima(records, len(batches), config, now)
+    batches = batches_of(records, name)
+    # The quick pass (kompakt.record.plain_checks) checks every record and each batch's
+    # CRC in one compiled walk and gives each batch's largest timestamp; it raises
+    # nothing: a set it is unsure of gets the batch checks below, which word the error
+    # (a CRC it matched is not computed twice), then the full record pass, which also
+    # decides a LogAppendTime topic that is not compacted (the quick pass reads none).
+    n = len(batches)
+    compact, create_time, _lo, _hi, bounds = _record_rules(config, now)
+    maxima: list[int] | None = None
+    if compact or create_time:
+        found = np.empty(n, _INT64)
+        if check_plain(np.frombuffer(records, _UINT8), compact, create_time, *bounds, found) == n:
+            maxima = found.tolist()
     limit = config.max_message_bytes
     for b in batches:
         h = b.header
         if h.magic != MAGIC:
             raise InvalidRecordError(f"unsupported record batch magic {h.magic}")
-        b.ensure_valid()
-        if h.size > limit:
+        if maxima is None:
+            b.ensure_valid()
+        if len(b.buffer) > limit:
             raise RecordTooLargeError(
                 f"batch of {h.size} bytes exceeds max.message.bytes={limit} for {name}"
             )
@@ -106,19 +123,6 @@ def _record_rules(config: TopicConfig, now: int) -> tuple[bool, bool, int, int, 
     hi = now + config.message_timestamp_after_max_ms
     create_time = config.message_timestamp_type != "LogAppendTime"
     return config.compact, create_time, lo, hi, (max(lo, LONG_MIN), min(hi, LONG_MAX))
-
-
-def _quick_maxima(records: Buffer, n: int, config: TopicConfig, now: int) -> list[int] | None:
-    """The batch maxima of :mod:`kompakt.record.plain_checks`' quick pass over the
-    ``n`` batches of ``records``; None when it is unsure, or a LogAppendTime topic that
-    is not compacted reads no record (:func:`validate_records` decides)."""
-    compact, create_time, _lo, _hi, bounds = _record_rules(config, now)
-    if not compact and not create_time:
-        return None
-    maxima = np.empty(n, np.int64)
-    if check_plain(np.frombuffer(records, np.uint8), compact, create_time, *bounds, maxima) == n:
-        return maxima.tolist()
-    return None
 
 
 def validate_records(
@@ -227,21 +231,17 @@ def _message(kind: int, offset: int, ts: int, name: str, lo: int, hi: int) -> st
     )
 
 
-def codec_for(config: TopicConfig) -> int | None:
-    """The codec id of the topic's ``compression.type``; None for ``producer``."""
-    name = config.compression_type
-    if name == "producer":
-        return None
-    return codecs.NONE if name == "uncompressed" else codecs.codec_id(name)
-
-
 def to_topic_codec(
     buf: Buffer, batches: list[RecordBatch], config: TopicConfig
 ) -> tuple[Buffer, list[RecordBatch]]:
     """The record set in the topic's ``compression.type`` (Kafka's LogValidator
-    recompresses when the producer's codec differs); unchanged otherwise."""
-    target = codec_for(config)
-    if target is None or all(b.header.compression == target for b in batches):
+    recompresses when the producer's codec differs); unchanged otherwise, and for
+    ``producer``, the default, which keeps the producer's codec."""
+    name = config.compression_type
+    if name == "producer":
+        return buf, batches
+    target = codecs.NONE if name == "uncompressed" else codecs.codec_id(name)
+    if all(b.header.compression == target for b in batches):
         return buf, batches
     limit = config.max_message_bytes
     buf = bytearray(b"".join(_recompress(b, target, limit) for b in batches))
@@ -298,7 +298,8 @@ def assign_offsets_and_timestamps(
         max_ts = max(max_ts, ts)
         records += h.record_count
         next_offset = h.next_offset
-    return Stamped(headers, next_offset, max_ts, pieces, records)
+    # tuple.__new__: the NamedTuple without its Python __new__ frame, once per append
+    return tuple.__new__(Stamped, (headers, next_offset, max_ts, pieces, records))
 
 
 def _claims_log_append(batch: RecordBatch) -> bool:

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from kompakt.log.syncs import file_batches
 from kompakt.pipeline.columns import decode_batches
 from kompakt.pipeline.layout import list_segments, read_segment, segment_path, segments_covering
 from kompakt.pipeline.schema import to_record_batch
-from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.decode import RecordBatch
 
 CHUNK_BYTES = 16 << 20  # decode this much batch payload per Arrow batch
 RELIST_ATTEMPTS = 20
@@ -95,7 +96,7 @@ def read_range(
         # stop at the next listed base even if this file holds more (a merge since the
         # listing): those offsets are read again, once, after re-listing
         seg_end = min(later[0], r.end) if later else r.end
-        all_batches = list(iter_batches(data))
+        all_batches = file_batches(data)  # the active segment's: without its zeros
         for b in all_batches:
             b.ensure_valid()
         wanted = [

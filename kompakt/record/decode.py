@@ -69,7 +69,7 @@ class RecordBatch:
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> RecordBatch:
         """The one whole batch ``data`` holds; anything else is corrupt."""
-        batches = list(iter_batches(data))
+        batches = leading_batches(data)
         if len(batches) != 1 or batches[0].header.size != len(data):
             raise CorruptRecordError("expected exactly one record batch")
         return batches[0]
@@ -177,17 +177,39 @@ def iter_batches(
         view = view.cast("B")
     end = len(view) if end is None else end
     pos = position
+    unpack = HEADER.unpack_from
     while pos + LOG_OVERHEAD <= end:
-        batch_length = batch_size(view, pos) - LOG_OVERHEAD
-        if batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        # the length from the header's own unpack when it is all there: one call a batch
+        fields = unpack(view, pos) if pos + HEADER_SIZE <= end else None
+        size = fields[1] + LOG_OVERHEAD if fields is not None else batch_size(view, pos)
+        if size < HEADER_SIZE:
             raise CorruptRecordError(
-                f"batch length {batch_length} smaller than the header", position=pos
+                f"batch length {size - LOG_OVERHEAD} smaller than the header", position=pos
             )
-        size = batch_length + LOG_OVERHEAD
         if pos + size > end:
-            if pos + HEADER_SIZE <= end and view[pos + MAGIC_POS] != MAGIC:
+            if fields is not None and view[pos + MAGIC_POS] != MAGIC:
                 raise CorruptRecordError(f"unsupported magic {view[pos + MAGIC_POS]}", position=pos)
             return
-        header = header_of(HEADER.unpack_from(view, pos))
-        yield RecordBatch(header, view[pos : pos + size], pos)
+        yield RecordBatch(header_of(fields), view[pos : pos + size], pos)
         pos += size
+
+
+def leading_batches(data: bytes | bytearray | memoryview) -> list[RecordBatch]:
+    """``list(iter_batches(data))``, with one header unpack and no generator when
+    ``data`` is exactly one whole batch, as most produce requests and every control
+    batch are; callers that need every byte accounted for compare the last batch's end
+    (:func:`batches_end`) with the buffer's end."""
+    view = memoryview(data)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    if len(view) >= HEADER_SIZE:
+        fields = HEADER.unpack_from(view)
+        if fields[1] + LOG_OVERHEAD == len(view):
+            return [RecordBatch(header_of(fields), view, 0)]
+    return list(iter_batches(view))
+
+
+def batches_end(batches: list[RecordBatch]) -> int:
+    """Where the last of ``batches`` ends in their buffer (0 for none): a batch's buffer
+    is exactly its bytes, so its length is the header's size with the frame."""
+    return batches[-1].position + len(batches[-1].buffer) if batches else 0

@@ -11,6 +11,14 @@ error. So the quick pass judges with the same rule (:func:`checks.judge`, Kafka'
 read (Kafka's ``DefaultRecord.readFrom``) would: length, attributes, timestamp delta,
 offset delta, key, value and headers (no negative count or header key size) ending
 exactly at the record's end, and the last record ending at the batch's end.
+
+Each batch's CRC-32C is checked in the same walk, right after its records brought its
+bytes into the cache (:mod:`kompakt.record.crc`: compiled, as no Python may run per
+batch here); "every record passes" thus also says every CRC matched, and a mismatch is
+left to the full pass, which words it (Kafka's ``DefaultRecordBatch.ensureValid``).
+
+:func:`check_served` is the fetch side's: the whole, CRC-valid batches a read serves,
+found without a Python object per batch; anything else goes to the Python walk.
 """
 
 from __future__ import annotations
@@ -20,14 +28,18 @@ import numpy as np
 from numba import types
 
 from kompakt.record.checks import judge
+from kompakt.record.crc import crc32c_of
 from kompakt.record.header import (
     ATTRIBUTES_POS,
     BASE_TIMESTAMP_POS,
     BATCH_LENGTH_POS,
     COMPRESSION_MASK,
     CONTROL_BIT,
+    CRC_POS,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    MAGIC,
+    MAGIC_POS,
     RECORD_COUNT_POS,
     TIMESTAMP_TYPE_BIT,
 )
@@ -52,22 +64,29 @@ _SIGNATURES = [
 
 @numba.njit(inline="always", **_JIT)
 def _short_varint(buf, p, last):
-    """The zig-zag varint of one or two bytes at ``p`` (<= ``last``) without a branch:
-    (value, next position, 1 when it is longer, which the caller leaves to the full
-    pass). Reads no byte past ``last``."""
+    """The zig-zag varint of one or two bytes at ``p`` (<= ``last``): (value, next
+    position, 1 when it is longer or its second byte would lie past ``last``, which
+    the caller leaves to the full pass). A branch on the first byte: every record of
+    a batch takes the same side, and the one-byte side reads one byte."""
     b0 = np.int64(buf[np.uint64(p)])  # unsigned: no wraparound test for negative ones
-    b1 = np.int64(buf[np.uint64(min(p + 1, last))])
-    two = b0 >> 7
-    u = (b0 & 0x7F) | ((b1 << 7) * two)
-    return (u >> 1) ^ -(u & 1), p + 1 + two, two & (b1 >> 7)
+    if b0 < 0x80:
+        return (b0 >> 1) ^ -(b0 & 1), p + 1, np.int64(0)
+    if p >= last:
+        return np.int64(0), p + 2, np.int64(1)
+    b1 = np.int64(buf[np.uint64(p + 1)])
+    u = (b0 & 0x7F) | (b1 << 7)
+    return (u >> 1) ^ -(u & 1), p + 2, b1 >> 7
 
 
 @numba.njit(inline="always", **_JIT)
 def _short_varint_end(buf, p, last):
     """Where the varint of one or two bytes at ``p`` ends, and 1 when it is longer: a
     field whose value no rule reads (the offset delta) is only stepped over."""
-    two = np.int64(buf[np.uint64(p)]) >> 7
-    return p + 1 + two, two & (np.int64(buf[np.uint64(min(p + 1, last))]) >> 7)
+    if buf[np.uint64(p)] < 0x80:
+        return p + 1, np.int64(0)
+    if p >= last:
+        return p + 2, np.int64(1)
+    return p + 2, np.int64(buf[np.uint64(p + 1)]) >> 7
 
 
 @numba.njit(inline="always", **_JIT)
@@ -150,6 +169,9 @@ def _check(buf, compact, create_time, lo, hi, maxima):
             p = rec_end
         if bad or p != end:
             return UNSURE
+        # the CRC of the bytes the walk just brought into the cache
+        if crc32c_of(buf, pos + ATTRIBUTES_POS, end) != read_be(buf, pos + CRC_POS, 4) & 0xFFFFFFFF:
+            return UNSURE
         maxima[n] = top
         n += 1
         pos = end
@@ -158,8 +180,9 @@ def _check(buf, compact, create_time, lo, hi, maxima):
 
 @numba.njit(_SIGNATURES, **_JIT)
 def check_plain(buf, compact, create_time, lo, hi, maxima):
-    """Check every record of the record set ``buf`` (whole batches back to back) under
-    the rules (compacted topic, CreateTime topic, timestamp bounds ``[lo, hi]``); return
+    """Check every record and each batch's CRC of the record set ``buf`` (whole batches
+    back to back) under the rules (compacted topic, CreateTime topic, timestamp bounds
+    ``[lo, hi]``); return
     the number of batches, each one's largest record timestamp in ``maxima``, or
     :data:`UNSURE`. One walk compiled for each pair of rules: the record loop then
     tests no rule that does not apply (a tenth less time per record)."""
@@ -170,3 +193,26 @@ def check_plain(buf, compact, create_time, lo, hi, maxima):
     if create_time:
         return _check(buf, False, True, lo, hi, maxima)
     return _check(buf, False, False, lo, hi, maxima)
+
+
+@numba.njit(**_JIT)
+def check_served(buf):
+    """Where the whole batches at the start of ``buf`` (a read of a segment) end when
+    each has magic 2 and its CRC matches and the walk stops only at the end of ``buf``
+    or before a partial batch (a read cut at ``max.bytes``) the Python walk also stops
+    at quietly; :data:`UNSURE` otherwise (a batch fails a check: the Python walk,
+    :func:`kompakt.record.decode.iter_batches` and ``ensure_valid``, words it)."""
+    size = len(buf)
+    pos = 0
+    while pos + LOG_OVERHEAD <= size:
+        end = pos + LOG_OVERHEAD + read_be(buf, pos + BATCH_LENGTH_POS, 4)
+        if end < pos + HEADER_SIZE:
+            return UNSURE
+        if end > size:
+            return pos if pos + HEADER_SIZE > size or buf[pos + MAGIC_POS] == MAGIC else UNSURE
+        if buf[pos + MAGIC_POS] != MAGIC:
+            return UNSURE
+        if crc32c_of(buf, pos + ATTRIBUTES_POS, end) != read_be(buf, pos + CRC_POS, 4) & 0xFFFFFFFF:
+            return UNSURE
+        pos = end
+    return pos

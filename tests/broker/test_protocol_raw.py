@@ -1,5 +1,6 @@
 """Raw-socket protocol tests: framing, fuzzing, versions, pipelining, long polling."""
 
+import gc
 import random
 import socket
 import struct
@@ -70,6 +71,13 @@ def test_api_versions_advertises_produce_from_v0(broker):
     assert keys[API.produce][0] == 0 and keys[API.produce][1] >= 9
     assert keys[API.metadata] == (0, 13)
     assert API.find_coordinator in keys  # the group coordinator is registered
+
+
+def test_the_start_up_heap_is_frozen_once_a_client_connected(broker):
+    """A full collection walks only what came after the broker's start (gc.freeze)."""
+    with connect(broker) as s:
+        call(s, API.api_versions, 3, {"client_software_name": "r", "client_software_version": "1"})
+    assert gc.get_freeze_count() > 10_000
 
 
 def test_api_versions_unsupported_version_answers_v0(broker):

@@ -331,6 +331,25 @@ def test_dump_reports_corrupt_batch_and_exits_nonzero(data_dir: Path):
     assert f"position {first_size}" in r.stderr and "length 5" in r.stderr
 
 
+def test_dump_of_a_crashed_segment_stops_at_the_zeros_it_was_written_ahead_with(data_dir: Path):
+    """A live segment's file runs in zeros to the next 64 KiB boundary (cut at a roll or a
+    close, kompakt.log.syncs.WRITE_AHEAD): a crash leaves them, and they are no batch.
+    Zeros as long as that or longer are not a written-ahead tail: reported as ever."""
+    from kompakt.log.syncs import WRITE_AHEAD
+
+    run("topic", "create", "t", "-d", data_dir)
+    run("produce", "t", "-d", data_dir, "--batch-size", "1", input="a\t1\nb\t2\n")
+    seg = _segment(data_dir)
+    clean = seg.read_bytes()
+    seg.write_bytes(clean + bytes(WRITE_AHEAD - len(clean)))
+    doc = json.loads(run("dump", seg, "--json").stdout)
+    assert [b["baseOffset"] for b in doc["files"][0]["batches"]] == [0, 1]
+    assert doc["files"][0]["errors"] == []
+    seg.write_bytes(clean + bytes(WRITE_AHEAD))
+    r = run("dump", seg)
+    assert r.exit_code == 1 and "length 0" in r.stderr
+
+
 def test_dump_missing_and_unsupported_files_exit_nonzero_after_the_rest(data_dir: Path):
     run("topic", "create", "t", "-d", data_dir)
     run("produce", "t", "-d", data_dir, input="a\t1\n")

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from kompakt.log.index import IndexCorruptError
 from kompakt.log.offset_index import OffsetIndex
 from kompakt.log.segment import INDEX_SUFFIX, TIMEINDEX_SUFFIX, segment_file
 from kompakt.log.time_index import TimeIndex
@@ -193,6 +194,7 @@ def test_reads_after_a_kill_with_index_entries_unwritten_find_every_offset(tmp_p
 _FAILED_WRITE = """
 import errno, resource, signal, sys
 from pathlib import Path
+from kompakt.log.index import IndexCorruptError
 from kompakt.log.offset_index import OffsetIndex
 path = Path(sys.argv[1])
 index = OffsetIndex(path, 0, 1 << 20)  # preallocated before the limit
@@ -227,3 +229,28 @@ def test_entries_whose_write_failed_stay_pending_and_the_next_flush_writes_them(
         timeout=60,
     )
     assert res.returncode == 0 and "ok" in res.stdout, res.stdout + res.stderr
+
+
+def test_an_entry_dropped_by_a_truncation_or_rollback_no_longer_bounds_the_next_one(tmp_path):
+    """Kafka's ``OffsetIndex.append`` refuses an offset not past the last entry and
+    ``TimeIndex.maybeAppend`` skips a timestamp not past it: the last entry as it is
+    after a truncation (or a failed append's rollback), not the one written before."""
+    offsets = OffsetIndex(segment_file(tmp_path, 100, INDEX_SUFFIX), 100, 4096)
+    times = TimeIndex(segment_file(tmp_path, 100, TIMEINDEX_SUFFIX), 100, 4096)
+    offsets.append(110, 10)
+    offsets.append(130, 50)
+    times.maybe_append(5, 110)
+    times.maybe_append(9, 130)
+    offsets.truncate_to(120)
+    times.truncate_to(120)
+    offsets.append(120, 40)
+    times.maybe_append(7, 120)
+    assert offsets.lookup(125) == (120, 40) and times.lookup(8) == (7, 120)
+    with pytest.raises(IndexCorruptError):
+        offsets.append(115, 60)
+    offsets.entries = times.entries = 1  # a rollback to before the entries just written
+    offsets.append(112, 20)
+    times.maybe_append(6, 112)
+    assert offsets.entries == times.entries == 2 and times.lookup(6) == (6, 112)
+    offsets.close()
+    times.close()

@@ -411,7 +411,9 @@ def test_appended_segments_parse_with_kafka_python_reader(manager):
     plog = manager.get_log("t", 0)
     for codec in (codecs.NONE, codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD):
         plog.append(batch((b"k", b"v" * 30), codec=codec))
-    raw = plog.active_segment.log_path.read_bytes()
+    path = plog.active_segment.log_path
+    plog.close()  # the file at rest: a live segment's is written ahead of its size
+    raw = path.read_bytes()
     pos, offsets = 0, []
     while pos < len(raw):
         length = struct.unpack_from(">i", raw, pos + 8)[0]

@@ -87,3 +87,18 @@ def test_a_crc_mismatch_is_refused_though_every_record_is_well_formed():
     data[CRC_POS] ^= 0xFF
     with pytest.raises(CorruptRecordError, match="CRC mismatch"):
         validator.validate(bytes(data), TopicConfig({}, {}), "t-0", NOW)
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_an_empty_or_cut_record_set_is_refused_from_a_producer_and_the_broker_alike(
+    manager, trusted
+):
+    """validator.batches_of is every append's first step: a coordinator's own append
+    (Kafka's AppendOrigin.COORDINATOR, ``trusted``) skips the client checks, not this."""
+    manager.create_topic("t", 1)
+    plog = manager.get_log("t", 0)
+    whole = build_batch([Record(offset=0, timestamp=1, key=b"k", value=b"v")])
+    for bad in (b"", whole + whole[:20]):
+        with pytest.raises(CorruptRecordError, match="empty or ends in a partial batch"):
+            plog.append(bad, trusted=trusted)
+    assert plog.log_end_offset == 0

@@ -196,3 +196,19 @@ def test_a_segment_swapped_away_during_a_read_is_found_again_by_relisting(manage
     os.replace(pdir / f"{second:020d}.log.swap", pdir / f"{second:020d}.log")
     offsets = [o for rb in read_range(plan) for o in rb.column("offset").to_pylist()]
     assert offsets == list(range(8))
+
+
+def test_a_live_partition_reads_up_to_its_last_batch_not_into_the_zeros_after_it(manager, data_dir):
+    """A live segment's file is written ahead with zeros (kompakt.log.syncs.WRITE_AHEAD):
+    the source reads the file as it is and stops at its last batch, as at a torn tail."""
+    from kompakt.log.syncs import WRITE_AHEAD_FROM
+
+    manager.create_topic("t", 1)
+    for i in range(5):  # appends big enough to write ahead, stamped now: one segment
+        produce(manager, "t", 0, [(b"k%d" % i, b"v" * WRITE_AHEAD_FROM)], ts=manager.clock())
+    manager.flush_all()
+    seg = manager.get_log("t", 0).active_segment
+    assert seg.log_path.stat().st_size > seg.size  # still written ahead: the log is open
+    (plan,) = plan_ranges({"path": str(data_dir), "subscribe": "t"})
+    offsets = [o for rb in read_range(plan) for o in rb.column("offset").to_pylist()]
+    assert offsets == list(range(5))

@@ -5,16 +5,27 @@ maxTimestamp per batch; everything else it leaves to the full pass."""
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kompakt.errors import CorruptRecordError
 from kompakt.record import codecs
 from kompakt.record.checks import RecordChecks
 from kompakt.record.decode import Record, iter_batches
 from kompakt.record.encode import assemble_batch, build_batch
-from kompakt.record.header import HEADER_SIZE, LOG_APPEND_TIME, NO_TIMESTAMP
-from kompakt.record.plain_checks import UNSURE, check_plain
+from kompakt.record.header import (
+    ATTRIBUTES_POS,
+    CRC_POS,
+    HEADER_SIZE,
+    LOG_APPEND_TIME,
+    MAGIC_POS,
+    NO_TIMESTAMP,
+    crc32c,
+)
+from kompakt.record.plain_checks import UNSURE, check_plain, check_served
 
 NOW = 1_700_000_000_000
 LO, HI = NOW - 2000, NOW + 2000  # deltas within a batch fit two varint bytes
@@ -108,15 +119,33 @@ def test_a_plain_record_set_is_decided_by_the_quick_pass_exactly(spec, compact, 
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_a_changed_byte_is_never_accepted_where_the_full_pass_refuses(data):
-    """Any byte of the records changed: the quick pass either agrees with the full
-    pass or leaves the set to it (a record's structure, Kafka's readFrom)."""
+    """Any byte of the records changed, the CRC made to match: the quick pass either
+    agrees with the full pass or leaves the set to it (a record's structure, Kafka's
+    readFrom)."""
     recs = [(b"key-%d" % i, b"v" * 20, NOW + i, False) for i in range(4)]
     buf = bytearray(_batch(recs))
     pos = data.draw(st.integers(HEADER_SIZE, len(buf) - 1))
     buf[pos] = data.draw(st.integers(0, 255))
+    struct.pack_into(">I", buf, CRC_POS, crc32c(buf[ATTRIBUTES_POS:]))
     n, maxima = _quick(buf, True, True)
     if n != UNSURE:
         assert _full_pass(bytes(buf), True, True) == ([], maxima)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_a_batch_whose_crc_does_not_match_is_left_to_the_full_pass(data):
+    """Kafka's ensureValid: any byte from ``attributes`` on changed, or the stored CRC,
+    and the quick pass is unsure (the full pass raises the CRC mismatch), in whichever
+    batch of the set it is."""
+    first = _batch([(b"k%d" % i, b"v" * 30, NOW + i, False) for i in range(20)])
+    second = _batch([(b"j%d" % i, b"w" * 30, NOW - i, False) for i in range(20)])
+    buf = bytearray(first + second)
+    assert _quick(buf, True, True)[0] == 2
+    start = data.draw(st.sampled_from([0, len(first)]))
+    pos = start + data.draw(st.integers(CRC_POS, min(len(first), len(second)) - 1))
+    buf[pos] ^= 1 << data.draw(st.integers(0, 7))
+    assert _quick(buf, True, True)[0] == UNSURE
 
 
 def test_a_plain_record_set_is_decided_by_the_quick_pass():
@@ -148,3 +177,49 @@ def test_what_only_the_full_pass_words_is_left_to_it():
     assert _quick(zstd, False, True)[0] == UNSURE
     claimed = _batch([(b"k", b"v", NOW, False)], log_append=True)
     assert _quick(claimed, False, True)[0] == UNSURE
+
+
+def _served_by_python(data: bytes) -> int | None:
+    """The fetch's Python walk (``iter_batches`` and ``ensure_valid``): where the whole
+    valid batches end, or None when it raises at the first batch."""
+    last = 0
+    try:
+        for b in iter_batches(data):
+            b.ensure_valid()
+            last = b.position + b.header.size
+    except CorruptRecordError:
+        return None if last == 0 else last
+    return last
+
+
+_SERVED = b"".join(
+    _batch([(b"k%d" % i, b"v" * n, NOW + i, False) for i in range(3)]) for n in (5, 70, 300)
+)
+
+
+def _agree(data: bytes) -> int:
+    """The compiled walk's answer, checked against the Python walk's where it decides."""
+    found = check_served(np.frombuffer(data, np.uint8))
+    if found != UNSURE:
+        assert found == _served_by_python(data), data
+    return found
+
+
+def test_served_batches_are_decided_as_the_python_walk_decides():
+    """Every bit of the served bytes flipped in turn, and the bytes read up to every
+    point (a fetch's max.bytes) intact or with that batch's magic changed: the compiled
+    walk names the same valid prefix as the Python walk, or leaves it to it; the intact
+    bytes, whole or cut, it always decides."""
+    for pos in range(len(_SERVED)):
+        for bit in range(8):
+            buf = bytearray(_SERVED)
+            buf[pos] ^= 1 << bit
+            _agree(bytes(buf))
+    starts = [b.position for b in iter_batches(_SERVED)]
+    for cut in range(len(_SERVED) + 1):
+        assert _agree(_SERVED[:cut]) == _served_by_python(_SERVED[:cut])
+        buf = bytearray(_SERVED[:cut])
+        start = max(s for s in starts if s <= cut)
+        if start + MAGIC_POS < cut:
+            buf[start + MAGIC_POS] = 1
+            _agree(bytes(buf))

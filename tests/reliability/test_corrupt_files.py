@@ -95,8 +95,8 @@ def test_torn_active_segment_is_cut_to_the_last_whole_batch_like_kafka_recover_l
         plog.append(_batch(b"k%d" % i, b"v%d" % i * (i % 7 + 1), T0 + i))
     plog.flush()
     seg_path = plog.active_segment.log_path
+    b.stop()  # the file at rest: a live segment's runs in zeros past its last batch
     ends = [bt.position + bt.header.size for bt in iter_batches(seg_path.read_bytes())]
-    b.stop()
     size = seg_path.stat().st_size
     rnd = random.Random(SEED)
     cuts = sorted({rnd.randrange(1, size) for _ in range(4)} | {ends[10] + 1, ends[-1] - 1})

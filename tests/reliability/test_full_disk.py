@@ -298,9 +298,12 @@ def test_full_tmpfs_produce_clean_shutdown_and_recovery(small_disk: Path, tmp_pa
         assert partition_row(broker, "users")["uncleanable_reason"] is None
         assert not leftovers(data), "a half-written .cleaned file survived"
         verify(broker, model)
-        # SIGTERM on a full disk: the broker stops (exit 1: not a clean shutdown)
-        assert broker.stop(timeout=30) == 1, broker.log_tail()  # stop() fails on a hang
-        assert not (data / ".kafka_cleanshutdown").exists()
+        # SIGTERM on a full disk: the broker stops (stop() fails on a hang). Clean only
+        # if its close could flush everything (cutting the active segments' zeros
+        # written ahead frees some space): exit 0 with the marker, else 1 without it
+        code = broker.stop(timeout=30)
+        assert code in (0, 1), broker.log_tail()
+        assert (data / ".kafka_cleanshutdown").exists() == (code == 0)
         # space comes back
         (small_disk / "filler").unlink()
         subprocess.run(["mount", "-o", "remount,size=16m", str(small_disk)], check=True)

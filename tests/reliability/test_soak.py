@@ -33,9 +33,11 @@ def test_sustained_load_is_flat_and_loses_nothing(tmp_path: Path) -> None:
     assert max(s.rss_mb for s in last) < first_rss * 1.5 + 50, [s.rss_mb for s in samples]
     # fds: segments roll and cleans swap them; the old ones stay open until
     # file.delete.delay.ms and then close. What is not a segment file (sockets, the
-    # lock, pipes, ...) must not grow, and compaction keeps live segments bounded.
+    # lock, pipes, ...) must not grow, and compaction keeps live segments bounded. A
+    # leak holds its fds: the last third's median, not one sample caught in a burst of
+    # short-lived files (16-17 fds, once 41, in a run at 5cd1f27)
     other = [s.fds_other for s in samples]
-    assert max(other[-third:]) <= max(other[:third]) + 10, other
+    assert sorted(other[-third:])[third // 2] <= max(other[:third]) + 10, other
     segments = [s.segments for s in samples]
     assert max(segments[-third:]) <= max(segments[third:-third]) + 6, segments
     assert max(s.fds_pending_delete for s in last) < 200, "old segments are never closed"

@@ -275,8 +275,9 @@ def append_batch(plog: Any, items: Records, durable: bool) -> None:
     for the records to be durable, as a Produce with acks=all, and no more. So only the
     ``.log`` files are fsynced (:meth:`PartitionLog.flush_records`); the indexes and the
     recovery point are the periodic flush's, and recovery rebuilds them from the
-    records."""
-    plog.append(build_simple_batch(items, timestamp=plog.clock()))
+    records. The batch is the broker's own: appended without the client checks
+    (``AppendOrigin.COORDINATOR``)."""
+    plog.append(build_simple_batch(items, timestamp=plog.clock()), trusted=True)
     if durable:
         plog.flush_records()
 

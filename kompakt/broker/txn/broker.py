@@ -24,7 +24,6 @@ ABORT drops them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import threading
@@ -53,6 +52,7 @@ from kompakt.broker.txn.results import (
     TransactionResult,
 )
 from kompakt.broker.txn.state import Completion, TopicPartition
+from kompakt.broker.workers import after_answer
 from kompakt.errors import KompaktError, UnknownTopicError
 from kompakt.record.encode import build_control_batch, build_simple_batch
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
@@ -239,10 +239,17 @@ class TransactionBroker:
             except RuntimeError:  # the loop is closed: nobody waits for the answer
                 pass
 
-        try:
-            self._io.submit(run)
-        except RuntimeError:  # shut down: a reload finishes what is left
-            out.complete(ErrorCode.not_coordinator)
+        def submit() -> None:
+            try:
+                self._io.submit(run)
+            except RuntimeError:  # shut down: a reload finishes what is left
+                with self.lock:
+                    out.complete(ErrorCode.not_coordinator)
+
+        # from a handler thread (EndTxn's markers): once its answer is written, so the
+        # log thread does not take the interpreter lock from the loop writing it
+        if not after_answer(submit):
+            submit()
         return out
 
     def _append(self, partition: int, items: Records, durable: bool) -> Completion[ErrorCode]:
@@ -356,27 +363,29 @@ class TransactionBroker:
                 )
                 with plog.lock:  # the marker's epoch fences older ones (see producers)
                     self.state.producers.for_log(plog)  # built: the append feeds it
-                    plog.append(marker)
+                    plog.append(marker, trusted=True)
                 unflushed[(topic, partition)] = plog
             self._flush_together(unflushed, todo)
 
         out: Completion[MarkersWritten] = Completion()
 
-        def written(error: ErrorCode) -> None:  # under the lock
+        # The producer's transactional offsets complete when its marker reaches
+        # __consumer_offsets (Kafka's handleWriteTxnMarkersRequest calls the group
+        # coordinator's onTransactionCompleted for that topic's partitions only): known
+        # from the partitions alone, so no other thread reads the group coordinator's
+        # state, which the loop owns; the completion then runs there.
+        offsets = any(topic == OFFSETS_TOPIC for topic, _partition in partitions)
+
+        def written(error: ErrorCode) -> None:  # under the lock; on the loop if offsets
             if error != ErrorCode.none:
                 return out.complete((error, ErrorCode.none))
-            if on_loop(self.loop):
+            if offsets:
                 self._complete_offsets(producer_id, result)
-            elif self._has_pending_offsets(producer_id):  # came in after the EndTxn
-                with contextlib.suppress(RuntimeError):  # a closed loop: a reload does it
-                    self.loop.call_soon_threadsafe(self._complete_offsets, producer_id, result)
             partition, records = complete
             self._owed.setdefault(partition, []).extend(records)
             out.complete((error, ErrorCode.none))
             self._flush_soon(partition)
 
-        # offsets sent to the transaction are the group coordinator's, on the loop
-        offsets = self._has_pending_offsets(producer_id)
         written_on = self._on_io(write, locked=not offsets)
         written_on.add_done_callback(self._locked(written) if offsets else written)
         return out
@@ -411,12 +420,6 @@ class TransactionBroker:
             todo.discard(tp)
         if failed is not None:
             raise failed
-
-    def _has_pending_offsets(self, producer_id: int) -> bool:
-        """Whether TxnOffsetCommit wrote offsets of the producer's transaction (they
-        are in before its EndTxn: the client waits for their answer first)."""
-        gc = group_handlers.coordinator_if_started(self.state)
-        return gc is not None and producer_id in gc.offsets.pending_txn
 
     def _complete_offsets(self, producer_id: int, result: TransactionResult) -> None:
         """Kafka's ``GroupMetadataManager.handleTxnCompletion``: the producer's pending
@@ -462,7 +465,8 @@ class TransactionBroker:
                     producer_id=producer_id,
                     producer_epoch=producer_epoch,
                     transactional=True,
-                )
+                ),
+                trusted=True,
             )
             plog.flush_records()
 

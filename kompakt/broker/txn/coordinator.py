@@ -60,16 +60,28 @@ from kompakt.broker.txn.state import (
     TxnTransitMetadata,
     is_epoch_exhausted,
 )
+from kompakt.broker.txn.views import TransactionViews
 from kompakt.broker.txn.waits import CompletionWaits
 
 log = logging.getLogger("kompakt.broker.txn")
 
 __all__ = ["TransactionCoordinator", "TransactionDescription"]
 
+QUIET_ABORT_ERRORS = frozenset(
+    (
+        ErrorCode.invalid_producer_id_mapping,
+        ErrorCode.producer_fenced,
+        ErrorCode.concurrent_transactions,
+    )
+)
+"""A timed-out transaction's abort failing with these found the producer moved on
+(Kafka logs them at debug)."""
 
-class TransactionCoordinator:
+
+class TransactionCoordinator(TransactionViews):
     """Kafka's ``TransactionCoordinator`` for every partition of ``__transaction_state``
-    (one node leads them all)."""
+    (one node leads them all); what it answers without deciding is
+    :class:`~kompakt.broker.txn.views.TransactionViews`."""
 
     def __init__(
         self,
@@ -129,7 +141,7 @@ class TransactionCoordinator:
     def partition_for(self, transactional_id: str) -> int:
         """The ``__transaction_state`` partition of an id (Kafka's ``partitionFor``:
         ``Utils.abs(transactionalId.hashCode) % partitions``)."""
-        return partition_for(transactional_id, self.config.transaction_state_log_num_partitions)
+        return rec.partition_of(transactional_id, self.config.transaction_state_log_num_partitions)
 
     # -- load --------------------------------------------------------------------------
     def load(self, records: Iterable[tuple[str, TransactionLogValue | None]]) -> None:
@@ -470,70 +482,6 @@ class TransactionCoordinator:
 
         return appended
 
-    # -- DescribeTransactions / ListTransactions / gauges -------------------------------
-    def describe(self, transactional_id: str) -> TransactionDescription:
-        """Kafka's ``handleDescribeTransactions`` for one id: INVALID_REQUEST for an
-        empty id, TRANSACTIONAL_ID_NOT_FOUND for an unknown one."""
-        if not transactional_id:
-            return TransactionDescription.failed(transactional_id, ErrorCode.invalid_request)
-        meta = self.transactions.get(transactional_id)
-        if meta is None or meta.state == TransactionState.DEAD:
-            return TransactionDescription.failed(
-                transactional_id, ErrorCode.transactional_id_not_found
-            )
-        topics: dict[str, list[int]] = {}
-        for topic, partition in sorted(meta.topic_partitions):
-            topics.setdefault(topic, []).append(partition)
-        return TransactionDescription(
-            transactional_id,
-            ErrorCode.none,
-            str(meta.state),
-            meta.txn_timeout_ms,
-            meta.txn_start_timestamp,
-            meta.producer_id,
-            meta.producer_epoch,
-            {t: tuple(ps) for t, ps in topics.items()},
-        )
-
-    def list_transactions(
-        self,
-        producer_ids: Iterable[int] = (),
-        state_names: Iterable[str] = (),
-        min_duration_ms: int = -1,
-    ) -> tuple[list[tuple[str, int, str]], list[str]]:
-        """Kafka's ``listTransactionStates``: (transactional id, producer id, state
-        name) of each id passing every filter given, and the state names not known
-        (``unknownStateFilters``). ``min_duration_ms`` >= 0 keeps transactions open
-        longer than that (ListTransactions v1, KIP-994)."""
-        pids = set(producer_ids)
-        names = list(state_names)
-        states, unknown = set(), []
-        for name in names:
-            try:
-                states.add(TransactionState.from_name(name))
-            except ValueError:
-                unknown.append(name)
-        now = self.scheduler.now()
-        listed = [
-            (tid, m.producer_id, str(m.state))
-            for tid, m in sorted(self.transactions.items())
-            if m.state != TransactionState.DEAD
-            and (not pids or m.producer_id in pids)
-            and (not names or m.state in states)
-            and (min_duration_ms < 0 or now - m.txn_start_timestamp > min_duration_ms)
-        ]
-        return listed, unknown
-
-    def open_transactions(self) -> tuple[int, int]:
-        """(how many transactions are open, age in ms of the oldest, 0 if none): the
-        Prometheus gauges of issue 15. Open = Ongoing, PrepareCommit or PrepareAbort."""
-        starts = [
-            m.txn_start_timestamp
-            for m in list(self.transactions.values())  # also read by the /metrics thread
-            if m.has_pending_transaction
-        ]
-        return len(starts), (self.scheduler.now() - min(starts)) if starts else 0
-
     # -- periodic tasks ------------------------------------------------------------------
     def timed_out_transactions(self) -> list[TransactionMetadata]:
         """Kafka's ``timedOutTransactions``: Ongoing, nothing pending, open longer than
@@ -555,8 +503,14 @@ class TransactionCoordinator:
             transit = meta.prepare_fence_producer_epoch()
 
             def aborted(error: ErrorCode, tid: str = meta.transactional_id) -> None:
-                if error != ErrorCode.none:
-                    log.info("abort of timed-out transaction %s: %s", tid, error.name)
+                # Kafka's onEndTransactionComplete: info when rolled back, debug when
+                # the producer moved on meanwhile, a warning otherwise
+                if error == ErrorCode.none:
+                    log.info("rolled back transaction %s: open past its timeout", tid)
+                elif error in QUIET_ABORT_ERRORS:
+                    log.debug("timed-out transaction %s not rolled back: %s", tid, error.name)
+                else:
+                    log.warning("timed-out transaction %s not rolled back: %s", tid, error.name)
 
             self._end_transaction(
                 meta.transactional_id,

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from kompakt.broker.coordinator.scheduler import LoopScheduler, TimerHandle
 from kompakt.broker.handlers.common import error_of
 from kompakt.broker.txn.state import Completion
+from kompakt.broker.workers import answer_waits_elsewhere
 
 T = TypeVar("T")
 
@@ -73,6 +74,7 @@ def run_inline(lock: threading.RLock, call: Callable[[], Completion[T]]) -> T:
             return out.result()
         answered = threading.Event()
         out.add_done_callback(lambda _value: answered.set())
+    answer_waits_elsewhere()  # a job kept for after the answer may be what completes it
     if not answered.wait(ANSWER_WAIT_S):
         raise TimeoutError("the transaction coordinator did not answer")
     return out.result()

@@ -32,6 +32,7 @@ golden-bytes tests hold both to the schemas.
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from kio.serial import readers as r
 from kio.serial import writers as w
 from kio.static.primitive import uvarint
 
+from kompakt.broker.coordinator.records import partition_for
 from kompakt.broker.txn.state import (
     NO_PRODUCER_ID,
     TransactionMetadata,
@@ -130,6 +132,11 @@ class TransactionLogValue:
         )
 
 
+IDS_CACHED = 1 << 14
+"""Transactional ids whose record key and partition are kept worked out: every record
+an id writes (three a transaction) needs both, and the partition is a Java string hash
+of the id."""
+
 _HEAD = struct.Struct(">hqhib")
 """version, producer_id, producer_epoch, transaction_timeout_ms, transaction_status."""
 _INT16, _INT32 = struct.Struct(">h"), struct.Struct(">i")
@@ -143,9 +150,17 @@ def _legacy_string(value: str) -> bytes:
     return _INT16.pack(len(raw)) + raw
 
 
+@functools.lru_cache(maxsize=IDS_CACHED)
 def key_bytes(transactional_id: str) -> bytes:
     """Kafka's ``TransactionLog.keyToBytes``."""
     return _INT16.pack(KEY_VERSION) + _legacy_string(transactional_id)
+
+
+@functools.lru_cache(maxsize=IDS_CACHED)
+def partition_of(transactional_id: str, partitions: int) -> int:
+    """An id's ``__transaction_state`` partition (Kafka's ``partitionFor``:
+    ``Utils.abs(transactionalId.hashCode) % partitions``)."""
+    return partition_for(transactional_id, partitions)
 
 
 def read_key(key: bytes) -> str | None:

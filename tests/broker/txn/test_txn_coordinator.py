@@ -12,6 +12,7 @@ markers being written) is stepped by hand. Time moves only through
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -581,11 +582,14 @@ def test_complete_append_coordinator_not_available_is_retried() -> None:
 # -- timeouts and expiration -------------------------------------------------------------
 
 
-def test_abort_timed_out_transactions_fences_the_producer() -> None:
+def test_abort_timed_out_transactions_fences_the_producer(caplog: pytest.LogCaptureFixture) -> None:
     """``abortTimedOutTransactions`` (every
     transaction.abort.timed.out.transaction.cleanup.interval.ms): an Ongoing transaction
     older than its transaction.timeout.ms is aborted with an epoch bump, so the
-    producer's commit is PRODUCER_FENCED; a younger one is left alone."""
+    producer's commit is PRODUCER_FENCED; a younger one is left alone. The rollback is
+    logged at info, as Kafka's ``onEndTransactionComplete`` logs "Completed rollback of
+    ongoing transaction ... due to timeout"."""
+    caplog.set_level(logging.INFO, logger="kompakt.broker.txn")
     tc, log, sched = coordinator(abort_timed_out_transaction_cleanup_interval_ms=1000)
     tc.startup()
     r = init(tc, "old", timeout=1500)
@@ -598,6 +602,8 @@ def test_abort_timed_out_transactions_fences_the_producer() -> None:
     assert log.markers == [(r.producer_id, 1, ABORT, frozenset({("t", 0)}))]
     assert tc.transactions["old"].state == S.COMPLETE_ABORT
     assert tc.transactions["young"].state == S.ONGOING
+    rolled = [m.getMessage() for m in caplog.records if "rolled back" in m.getMessage()]
+    assert rolled == ["rolled back transaction old: open past its timeout"]
     assert tc.end_txn("old", r.producer_id, 0, COMMIT).result() == E.producer_fenced
     assert tc.add_partitions("old", r.producer_id, 0, [("t", 0)]).result() == E.producer_fenced
     tc.shutdown()

@@ -11,6 +11,7 @@ once (confluent-kafka), whose handler threads share that lock and the fsyncs.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
+from raw_kafka import API, encode_request
 from shared_kit import consume_until, wait_for
 
 from kompakt.broker.app import start_test_broker
@@ -108,6 +110,24 @@ def test_locked_scheduler_timers_set_and_cancelled_from_any_thread() -> None:
         loop.close()
 
 
+def read_committed(bootstrap: str, topic: str, group: str, n: int) -> list:
+    """The first ``n`` messages a read_committed consumer of a new group reads from
+    the start of ``topic``."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        c.subscribe([topic])
+        return consume_until(c, lambda ms: len(ms) >= n, what=f"{n} committed records")
+    finally:
+        c.close()
+
+
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[object]:
     b = start_test_broker(tmp_path, **{"transaction.state.log.num.partitions": 2})
@@ -157,19 +177,7 @@ def test_concurrent_transactional_producers_commit_and_abort_exactly(broker) -> 
         t.join(TIMEOUT * 4)
     assert errors == []
     assert len(committed) == producers * txns * per_txn * 2 // 3
-    c = Consumer(
-        {
-            "bootstrap.servers": bs,
-            "group.id": "inline-check",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-        }
-    )
-    try:
-        c.subscribe([topic])
-        got = consume_until(c, lambda ms: len(ms) >= len(committed), what="committed records")
-    finally:
-        c.close()
+    got = read_committed(bs, topic, "inline-check", len(committed))
     assert sorted(m.value() for m in got) == sorted(committed)
     tb = txn_broker_if_started(broker.broker.state)
     assert tb is not None
@@ -181,3 +189,39 @@ def test_concurrent_transactional_producers_commit_and_abort_exactly(broker) -> 
         return all(s in done for s in states)
 
     wait_for(all_complete, "every id's last transaction completed")
+
+
+def test_a_client_gone_right_after_end_txn_still_gets_its_markers(broker) -> None:
+    """EndTxn's markers are submitted once its answer is written
+    (:func:`kompakt.broker.workers.after_answer`); a client that sends EndTxn and hangs
+    up at once, before the answer, must not leave its transaction in PrepareCommit:
+    the markers are written, the id completes and read_committed readers get the
+    records (Kafka completes a prepared transaction whatever became of the client)."""
+    bs = broker.bootstrap
+    topic = "hangup-txn"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT)
+    p = Producer({"bootstrap.servers": bs, "transactional.id": "hangup", "linger.ms": 0})
+    p.init_transactions(TIMEOUT)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, f"v{i}".encode(), partition=0)
+    assert p.flush(TIMEOUT) == 0
+    tb = txn_broker_if_started(broker.broker.state)
+    assert tb is not None
+    with tb.lock:
+        meta = tb.coordinator.transactions["hangup"]
+        assert meta.state == TransactionState.ONGOING
+        pid, epoch = meta.producer_id, meta.producer_epoch
+    body = {"transactional_id": "hangup", "producer_id": pid, "producer_epoch": epoch}
+    with socket.create_connection(("127.0.0.1", broker.port), timeout=TIMEOUT) as s:
+        s.sendall(encode_request(API.end_txn, 3, {**body, "committed": True}))
+    # closed without reading the answer
+
+    def complete() -> bool:
+        with tb.lock:
+            return meta.state == TransactionState.COMPLETE_COMMIT
+
+    wait_for(complete, "the hung-up client's transaction completed")
+    got = read_committed(bs, topic, "hangup-check", 3)
+    assert [m.value() for m in got] == [b"v0", b"v1", b"v2"]
