@@ -122,6 +122,35 @@ def test_join_sync_round_with_two_members_leader_assigns():
     assert gc.commit_check("g", -1, "") == ErrorCode.none  # simple (assign-mode) commits
 
 
+def test_join_again_with_the_same_metadata_while_completing_gets_this_generation():
+    """Kafka's ``classicGroupJoinExistingMember`` in CompletingRebalance: a member that
+    joins again with the same protocols (its first answer may have been lost) gets the
+    current generation's answer (the leader with the member list) and the group does not
+    rebalance; changed protocols do start a new rebalance."""
+    gc, _sched = coordinator()
+    a, b = stable_pair(gc)
+    assert gc.leave("g", b) == ErrorCode.none
+    assert join(gc, a).result()["generation_id"] == 3
+    assert gc.groups["g"].state == GroupState.COMPLETING_REBALANCE
+    again = join(gc, a)
+    assert again.done()
+    r = again.result()
+    assert r["error_code"] == ErrorCode.none and r["generation_id"] == 3 and r["leader"] == a
+    assert [m["member_id"] for m in r["members"]] == [a]
+    assert gc.groups["g"].state == GroupState.COMPLETING_REBALANCE
+    assert gc.sync("g", 3, a, {a: b"all"}).result()["assignment"] == b"all"
+    assert (gc.groups["g"].state, gc.groups["g"].generation) == (GroupState.STABLE, 3)
+
+    c = new_member(gc)
+    rc, ra = join(gc, c), join(gc, a)
+    assert rc.result()["generation_id"] == ra.result()["generation_id"] == 4
+    follower = join(gc, c)  # a follower joins again: no members, same generation
+    assert follower.result()["generation_id"] == 4 and follower.result()["members"] == []
+    changed = join(gc, c, protocols=[("range", b"other")])
+    assert not changed.done()
+    assert gc.groups["g"].state == GroupState.PREPARING_REBALANCE
+
+
 def test_session_timeout_evicts_the_silent_member_and_rebalances():
     """Kafka's ``onMemberHeartbeatExpired``: a member that sends no heartbeat for
     ``session.timeout.ms`` is removed and the group goes PreparingRebalance; the others

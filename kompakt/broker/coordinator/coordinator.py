@@ -35,7 +35,7 @@ from kio.schema.errors import ErrorCode
 
 from kompakt.broker.coordinator.faults import NO_FAULTS, CoordinatorFaults
 from kompakt.broker.coordinator.offsets import OffsetManager
-from kompakt.broker.coordinator.rebalance import Rebalancer, StoreDone, joined
+from kompakt.broker.coordinator.rebalance import Rebalancer, StoreDone, join_members, joined
 from kompakt.broker.coordinator.scheduler import Scheduler
 from kompakt.broker.coordinator.snapshot import CoordinatorSnapshot
 from kompakt.broker.coordinator.state import (
@@ -338,6 +338,12 @@ class GroupCoordinator(Rebalancer):
         if g.state == GroupState.STABLE and not changed and member_id != g.leader:
             self._arm_session(g, m)
             return Reply.of(joined(g, member_id, []))
+        if g.state == GroupState.COMPLETING_REBALANCE and not changed:
+            # the same metadata again (its first answer may have been lost): this
+            # generation's answer, no new rebalance (``classicGroupJoinExistingMember``)
+            self._arm_session(g, m)
+            leader = member_id == g.leader
+            return Reply.of(joined(g, member_id, join_members(g) if leader else []))
         reply = m.awaiting_join = Reply()
         self._arm_session(g, m)
         if g.state != GroupState.PREPARING_REBALANCE:

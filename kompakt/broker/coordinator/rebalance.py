@@ -176,14 +176,7 @@ class Rebalancer:
             g.leader,
             len(g.members),
         )
-        members = [
-            {
-                "member_id": m.member_id,
-                "group_instance_id": m.group_instance_id,
-                "metadata": m.metadata_for(g.protocol),
-            }
-            for m in g.members.values()
-        ]
+        members = join_members(g)
         for m in g.members.values():
             m.assignment = b""
             m.answer_join(joined(g, m.member_id, members if m.member_id == g.leader else []))
@@ -222,6 +215,18 @@ class Rebalancer:
             m.answer_sync({"error_code": error})
             self._arm_session(g, m)
         self._prepare_rebalance(g)
+
+
+def join_members(g: Group) -> list[dict[str, Any]]:
+    """The member list a generation's leader gets in its JoinGroup answer."""
+    return [
+        {
+            "member_id": m.member_id,
+            "group_instance_id": m.group_instance_id,
+            "metadata": m.metadata_for(g.protocol),
+        }
+        for m in g.members.values()
+    ]
 
 
 def joined(g: Group, member_id: str, members: list[dict[str, Any]]) -> dict[str, Any]:
