@@ -251,7 +251,10 @@ def test_member_that_does_not_come_back_expires_and_group_rebalances(tmp_path):
             timeout=30,
         )
         state, generation, _ = group_state(b, group)
-        assert generation == before[1] + 1
+        # a new generation without the dead member. Not necessarily exactly one more:
+        # a client that joins again with changed protocols before its SyncGroup starts
+        # another (an unchanged one does not: test_group_coordinator pins that rule)
+        assert generation > before[1]
         poll_until([stay], lambda: stay.events[-1] == ("assign", [(topic, 0), (topic, 1)]))
         # it read its first partition uncommitted: both from the start now
         poll_until([stay], lambda: set(stay.got[stay.assigned_at :]) >= {f"a{i}" for i in range(4)})
