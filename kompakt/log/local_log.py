@@ -129,10 +129,7 @@ class LocalLog:
 
     def _maybe_roll(self, size: int, max_offset: int, first_offset: int, now: int) -> LogSegment:
         seg = self.segments[-1]  # the active segment, without the property's frame
-        cfg, roll_ms = self._roll_ms_of
-        if cfg is not self.config:
-            roll_ms = self.roll_ms()
-        if seg.should_roll(size, max_offset, now, self.config.segment_bytes, roll_ms):
+        if seg.should_roll(size, max_offset, now, self.config.segment_bytes, self.roll_ms()):
             return self.roll(first_offset, now)
         return seg
 

@@ -90,6 +90,13 @@ def _short_varint_end(buf, p, last):
 
 
 @numba.njit(inline="always", **_JIT)
+def _crc_matches(buf, pos, end):
+    """Whether the batch at ``pos`` (ending at ``end``) holds the CRC-32C of its bytes
+    from the attributes on, as ``DefaultRecordBatch.ensureValid`` checks it."""
+    return crc32c_of(buf, pos + ATTRIBUTES_POS, end) == read_be(buf, pos + CRC_POS, 4) & 0xFFFFFFFF
+
+
+@numba.njit(inline="always", **_JIT)
 def _skip_headers(buf, q, tail, last):
     """The position after the record headers at ``q`` (<= ``tail``, the record's last
     byte), read as Kafka's strict ``readFrom`` reads them, and 1 when the full pass
@@ -170,7 +177,7 @@ def _check(buf, compact, create_time, lo, hi, maxima):
         if bad or p != end:
             return UNSURE
         # the CRC of the bytes the walk just brought into the cache
-        if crc32c_of(buf, pos + ATTRIBUTES_POS, end) != read_be(buf, pos + CRC_POS, 4) & 0xFFFFFFFF:
+        if not _crc_matches(buf, pos, end):
             return UNSURE
         maxima[n] = top
         n += 1
@@ -212,7 +219,7 @@ def check_served(buf):
             return pos if pos + HEADER_SIZE > size or buf[pos + MAGIC_POS] == MAGIC else UNSURE
         if buf[pos + MAGIC_POS] != MAGIC:
             return UNSURE
-        if crc32c_of(buf, pos + ATTRIBUTES_POS, end) != read_be(buf, pos + CRC_POS, 4) & 0xFFFFFFFF:
+        if not _crc_matches(buf, pos, end):
             return UNSURE
         pos = end
     return pos
