@@ -1,15 +1,19 @@
 """Broker produce/consume throughput against the client's own ceiling, produce latency
 while a compaction runs, and transactional produce.
 
-Starts a broker in this process (``start_test_broker``) and a protocol sink
-(:mod:`protocol_sink`: the same Kafka protocol, nothing stored), then prints:
+Starts a broker and a protocol sink (:mod:`protocol_sink`: the same Kafka protocol,
+nothing stored), then prints:
 
 * produce MB/s and records/s (confluent-kafka ``Producer``, linger.ms=5, batch.size=1 MiB)
   for 100-byte and 1 KiB values, with acks=1 and acks=all, and consume MB/s from the
   beginning (confluent ``Consumer`` with ``assign``, no group), each against kompakt and
   against the sink, back to back; ``÷ sink`` is kompakt's figure over the sink's (the
   client's ceiling with the same client and config: 1.0 means the broker costs nothing),
-  and ``÷ TCP`` the same payload bytes over a bare loopback socket;
+  and ``÷ TCP`` the same payload bytes over a bare loopback socket. The broker
+  (``kompakt serve``) and the sink run in processes of their own (:mod:`served`), as a
+  client meets a broker; ``--in-process`` runs both as threads of this process instead,
+  where the client's Python and the server's share one interpreter lock and the
+  client's own queue grows while it waits for it;
 * produce p50/p99 delivery latency (acks=1, paced) with no compaction, and while
   ``POST /v1/compact`` cleans a ~50 MB compacted topic full of duplicate keys;
 * transactions (issue 15): 1 KiB records, 100 per transaction, MB/s of a transactional
@@ -19,6 +23,7 @@ Starts a broker in this process (``start_test_broker``) and a protocol sink
   which waits for the batches in flight; the markers follow it);
 * consumer groups (:mod:`bench_groups`): offset commits/s and rebalance time.
 
+The other sections run against a broker in this process (``start_test_broker``).
 The broker's background cleaner is off by default (``--background-cleaner`` turns it on)
 so that the compaction measured is the one the admin POST starts, not one that already
 happened while the topic was filled. MB are 10^6 bytes of record values (payload).
@@ -36,7 +41,6 @@ import argparse
 import functools
 import json
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -46,8 +50,8 @@ import bench_groups
 import bench_partitions
 import bench_security
 import bench_throttle
+from bench_throughput import throughput
 from broker_kit import (
-    consume_from_start,
     create_topic,
     load_average,
     pct,
@@ -60,48 +64,6 @@ from protocol_sink import ProtocolSink
 from served import ServedBroker, ServedSink, cpu_of
 
 from kompakt.broker.app import start_test_broker
-
-CHUNK = 1 << 20
-
-
-def bench_produce(bootstrap: str, topic: str, size: int, n: int, acks: str) -> float:
-    create_topic(bootstrap, topic)
-    p = producer(bootstrap, acks)
-    produce_all(p, topic, b"p" * 10, 10)  # connect and fetch metadata before timing
-    t0 = time.perf_counter()
-    produce_all(p, topic, b"x" * size, n)
-    return time.perf_counter() - t0
-
-
-def bench_tcp(total: int) -> float:
-    """Seconds to push ``total`` bytes through loopback TCP to a read-and-discard thread."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    port = srv.getsockname()[1]
-
-    def sink() -> None:
-        conn, _ = srv.accept()
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
-        while conn.recv_into(view):
-            pass
-        conn.close()
-
-    t = threading.Thread(target=sink, daemon=True)
-    t.start()
-    cli = socket.create_connection(("127.0.0.1", port))
-    data = b"x" * CHUNK
-    t0 = time.perf_counter()
-    left = total
-    while left > 0:
-        k = min(left, CHUNK)
-        cli.sendall(data[:k] if k < CHUNK else data)
-        left -= k
-    cli.shutdown(socket.SHUT_WR)
-    t.join()
-    dt = time.perf_counter() - t0
-    cli.close()
-    srv.close()
-    return dt
 
 
 class LatencyProbe:
@@ -153,8 +115,10 @@ class LatencyProbe:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the record counts")
-    ap.add_argument("--small", type=int, default=200_000, help="records of 100 B")
-    ap.add_argument("--large", type=int, default=50_000, help="records of 1 KiB")
+    # a round of 0.3-0.5 s: at 50,000 x 1 KiB (0.1 s) the sink's rounds swung 311-887 MB/s,
+    # at 200,000 they held within 10%
+    ap.add_argument("--small", type=int, default=400_000, help="records of 100 B")
+    ap.add_argument("--large", type=int, default=200_000, help="records of 1 KiB")
     ap.add_argument("--compact-mb", type=float, default=50.0, help="compacted topic size")
     ap.add_argument("--compact-keys", type=int, default=2_000, help="distinct keys in it")
     ap.add_argument("--rate", type=int, default=1_000, help="latency probe msgs/s")
@@ -185,9 +149,15 @@ def main() -> None:
     ap.add_argument(
         "--separate-processes",
         action="store_true",
-        help="the throughput cases (with --txn-only, the transactions) with the broker "
-        "(kompakt serve) and the sink each in a process of its own, as a client meets a "
-        "broker, not as threads of this one",
+        help="with --txn-only, the transactions with the broker (kompakt serve) and the "
+        "sink each in a process of its own (the throughput cases always are, unless "
+        "--in-process)",
+    )
+    ap.add_argument(
+        "--in-process",
+        action="store_true",
+        help="the throughput cases with the broker and the sink as threads of this "
+        "process, sharing the client's interpreter lock (how this bench ran before)",
     )
     ap.add_argument("--txns", type=int, default=500, help="transactions of 100 x 1 KiB")
     ap.add_argument(
@@ -219,7 +189,6 @@ def main() -> None:
         bench_security.bench_security(args)
         return
 
-    tmp = tempfile.mkdtemp(prefix="kompakt-bench-broker-")
     overrides = {
         "kompakt.cleaner.engine": "local",
         "log.cleaner.backoff.ms": "200",
@@ -227,10 +196,15 @@ def main() -> None:
     }
     if not args.background_cleaner:
         overrides["log.cleaner.enable"] = "false"
-    if args.separate_processes:  # the throughput cases, or with --txn-only the transactions
+    if args.txn_only and args.separate_processes:
         with ServedBroker(overrides) as served:
-            (bench_transactions if args.txn_only else throughput)(served, args)
+            bench_transactions(served, args)
         return
+    if args.throughput_only and not args.in_process:
+        with ServedBroker(overrides) as served:
+            throughput(served, args)
+        return
+    tmp = tempfile.mkdtemp(prefix="kompakt-bench-broker-")
     b = start_test_broker(tmp, **overrides)
     try:
         if args.txn_only:
@@ -242,7 +216,11 @@ def main() -> None:
             print(f"after: {load_average()}")
             return
         if not args.groups_only:
-            throughput(b, args)
+            if args.in_process:
+                throughput(b, args)
+            else:
+                with ServedBroker(overrides) as served:
+                    throughput(served, args)
             if args.throughput_only:
                 return
             print()
@@ -254,141 +232,6 @@ def main() -> None:
     finally:
         b.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _timed(server, fn, *args):
-    """(fn's result, wall seconds, CPU seconds of the client and ``server``: this whole
-    process, the broker's or the sink's threads included, plus the server's own
-    process when it has one) for one case."""
-    c0, t0 = time.process_time() + cpu_of(server), time.perf_counter()
-    out = fn(*args)
-    return out, time.perf_counter() - t0, time.process_time() + cpu_of(server) - c0
-
-
-def throughput(b, args: argparse.Namespace) -> None:
-    """Each produce and consume case against kompakt and against the sink, ``--repeat``
-    rounds; the best of each side (the run least disturbed by others on a shared
-    machine) is printed, then every round's figures, so a reader sees how far each side
-    swung. The two sides of a case run back to back, kompakt first in even rounds and
-    the sink first in odd ones: neither always runs after the other (behind its disk
-    writeback, or with the caches it warmed). Every round reads the topics the first
-    wrote: from the second on, kompakt reads from the page cache and the sink sends the
-    responses it keeps encoded, each at its cheapest.
-
-    Wall time on a busy machine swings by 2-3x from run to run; the CPU time of the
-    process per MB (client + broker, or client + sink) does not, so it is printed too:
-    ``sink CPU ÷ kompakt CPU`` is the throughput ratio a CPU-bound run would show."""
-    # case -> (records, bytes, [(kompakt s, sink s, kompakt CPU s, sink CPU s) per round])
-    rounds: dict[str, tuple[int, int, list[tuple[float, ...]]]] = {}
-
-    def both(r: int, kompakt, sink) -> tuple[tuple, tuple]:
-        """(kompakt's, sink's) ``_timed`` results, in this round's order."""
-        if r % 2:
-            theirs = sink()
-            return kompakt(), theirs
-        ours = kompakt()
-        return ours, sink()
-
-    print(f"before: {load_average()}")
-    # the broker's first connection does its one-time work (the start-up's objects
-    # frozen out of the garbage collector's walks) before any case's clock runs
-    create_topic(b.bootstrap, "bench-warm")
-    separate = isinstance(b, ServedBroker)
-    with ServedSink(sink_topics(args)) if separate else ProtocolSink() as sink:
-        consumed: list[tuple[int, int, str]] = []  # round 0's acks=1 topics, read each round
-        for r in range(args.repeat):
-            for size, n0 in ((100, args.small), (1024, args.large)):
-                n = max(1000, int(n0 * args.scale))
-                for acks in ("1", "all"):
-                    topic = f"tp-{size}-{acks}-{r}"
-                    sink.add_topic(topic, 1, size)
-                    (dt, _, cpu), (sdt, _, scpu) = both(
-                        r,
-                        functools.partial(
-                            _timed, b, bench_produce, b.bootstrap, topic, size, n, acks
-                        ),
-                        functools.partial(
-                            _timed, sink, bench_produce, sink.bootstrap, topic, size, n, acks
-                        ),
-                    )
-                    case = f"produce {size} B acks={acks}"
-                    rounds.setdefault(case, (n, n * size, []))[2].append((dt, sdt, cpu, scpu))
-                    if acks == "1" and r == 0:
-                        consumed.append((size, n, topic))
-            for size, n, topic in consumed:
-                ((dt, nbytes), _, cpu), ((sdt, sbytes), _, scpu) = both(
-                    r,
-                    functools.partial(
-                        _timed, b, consume_from_start, {"bootstrap.servers": b.bootstrap}, topic, n
-                    ),
-                    functools.partial(
-                        _timed,
-                        sink,
-                        consume_from_start,
-                        {"bootstrap.servers": sink.bootstrap},
-                        topic,
-                        n,
-                    ),
-                )
-                k = nbytes / sbytes  # the sink's records are all full-size: scaled to kompakt's
-                case = f"consume {size} B (assign)"
-                rounds.setdefault(case, (n, nbytes, []))[2].append((dt, sdt * k, cpu, scpu * k))
-    after = load_average()
-
-    print(
-        f"broker {b.bootstrap}; best of {args.repeat} rounds; MB = 10^6 bytes of values; "
-        "sink = the same client and config against a protocol sink that stores nothing "
-        "(the client's ceiling); CPU ms/MB = this process's CPU time (client + broker or "
-        "sink); TCP = the same bytes through a loopback socket"
-    )
-    hdr = (
-        f"{'case':24} {'records':>7} {'MB':>5} {'MB/s':>6} {'rec/s':>7} {'sink MB/s':>9} "
-        f"{'÷ sink':>6} {'CPU ms/MB':>9} {'sink CPU':>8} {'÷ by CPU':>8} {'TCP MB/s':>8} "
-        f"{'÷ TCP':>6}"
-    )
-    print(hdr)
-    print("-" * len(hdr))
-    for name, (n, nbytes, runs) in rounds.items():
-        dt, sdt, cpu, scpu = (min(x) for x in zip(*runs, strict=True))
-        tcp = nbytes / 1e6 / bench_tcp(nbytes)
-        mb = nbytes / 1e6
-        print(
-            f"{name:24} {n:>7} {mb:>5.1f} {mb / dt:>6.1f} {n / dt:>7.0f} {mb / sdt:>9.1f} "
-            f"{sdt / dt:>6.2f} {cpu / mb * 1000:>9.1f} {scpu / mb * 1000:>8.1f} "
-            f"{scpu / cpu:>8.2f} {tcp:>8.0f} {mb / dt / tcp:>6.3f}"
-        )
-    print(spread_table(rounds))
-    print(f"after: {after}")
-
-
-def sink_topics(args: argparse.Namespace) -> list[tuple[str, int]]:
-    """The topics :func:`throughput` produces to, with their record sizes (a sink in a
-    process of its own is given them when it starts)."""
-    return [
-        (f"tp-{size}-{acks}-{r}", size)
-        for r in range(args.repeat)
-        for size in (100, 1024)
-        for acks in ("1", "all")
-    ]
-
-
-def spread_table(rounds: dict[str, tuple[int, int, list[tuple[float, ...]]]]) -> str:
-    """Every round's MB/s of each side and their ratio in that round (the sides of a
-    round ran back to back): how much each side swung, the sink's own variance
-    included, behind the best-of figures above. The best-of ratio takes each side's
-    luckiest round, so one lucky sink round sinks it; the median of the rounds' ratios
-    does not hang on one round."""
-    lines = ["each round, MB/s kompakt / sink = ratio (*: the sink ran first):"]
-    for name, (_n, nbytes, runs) in rounds.items():
-        mb = nbytes / 1e6
-        cells = [
-            f"{'*' if r % 2 else ''}{mb / dt:.0f} / {mb / sdt:.0f} = {sdt / dt:.2f}"
-            for r, (dt, sdt, _cpu, _scpu) in enumerate(runs)
-        ]
-        ratios = sorted(sdt / dt for dt, sdt, _cpu, _scpu in runs)
-        median = ratios[len(ratios) // 2]
-        lines.append(f"  {name:24} " + "; ".join(cells) + f"  (median ratio {median:.2f})")
-    return "\n".join(lines)
 
 
 def _latency_table(args: argparse.Namespace, rows: list[tuple[str, list[float]]]) -> None:

@@ -75,6 +75,10 @@ def consume_from_start(conf: dict[str, object], topic: str, n: int) -> tuple[flo
             "enable.auto.commit": False,
             "fetch.max.bytes": 64 << 20,
             "max.partition.fetch.bytes": 16 << 20,
+            # librdkafka (2.x) waits fetch.queue.backoff.ms (1 s by default) before the
+            # next fetch once its queue holds queued.min.messages: a pause of the
+            # client's own that came or not, per round, with either server
+            "fetch.queue.backoff.ms": 5,
         }
     )
     c.list_topics(topic, timeout=30)

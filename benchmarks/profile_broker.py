@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench_broker import bench_produce
+from bench_throughput import bench_produce
 from broker_kit import consume_from_start, create_topic, load_average, produce_all, producer
 from protocol_sink import ProtocolSink
 
