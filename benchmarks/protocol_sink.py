@@ -9,7 +9,8 @@ client does against it is the client's own limit on this machine, so ``kompakt Ã
 is the share of the time the broker itself costs.
 
 It uses the broker's own codec (:class:`kompakt.broker.connection.KafkaConnection`,
-kio), reads its socket as the broker does (``read_request_bytes``) and advertises the
+kio), reads its socket as the broker does (``read_request_bytes``, a large frame's rest
+straight into its buffer with ``read_rest``) and advertises the
 broker's version ranges for the APIs it answers, so a client talks to both the same
 way. Handlers run on the event loop (no worker threads). APIs: ApiVersions, Metadata
 (one broker: itself), CreateTopics, InitProducerId (idempotent and transactional
@@ -32,7 +33,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kompakt.broker.connection import CLOSED, NEED_DATA, Answer, KafkaConnection
+from kompakt.broker.connection import (
+    CLOSED,
+    MIN_REST_BYTES,
+    NEED_DATA,
+    Answer,
+    KafkaConnection,
+)
+from kompakt.broker.frame_stream import read_rest, start_frame_server
 from kompakt.broker.handlers import register_all
 from kompakt.broker.produce_pipeline import read_request_bytes
 from kompakt.broker.protocol import INT32, ProtocolError, encode_response, schemas
@@ -127,7 +135,7 @@ class ProtocolSink:
         def run() -> None:
             loop = self._loop = asyncio.new_event_loop()
             self._server = loop.run_until_complete(
-                asyncio.start_server(self._serve, self.host, self.port, limit=READ_SIZE)
+                start_frame_server(self._serve, self.host, self.port, limit=READ_SIZE)
             )
             self.port = self._server.sockets[0].getsockname()[1]
             ready.set()
@@ -168,7 +176,10 @@ class ProtocolSink:
             while True:
                 event = conn.next_event()
                 if event is NEED_DATA:
-                    conn.receive_data(await read_request_bytes(reader, conn.missing))
+                    if conn.missing >= MIN_REST_BYTES:
+                        await read_rest(reader, writer.transport, conn)
+                    else:
+                        conn.receive_data(await read_request_bytes(reader, 0))
                     continue
                 if event is CLOSED:
                     return

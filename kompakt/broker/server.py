@@ -29,12 +29,14 @@ from typing import Any
 
 from kompakt.broker.connection import (
     CLOSED,
+    MIN_REST_BYTES,
     NEED_DATA,
     Answer,
     Event,
     KafkaConnection,
     Request,
 )
+from kompakt.broker.frame_stream import read_rest, start_frame_server
 from kompakt.broker.heap import freeze_startup_heap
 from kompakt.broker.metrics import BrokerMetrics, has_error
 from kompakt.broker.produce_pipeline import (
@@ -151,12 +153,12 @@ class KafkaServer:
     async def start(self) -> None:
         try:
             for spec in self.listeners:
-                server = await asyncio.start_server(
+                server = await start_frame_server(
                     functools.partial(self._on_connect, spec),
                     spec.host or None,
                     spec.port,
-                    reuse_address=True,
                     limit=STREAM_LIMIT,
+                    reuse_address=True,
                 )
                 self._servers.append(server)
                 self.ports[spec.name] = server.sockets[0].getsockname()[1]
@@ -312,7 +314,10 @@ class KafkaServer:
             if event is NEED_DATA:
                 if not await conn.answers.settle(PIPELINE_BYTES, PIPELINE_BATCHES):
                     return
-                protocol.receive_data(await read_request_bytes(conn.reader, protocol.missing))
+                if protocol.missing >= MIN_REST_BYTES:
+                    await read_rest(conn.reader, conn.writer.transport, protocol)
+                else:
+                    protocol.receive_data(await read_request_bytes(conn.reader, 0))
                 continue
             if event is CLOSED:
                 return

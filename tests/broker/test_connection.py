@@ -19,7 +19,14 @@ from kio.schema.metadata.v0.request import MetadataRequest
 from kio.schema.produce.v3.request import ProduceRequest
 from raw_kafka import decode_response, encode_request
 
-from kompakt.broker.connection import CLOSED, NEED_DATA, Answer, KafkaConnection, Request
+from kompakt.broker.connection import (
+    CLOSED,
+    NEED_DATA,
+    REST_STEP,
+    Answer,
+    KafkaConnection,
+    Request,
+)
 from kompakt.broker.protocol import ProtocolError
 from kompakt.broker.registry import ApiRegistry
 
@@ -123,6 +130,94 @@ def test_the_rest_of_a_large_frame_given_in_one_piece_makes_the_same_request(
     assert _summary(conn.next_event()) == (API_VERSIONS, 3, 8, "raw")
     assert conn.next_event() is NEED_DATA
     assert conn.buffered == 0
+
+
+@pytest.mark.parametrize("pieces", [1, 7], ids=["one-read", "seven-reads"])
+def test_the_rest_of_a_large_frame_read_into_its_own_buffer_makes_the_same_request(pieces):
+    """``rest_view`` hands out the missing bytes of the frame being received as a view
+    of the frame's own buffer (the server reads the socket into it); once they are in,
+    the request is the one the frame gives fed any other way, and the next frame
+    reads as before."""
+    conn = _connection(max_request_bytes=1 << 20)
+    names = [f"topic-{i:06d}" for i in range(8000)]
+    frame = _metadata(7, names)
+    conn.receive_data(frame[:1000])
+    assert conn.next_event() is NEED_DATA
+    view = conn.rest_view()
+    assert len(view) == conn.missing == len(frame) - 1000
+    assert conn.buffered == 1000 - 4  # what arrived of the frame, its size prefix taken
+    rest = frame[1000:]
+    step = -(-len(rest) // pieces)
+    for at in range(0, len(rest), step):
+        view[at : at + step] = rest[at : at + step]
+    view.release()
+    conn.rest_filled(len(rest))
+    assert conn.missing == 0
+    first = conn.next_event()
+    assert _summary(first) == (METADATA, 12, 7, "raw")
+    assert [t.name for t in first.body.topics] == names
+    assert conn.next_event() is NEED_DATA
+    conn.receive_data(_api_versions(8))
+    assert _summary(conn.next_event()) == (API_VERSIONS, 3, 8, "raw")
+    assert conn.buffered == 0
+
+
+def test_a_frame_whose_rest_ends_short_is_a_truncated_request_logged_quietly():
+    """The stream ending while the rest is read into the frame (fewer bytes than the
+    view asked for) is the peer hanging up inside a request, as with any read."""
+    conn = _connection(max_request_bytes=1 << 20)
+    frame = _metadata(7, [f"topic-{i:06d}" for i in range(8000)])
+    conn.receive_data(frame[:1000])
+    assert conn.next_event() is NEED_DATA
+    view = conn.rest_view()
+    view[:500] = frame[1000:1500]
+    view.release()
+    conn.rest_filled(500)
+    assert conn.buffered == 1500 - 4
+    with pytest.raises(ProtocolError, match="ended inside") as err:
+        conn.next_event()
+    assert err.value.level == logging.INFO
+
+
+def test_a_declared_large_frame_grows_its_buffer_a_step_at_a_time():
+    """A peer that declares a large frame gets a buffer as large as what it sent and
+    one step (``REST_STEP``), not the declared size: the rest is read in steps, and
+    the frame comes out whole once every step is in."""
+    conn = _connection(max_request_bytes=64 << 20)
+    names = [f"topic-{i:07d}-{'x' * 40}" for i in range(60_000)]
+    frame = _metadata(9, names)
+    assert len(frame) > 2 * REST_STEP + 1000
+    conn.receive_data(frame[:1000])
+    assert conn.next_event() is NEED_DATA
+    at = 1000
+    while conn.missing:
+        view = conn.rest_view()
+        assert len(view) == min(conn.missing, REST_STEP)
+        assert conn.buffered == at - 4  # the buffer holds what arrived, plus the view
+        step = len(view)
+        view[:] = frame[at : at + step]
+        at += step
+        view.release()
+        conn.rest_filled(step)
+    first = conn.next_event()
+    assert _summary(first) == (METADATA, 12, 9, "raw")
+    assert [t.name for t in first.body.topics] == names
+
+
+def test_rest_view_only_while_a_frames_rest_is_missing():
+    conn = _connection(max_request_bytes=1 << 20)
+    with pytest.raises(RuntimeError):
+        conn.rest_view()  # no frame begun
+    frame = _metadata(7, [f"topic-{i:06d}" for i in range(8000)])
+    conn.receive_data(frame[:1000])
+    assert conn.next_event() is NEED_DATA
+    view = conn.rest_view()
+    with pytest.raises(RuntimeError):
+        conn.rest_view()  # handed out already
+    with pytest.raises(RuntimeError):
+        conn.receive_data(b"x")  # the rest goes into the view, not around it
+    view.release()
+    conn.rest_filled(0)
 
 
 def test_the_peer_hanging_up_between_requests_is_a_clean_close():
