@@ -9,8 +9,8 @@ client does against it is the client's own limit on this machine, so ``kompakt Ã
 is the share of the time the broker itself costs.
 
 It uses the broker's own codec (:class:`kompakt.broker.connection.KafkaConnection`,
-kio), reads its socket as the broker does (``read_request_bytes``, a large frame's rest
-straight into its buffer with ``read_rest``) and advertises the
+kio), reads its socket as the broker does (``frame_stream.receive_more``: a large
+frame's rest straight into its buffer) and advertises the
 broker's version ranges for the APIs it answers, so a client talks to both the same
 way. Handlers run on the event loop (no worker threads). APIs: ApiVersions, Metadata
 (one broker: itself), CreateTopics, InitProducerId (idempotent and transactional
@@ -35,14 +35,12 @@ from kio.schema.errors import ErrorCode
 
 from kompakt.broker.connection import (
     CLOSED,
-    MIN_REST_BYTES,
     NEED_DATA,
     Answer,
     KafkaConnection,
 )
-from kompakt.broker.frame_stream import read_rest, start_frame_server
+from kompakt.broker.frame_stream import receive_more, start_frame_server
 from kompakt.broker.handlers import register_all
-from kompakt.broker.produce_pipeline import read_request_bytes
 from kompakt.broker.protocol import INT32, ProtocolError, encode_response, schemas
 from kompakt.broker.registry import ApiRegistry
 from kompakt.record.encode import build_simple_batch
@@ -176,10 +174,7 @@ class ProtocolSink:
             while True:
                 event = conn.next_event()
                 if event is NEED_DATA:
-                    if conn.missing >= MIN_REST_BYTES:
-                        await read_rest(reader, writer.transport, conn)
-                    else:
-                        conn.receive_data(await read_request_bytes(reader, 0))
+                    await receive_more(reader, writer.transport, conn)
                     continue
                 if event is CLOSED:
                     return

@@ -25,8 +25,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kompakt.broker.connection import KafkaConnection
+from kompakt.broker.connection import MIN_REST_BYTES, KafkaConnection
 
+# bytes taken from the stream reader at a time (when no large frame's rest is due)
+READ_SIZE = 1 << 20
 # the scratch buffer a socket read lands in outside a fill (asyncio's own read size)
 SCRATCH_BYTES = 1 << 18
 # one scratch buffer per thread, shared by the connections of its event loop: a
@@ -113,8 +115,8 @@ async def fill(
     A connection lost with an error raises it, as the reader's ``readexactly`` would."""
     filled = 0
     want = len(view)
-    while filled < want and _buffered(reader):
-        chunk = await reader.read(min(want - filled, _buffered(reader)))  # there: no wait
+    while filled < want and stream_buffered(reader):
+        chunk = await reader.read(min(want - filled, stream_buffered(reader)))  # no wait
         view[filled : filled + len(chunk)] = chunk
         filled += len(chunk)
     if filled == want or reader.at_eof():
@@ -149,7 +151,24 @@ async def read_rest(
         protocol.rest_filled(got)
 
 
-def _buffered(reader: asyncio.StreamReader) -> int:
+async def receive_more(
+    reader: asyncio.StreamReader, transport: asyncio.BaseTransport, protocol: KafkaConnection
+) -> None:
+    """Give ``protocol`` the stream's next bytes: a large frame's rest straight into
+    its buffer (:func:`read_rest`), else whatever has arrived, up to
+    :data:`READ_SIZE` (``b""`` at the end of the stream). How a connection reads, for
+    the server and the bench's protocol sink alike."""
+    if protocol.missing >= MIN_REST_BYTES:
+        await read_rest(reader, transport, protocol)
+    else:
+        protocol.receive_data(await reader.read(READ_SIZE))
+
+
+def stream_buffered(reader: asyncio.StreamReader) -> int:
+    """Bytes the stream holds already (a ``read`` returns them without waiting), so
+    the server can gather the requests a client pipelined and a fill takes them
+    first: the stream keeps them in its ``_buffer`` (CPython's asyncio since 3.4; 0
+    where it is absent)."""
     return len(getattr(reader, "_buffer", b""))
 
 

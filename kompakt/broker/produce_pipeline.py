@@ -20,7 +20,6 @@ import collections
 from collections.abc import Callable
 from typing import Any
 
-from kompakt.broker.connection import MIN_REST_BYTES
 from kompakt.broker.flush import Pending, collected_flushes, run_flushes
 from kompakt.broker.protocol import Buffer
 from kompakt.broker.registry import Handler
@@ -30,8 +29,6 @@ Frame = bytes | list[Buffer]  # an encoded response: one bytes object or parts i
 Calls = list[tuple[Handler, RequestContext, Any, Callable[[Any], Frame]]]
 Answered = list[tuple[Any, Frame | Exception | None]]
 
-# bytes taken from the socket's stream at a time (when no large frame's rest is due)
-READ_SIZE = 1 << 20
 # a large response part is written in pieces of this size (:func:`send_frame`)
 WRITE_PIECE = 1 << 20
 # a connection's Produce batches being appended or waiting for their fsync while its
@@ -82,25 +79,6 @@ async def _emptied(writer: asyncio.StreamWriter) -> None:
         await writer.drain()
     finally:
         transport.set_write_buffer_limits(high, low)
-
-
-async def read_request_bytes(reader: asyncio.StreamReader, missing: int) -> bytes:
-    """The next bytes for the protocol: the rest of a large frame in one piece (handed
-    on without the protocol's buffer copies, :attr:`KafkaConnection.missing`), else
-    whatever has arrived; b"" at the end of the stream."""
-    if missing < MIN_REST_BYTES:
-        return await reader.read(READ_SIZE)
-    try:
-        return await reader.readexactly(missing)
-    except asyncio.IncompleteReadError as exc:  # the peer hung up inside the frame
-        return exc.partial  # b"" next time: the protocol reports the truncated frame
-
-
-def stream_buffered(reader: asyncio.StreamReader) -> int:
-    """Bytes the stream holds already (a ``read`` returns them without waiting), so
-    the server can gather the requests a client pipelined: the stream keeps them in
-    its ``_buffer`` (CPython's asyncio since 3.4; 0 where it is absent)."""
-    return len(getattr(reader, "_buffer", b""))
 
 
 def resolve(future: asyncio.Future[bool], value: bool) -> None:

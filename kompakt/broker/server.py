@@ -29,31 +29,32 @@ from typing import Any
 
 from kompakt.broker.connection import (
     CLOSED,
-    MIN_REST_BYTES,
     NEED_DATA,
     Answer,
     Event,
     KafkaConnection,
     Request,
 )
-from kompakt.broker.frame_stream import read_rest, start_frame_server
+from kompakt.broker.frame_stream import (
+    READ_SIZE,
+    receive_more,
+    start_frame_server,
+    stream_buffered,
+)
 from kompakt.broker.heap import freeze_startup_heap
 from kompakt.broker.metrics import BrokerMetrics, has_error
 from kompakt.broker.produce_pipeline import (
     PIPELINE_BATCHES,
     PIPELINE_BYTES,
-    READ_SIZE,
     Answered,
     Calls,
     Frame,
     PendingAnswers,
     encode_answer,
     handle_produces,
-    read_request_bytes,
     records_bytes,
     resolve,
     send_frame,
-    stream_buffered,
     telling,
     write_frame,
 )
@@ -314,10 +315,7 @@ class KafkaServer:
             if event is NEED_DATA:
                 if not await conn.answers.settle(PIPELINE_BYTES, PIPELINE_BATCHES):
                     return
-                if protocol.missing >= MIN_REST_BYTES:
-                    await read_rest(conn.reader, conn.writer.transport, protocol)
-                else:
-                    protocol.receive_data(await read_request_bytes(conn.reader, 0))
+                await receive_more(conn.reader, conn.writer.transport, protocol)
                 continue
             if event is CLOSED:
                 return
