@@ -127,13 +127,14 @@ class KafkaConnection:
     def rest_view(self) -> memoryview:
         """Missing bytes of the frame being received (:attr:`missing` > 0), as a view
         of the frame's buffer to read them into: read in place, not copied through the
-        stream's buffer and onto this one. At most :data:`REST_STEP` bytes at a time,
-        so a peer that declares a large frame and sends little makes the buffer no
-        larger than what it sent and one step (the old way held what had arrived).
-        Say with :meth:`rest_filled` how many arrived, after releasing the view."""
+        stream's buffer and onto this one. A step at a time, each at most as long as
+        what the frame brought so far (:data:`MIN_REST_BYTES` at least,
+        :data:`REST_STEP` at most): a peer that declares a large frame and sends little
+        makes the buffer no larger than twice what it sent and 64 KiB. Say with
+        :meth:`rest_filled` how many arrived, after releasing the view."""
         if not self.missing or self._reserved:
             raise RuntimeError("rest_view without a frame's rest to read")
-        step = min(self.missing, REST_STEP)
+        step = min(self.missing, REST_STEP, max(len(self._buffer), MIN_REST_BYTES))
         head = len(self._buffer)
         # grown with zeros in place (heap memory the allocator reuses): a new
         # bytearray(n) of a MiB is a fresh mapping whose every page faults on the

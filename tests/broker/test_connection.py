@@ -21,6 +21,7 @@ from raw_kafka import decode_response, encode_request
 
 from kompakt.broker.connection import (
     CLOSED,
+    MIN_REST_BYTES,
     NEED_DATA,
     REST_STEP,
     Answer,
@@ -141,18 +142,21 @@ def test_the_rest_of_a_large_frame_read_into_its_own_buffer_makes_the_same_reque
     conn = _connection(max_request_bytes=1 << 20)
     names = [f"topic-{i:06d}" for i in range(8000)]
     frame = _metadata(7, names)
-    conn.receive_data(frame[:1000])
+    head = 60_000 if pieces == 1 else 1000
+    conn.receive_data(frame[:head])
     assert conn.next_event() is NEED_DATA
-    view = conn.rest_view()
-    assert len(view) == conn.missing == len(frame) - 1000
-    assert conn.buffered == 1000 - 4  # what arrived of the frame, its size prefix taken
-    rest = frame[1000:]
-    step = -(-len(rest) // pieces)
-    for at in range(0, len(rest), step):
-        view[at : at + step] = rest[at : at + step]
-    view.release()
-    conn.rest_filled(len(rest))
-    assert conn.missing == 0
+    at = head
+    while conn.missing:
+        assert conn.buffered == at - 4  # what arrived of the frame, its size prefix taken
+        view = conn.rest_view()
+        size = len(view)
+        chunk = -(-size // pieces)
+        for i in range(0, size, chunk):  # the transport's reads, each into the next part
+            view[i : i + chunk] = frame[at + i : at + min(i + chunk, size)]
+        view.release()
+        conn.rest_filled(size)
+        at += size
+    assert at == len(frame)
     first = conn.next_event()
     assert _summary(first) == (METADATA, 12, 7, "raw")
     assert [t.name for t in first.body.topics] == names
@@ -180,9 +184,10 @@ def test_a_frame_whose_rest_ends_short_is_a_truncated_request_logged_quietly():
 
 
 def test_a_declared_large_frame_grows_its_buffer_a_step_at_a_time():
-    """A peer that declares a large frame gets a buffer as large as what it sent and
-    one step (``REST_STEP``), not the declared size: the rest is read in steps, and
-    the frame comes out whole once every step is in."""
+    """A peer that declares a large frame gets a buffer at most twice what it sent (and
+    64 KiB), not the declared size: the rest is read in steps, each as long as what
+    came before it (``REST_STEP`` at most), and the frame comes out whole once every
+    step is in."""
     conn = _connection(max_request_bytes=64 << 20)
     names = [f"topic-{i:07d}-{'x' * 40}" for i in range(60_000)]
     frame = _metadata(9, names)
@@ -192,7 +197,7 @@ def test_a_declared_large_frame_grows_its_buffer_a_step_at_a_time():
     at = 1000
     while conn.missing:
         view = conn.rest_view()
-        assert len(view) == min(conn.missing, REST_STEP)
+        assert len(view) == min(conn.missing, REST_STEP, max(at - 4, MIN_REST_BYTES))
         assert conn.buffered == at - 4  # the buffer holds what arrived, plus the view
         step = len(view)
         view[:] = frame[at : at + step]
@@ -202,6 +207,20 @@ def test_a_declared_large_frame_grows_its_buffer_a_step_at_a_time():
     first = conn.next_event()
     assert _summary(first) == (METADATA, 12, 9, "raw")
     assert [t.name for t in first.body.topics] == names
+
+
+def test_a_peer_that_sent_only_a_size_gets_one_small_step():
+    """Four bytes declaring 60 MiB: the buffer grows by 64 KiB, not by the declared
+    size (Kafka's NetworkReceive allocates the whole of it)."""
+    conn = _connection(max_request_bytes=64 << 20)
+    conn.receive_data(struct.pack(">i", 60 << 20))
+    assert conn.next_event() is NEED_DATA
+    view = conn.rest_view()
+    assert len(view) == MIN_REST_BYTES
+    view.release()
+    conn.rest_filled(0)
+    with pytest.raises(ProtocolError, match="ended inside"):
+        conn.next_event()
 
 
 def test_rest_view_only_while_a_frames_rest_is_missing():
