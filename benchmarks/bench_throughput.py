@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from statistics import median_high
 
 from broker_kit import consume_from_start, create_topic, load_average, produce_all, producer
 from protocol_sink import ProtocolSink
@@ -255,13 +256,9 @@ def spread_table(
                 ceiled.append(max(sdt, ddt) / dt)
                 cell += f" (disk {mb / ddt:.0f}: {ceiled[-1]:.2f})"
             cells.append(cell)
-        line = f"  {name:24} " + "; ".join(cells) + f"  (median ratio {_median(runs):.2f}"
+        ratios = [sdt / dt for dt, sdt, _cpu, _scpu in runs]
+        line = f"  {name:24} " + "; ".join(cells) + f"  (median ratio {median_high(ratios):.2f}"
         if ceiled:
-            line += f", over the lower ceiling {sorted(ceiled)[len(ceiled) // 2]:.2f}"
+            line += f", over the lower ceiling {median_high(ceiled):.2f}"
         lines.append(line + ")")
     return "\n".join(lines)
-
-
-def _median(runs: list[tuple[float, ...]]) -> float:
-    ratios = sorted(sdt / dt for dt, sdt, _cpu, _scpu in runs)
-    return ratios[len(ratios) // 2]

@@ -33,12 +33,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kompakt.broker.connection import (
-    CLOSED,
-    NEED_DATA,
-    Answer,
-    KafkaConnection,
-)
+from kompakt.broker.connection import CLOSED, NEED_DATA, Answer, KafkaConnection
 from kompakt.broker.frame_stream import receive_more, start_frame_server
 from kompakt.broker.handlers import register_all
 from kompakt.broker.protocol import INT32, ProtocolError, encode_response, schemas

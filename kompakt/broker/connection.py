@@ -134,8 +134,8 @@ class KafkaConnection:
         :meth:`rest_filled` how many arrived, after releasing the view."""
         if not self.missing or self._reserved:
             raise RuntimeError("rest_view without a frame's rest to read")
-        step = min(self.missing, REST_STEP, max(len(self._buffer), MIN_REST_BYTES))
         head = len(self._buffer)
+        step = min(self.missing, REST_STEP, max(head, MIN_REST_BYTES))
         # grown with zeros in place (heap memory the allocator reuses): a new
         # bytearray(n) of a MiB is a fresh mapping whose every page faults on the
         # first write, 0.77 ms a MiB on this machine against 0.04 ms so

@@ -113,26 +113,32 @@ async def fill(
     ``start_tls`` the TLS one) is a :class:`FrameStreamProtocol`, through the reader
     otherwise; the bytes filled, fewer than ``len(view)`` only when the stream ended.
     A connection lost with an error raises it, as the reader's ``readexactly`` would."""
-    filled = 0
     want = len(view)
-    while filled < want and stream_buffered(reader):
-        chunk = await reader.read(min(want - filled, stream_buffered(reader)))  # no wait
-        view[filled : filled + len(chunk)] = chunk
-        filled += len(chunk)
+    filled = await _from_reader(reader, view, 0, wait=False)
     if filled == want or reader.at_eof():
         return filled
     protocol = transport.get_protocol()
     if isinstance(protocol, FrameStreamProtocol) and not transport.is_closing():
         filled += await protocol._fill_from_socket(view[filled:])  # noqa: SLF001
     else:
-        while filled < want:
-            chunk = await reader.read(want - filled)
-            if not chunk:
-                break
-            view[filled : filled + len(chunk)] = chunk
-            filled += len(chunk)
+        filled = await _from_reader(reader, view, filled, wait=True)
     if filled < want and reader.exception() is not None:
         raise reader.exception()
+    return filled
+
+
+async def _from_reader(
+    reader: asyncio.StreamReader, view: memoryview, filled: int, wait: bool
+) -> int:
+    """Copy the stream reader's bytes into ``view`` from ``filled`` on: what it holds
+    already, or (``wait``) until ``view`` is full or the stream ended; where the bytes
+    now end. A ``read`` returns at most what the reader holds when it holds any."""
+    while filled < len(view) and (wait or stream_buffered(reader)):
+        chunk = await reader.read(len(view) - filled)
+        if not chunk:
+            break
+        view[filled : filled + len(chunk)] = chunk
+        filled += len(chunk)
     return filled
 
 
