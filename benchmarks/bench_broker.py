@@ -50,6 +50,7 @@ import bench_groups
 import bench_partitions
 import bench_security
 import bench_throttle
+import txn_producers
 from bench_throughput import throughput
 from broker_kit import (
     create_topic,
@@ -160,6 +161,12 @@ def main() -> None:
         "process, sharing the client's interpreter lock (how this bench ran before)",
     )
     ap.add_argument("--txns", type=int, default=500, help="transactions of 100 x 1 KiB")
+    ap.add_argument(
+        "--txn-producers",
+        type=int,
+        default=4,
+        help="transactional producers side by side after the one alone (1: none)",
+    )
     ap.add_argument(
         "--txn-only", action="store_true", help="only the transactional section (quick)"
     )
@@ -396,10 +403,17 @@ def bench_transactions(b, args: argparse.Namespace) -> None:
 
     pieces: list[str] = []
     txn_dt, commits = transaction_loop(base, "txn-1k")
-    with ServedSink([("txn-1k", 1024)]) if separate else ProtocolSink() as sink:
+    k = args.txn_producers
+    each = max(20, n_txn // max(1, k))  # transactions per producer side by side
+    if k > 1:
+        ours = txn_producers.side_by_side(bs, base, k, each, TXN_RECORDS, "par")
+    sink_topics = [("txn-1k", 1024)] + [(f"par-{i}", 1024) for i in range(k)]
+    with ServedSink(sink_topics) if separate else ProtocolSink() as sink:
         ceiling_dt, ceiling_commits = transaction_loop(
             {**base, "bootstrap.servers": sink.bootstrap}, "txn-1k"
         )
+        if k > 1:
+            theirs = txn_producers.side_by_side(sink.bootstrap, base, k, each, TXN_RECORDS, "par")
     mb = n * len(value) / 1e6
     print(
         f"transactions: {n_txn} x {TXN_RECORDS} records of 1 KiB ({mb:.1f} MB each way), "
@@ -429,6 +443,8 @@ def bench_transactions(b, args: argparse.Namespace) -> None:
     where = "its own process" if separate else "this process: broker and client"
     print(f"where a transaction's time goes on kompakt ({where}):")
     print("\n".join(pieces))
+    if k > 1:
+        print("\n".join(txn_producers.report(k, each, ours, theirs)))
 
 
 def txn_ratio_line(idem_dt: float, txn_dt: float) -> str:
