@@ -9,7 +9,9 @@ an ``fdatasync`` after each (the pieces the client's 1 MiB batches arrive in), a
 the table prints that ``disk MB/s`` and kompakt over the lower of the two ceilings.
 The disk of a shared virtual machine swings: fdatasync'd 1 MiB writes ran at
 245-1,882 MB/s within a minute here, so the probe runs right after kompakt's case in
-every round, not once.
+every round, not once. Why it swings here: the guest hands free memory back to its
+host (free page reporting), and a page cache growing into it faults on the host again
+(docs/performance.md, "The tenth pass").
 """
 
 from __future__ import annotations
