@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 from manual_clock import ManualClock
+from shared_kit import SPARK_TEST_CONFIG
 
 from kompakt.log.manager import LogManager
 
@@ -26,14 +27,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 # -- one local SparkSession for the whole test session (Spark start-up costs ~10 s) ----
-
-SPARK_TEST_CONFIG = {
-    "kompakt.spark.master": "local[2]",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
-    "spark.driver.memory": "1g",
-    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
-}
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
+# the suite's one SparkSession (tests/conftest.py's ``spark``); a broker on the spark
+# engine in a test starts with these too, or the session it starts first would be
+# every later test's
+SPARK_TEST_CONFIG = {
+    "kompakt.spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "1g",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "10000",
+}
+
 T = TypeVar("T")
 
 STEP = 0.02  # seconds between two looks at the condition: short against every timeout

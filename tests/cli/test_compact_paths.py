@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from cli_kit import assert_one_line_error
 from compact_kit import fold, leftovers, make_data_dir, snapshot
+from shared_kit import SPARK_TEST_CONFIG
 from typer.testing import CliRunner
 
 from kompakt.broker.app import BrokerThread, start_test_broker
@@ -92,8 +93,12 @@ def twins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Brok
     offline = make_data_dir(root / "offline")
     online = root / "online"
     shutil.copytree(offline, online)
+    # the suite's Spark settings (see SPARK_TEST_CONFIG): with the defaults, local[*],
+    # test_session's check of local[2] failed whenever this module ran first
     broker = start_test_broker(
-        str(online), **{"kompakt.cleaner.engine": "spark", "log.cleaner.enable": "false"}
+        str(online),
+        **{"kompakt.cleaner.engine": "spark", "log.cleaner.enable": "false"},
+        **SPARK_TEST_CONFIG,
     )
     try:
         yield offline, broker
