@@ -195,13 +195,17 @@ class ProduceRequest:
 @dataclass(frozen=True)
 class ConsumeRequest:
     """What ``consume`` reads: a topic, optionally one partition, a start offset, a
-    record limit and (broker only) the consumer group to read as."""
+    record limit, (broker only) the consumer group to read as, and the isolation."""
 
     topic: str
     partition: int | None = None
     offset: int | None = None
     max_messages: int | None = None
     group: str | None = None
+    read_committed: bool = True
+    """Kafka's ``isolation.level``: leave out records of aborted transactions and stop
+    at the last stable offset (librdkafka's default, so the broker and the data dir
+    read alike); False reads every data record up to the log end."""
 
     def partitions(self, n_parts: int) -> list[int]:
         """The partitions to read, in order, after the checks every transport makes (an

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kompakt.errors import KompaktError
 from kompakt.log.data_dir import check_new_data_dir, require_data_dir
+from kompakt.log.txn_index import aborted_by_producer, in_aborted_transaction
 from kompakt.record import codecs
 from kompakt.record.encode import build_simple_batch
 
@@ -146,18 +147,26 @@ class OfflineBackend:
 
     def consume(self, request: ConsumeRequest) -> Iterator[ConsumedRecord]:
         """Records of one or every partition (in partition order), from ``offset`` or the
-        log start; control batches (transaction markers) are skipped."""
+        log start (read_committed: up to the last stable offset, without the records of
+        aborted transactions); control batches (transaction markers) are skipped."""
         parts = request.offline_partitions(self.logs.partition_count(request.topic))
-        return request.limit(self._consume(request.topic, parts, request.offset))
+        return request.limit(self._consume(request, parts))
 
-    def _consume(
-        self, topic: str, parts: list[int], offset: int | None
-    ) -> Iterator[ConsumedRecord]:
+    def _consume(self, request: ConsumeRequest, parts: list[int]) -> Iterator[ConsumedRecord]:
+        topic = request.topic
         for part in parts:
             plog = self.logs.get_log(topic, part)
-            start = max(offset or 0, plog.log_start_offset)
+            start = max(request.offset or 0, plog.log_start_offset)
+            end = plog.log_end_offset
+            aborted: dict[int, list[tuple[int, int]]] = {}
+            if request.read_committed:  # as a READ_COMMITTED Fetch reads the log
+                end = plog.last_stable_offset
+                aborted = aborted_by_producer(plog.collect_aborted_transactions(start, end))
             for batch in plog.iter_batches(start):
-                if batch.header.is_control:
+                h = batch.header
+                if h.base_offset >= end:
+                    break
+                if h.is_control or (h.is_transactional and in_aborted_transaction(h, aborted)):
                     continue
                 for r in batch.records():
                     if r.offset < start:

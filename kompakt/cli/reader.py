@@ -160,32 +160,46 @@ class DataDirReader:
     def consume(self, request: ConsumeRequest) -> Iterator[ConsumedRecord]:
         """As :meth:`OfflineBackend.consume`: records of one or every partition in
         partition order, from ``offset`` or the log start, up to the log end as it was
-        when reading began; control batches (transaction markers) skipped."""
+        when reading began (read_committed: up to the last stable offset, without the
+        records of aborted transactions); control batches (transaction markers)
+        skipped."""
         parts = request.offline_partitions(self._require(request.topic)[0])
-        return request.limit(self._consume(request.topic, parts, request.offset))
+        return request.limit(self._consume(request, parts))
 
-    def _consume(
-        self, topic: str, parts: list[int], offset: int | None
-    ) -> Iterator[ConsumedRecord]:
+    def _consume(self, request: ConsumeRequest, parts: list[int]) -> Iterator[ConsumedRecord]:
+        from kompakt.log.txn_index import aborted_by_producer, in_aborted_transaction
         from kompakt.pipeline.layout import (
+            cleaned_offsets,
             log_start_offsets,
             offset_bounds,
             partition_dir,
             segment_path,
             segments_covering,
         )
+        from kompakt.pipeline.plan import committed_view
 
+        topic, offset = request.topic, request.offset
         starts = log_start_offsets(self.data_dir)
+        cleaned = cleaned_offsets(self.data_dir) if request.read_committed else {}
         for part in parts:
             log_start, end, bases = offset_bounds(self.data_dir, topic, part, starts)
             begin = max(offset or 0, log_start)
             pdir = partition_dir(self.data_dir, topic, part)
+            aborted: dict[int, list[tuple[int, int]]] = {}
+            if request.read_committed:  # as the Spark source reads it (plan_ranges)
+                unstable, found = committed_view(pdir, cleaned.get((topic, part), 0))
+                aborted = aborted_by_producer(found)
+                if unstable is not None:  # READ_COMMITTED stops at the last stable offset
+                    end = min(end, max(unstable, log_start))
             for base in segments_covering(bases, begin, end):
                 for batch in _file_batches(segment_path(pdir, base)):
-                    if batch.header.last_offset < begin or batch.header.is_control:
+                    h = batch.header
+                    if h.last_offset < begin or h.is_control:
                         continue
-                    if batch.header.base_offset >= end:
+                    if h.base_offset >= end:
                         break
+                    if h.is_transactional and in_aborted_transaction(h, aborted):
+                        continue
                     for r in batch.records():
                         if not begin <= r.offset < end:
                             continue

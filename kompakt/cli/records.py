@@ -39,6 +39,13 @@ class ConsumeFormat(StrEnum):
     hex = "hex"
 
 
+class IsolationLevel(StrEnum):
+    """kafka-console-consumer's ``--isolation-level`` values."""
+
+    read_committed = "read_committed"
+    read_uncommitted = "read_uncommitted"
+
+
 class Interruptible:
     """The lines of a stream until its end or until Ctrl-C, which ends it like EOF.
 
@@ -225,6 +232,14 @@ def consume(
             "headers (same as --format json).",
         ),
     ] = False,
+    isolation: Annotated[
+        IsolationLevel,
+        typer.Option(
+            "--isolation-level",
+            help="read_committed: leave out the records of aborted transactions and stop "
+            "before any still open; read_uncommitted: every record up to the log end.",
+        ),
+    ] = IsolationLevel.read_committed,
 ) -> None:
     """Print a topic's records as 'key<TAB>value' lines.
 
@@ -237,7 +252,9 @@ def consume(
     There is no live tail: reading starts at the log start offset (as with
     --from-beginning) unless --offset is given, and stops at the log end as it was when
     reading began. Partitions are read one after another in order. Null keys and values
-    print as empty text ('null' in --json); transaction markers are skipped. With --group
+    print as empty text ('null' in --json); transaction markers are skipped, and so,
+    by default (--isolation-level read_committed, as a Kafka client reads), are the
+    records of aborted transactions and of those still open. With --group
     (broker only) the group's committed offsets say where to start (the log start where
     there are none), partitions interleave, and the offsets after the printed records are
     committed at the end.
@@ -253,7 +270,15 @@ def consume(
         raise CliError(f"use either --json or --format {fmt.value}, not both")
     show = FORMATTERS[ConsumeFormat.json if json_out else fmt or ConsumeFormat.text]
     with open_backend(data_dir, bootstrap_server, read_only=True) as backend:
-        records = backend.consume(ConsumeRequest(topic, partition, offset, max_messages, group))
+        request = ConsumeRequest(
+            topic,
+            partition,
+            offset,
+            max_messages,
+            group,
+            read_committed=isolation is IsolationLevel.read_committed,
+        )
+        records = backend.consume(request)
         print_warnings(backend)
         for r in records:
             show(r)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,3 +206,21 @@ class TransactionIndex:
 
     def exists(self) -> bool:
         return self.path.exists()
+
+
+def in_aborted_transaction(h, aborted: dict[int, list[tuple[int, int]]]) -> bool:
+    """True for a transactional batch inside one of its producer's aborted transactions
+    (``first offset <= base offset < ABORT marker``): what a READ_COMMITTED reader
+    drops, as Kafka's consumer does with a Fetch's aborted transactions. ``aborted``
+    maps a producer id to its (first offset, ABORT marker offset) pairs
+    (:func:`aborted_by_producer`)."""
+    return any(first <= h.base_offset < last for first, last in aborted.get(h.producer_id, ()))
+
+
+def aborted_by_producer(aborted: Iterable[AbortedTxn]) -> dict[int, list[tuple[int, int]]]:
+    """The aborted transactions of a partition as :func:`in_aborted_transaction` takes
+    them."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for a in aborted:
+        out.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+    return out

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from kompakt.log.syncs import file_batches
+from kompakt.log.txn_index import in_aborted_transaction
 from kompakt.pipeline.columns import decode_batches
 from kompakt.pipeline.layout import list_segments, read_segment, segment_path, segments_covering
 from kompakt.pipeline.schema import to_record_batch
@@ -47,12 +48,6 @@ class RangeToRead:
     aborted: tuple[tuple[int, int, int], ...] = ()
     """(producer id, first offset, ABORT marker offset) of the aborted transactions
     overlapping the range, for ``read_committed``."""
-
-
-def _aborted_batch(h, aborted: dict[int, list[tuple[int, int]]]) -> bool:
-    """True for a transactional batch inside one of its producer's aborted transactions
-    (``first offset <= base offset < ABORT marker``)."""
-    return any(first <= h.base_offset < last for first, last in aborted.get(h.producer_id, ()))
 
 
 def _chunks(batches: list[RecordBatch]) -> Iterator[list[RecordBatch]]:
@@ -111,7 +106,7 @@ def read_range(
             wanted = [
                 b
                 for b in wanted
-                if not (b.header.is_transactional and _aborted_batch(b.header, aborted))
+                if not (b.header.is_transactional and in_aborted_transaction(b.header, aborted))
             ]
         for chunk in _chunks(wanted):
             cols = decode_batches(chunk)

@@ -4,7 +4,10 @@ ListOffsets' rule finds a timestamp's offset (the first offset whose timestamp i
 after it); an optional key filter; values as text / JSON / hex. It reads through
 :meth:`PartitionLog.read`, the Fetch handler's read path, and stops at a record count,
 a page byte budget and a scan byte budget, so a page never holds the broker's log lock
-for long nor reads a whole log.
+for long nor reads a whole log. It shows what a READ_COMMITTED consumer reads (as
+``kompakt consume`` does by default): the records of aborted transactions are left
+out (the log's aborted transactions, :meth:`PartitionLog.collect_aborted_transactions`)
+and a page stops at the last stable offset, with a note for each.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from kompakt.broker.console.browse import (
 )
 from kompakt.errors import KompaktError
 from kompakt.log.partition_log import PartitionLog
+from kompakt.log.txn_index import aborted_by_producer, in_aborted_transaction
 
 
 @dataclass
@@ -61,6 +65,7 @@ class MessagePage:
     next_offset: int | None = None  # where the next page starts (None: end of log)
     bytes_scanned: int = 0
     notes: list[str] = field(default_factory=list)
+    aborted_skipped: int = 0  # records of aborted transactions left out
 
 
 def resolve_start(
@@ -89,10 +94,12 @@ def resolve_start(
 def _records_from(
     plog: PartitionLog, offset: int, end: int, budget: int, page: MessagePage
 ) -> Iterator[Any]:
-    """Records at or after ``offset`` below ``end`` (data batches only), through
-    :meth:`PartitionLog.read` one chunk at a time, until ``budget`` bytes are read."""
+    """Records at or after ``offset`` below ``end`` (data batches only, none of an
+    aborted transaction), through :meth:`PartitionLog.read` one chunk at a time, until
+    ``budget`` bytes are read; ``page.aborted_skipped`` counts the records left out."""
     from kompakt.record.decode import iter_batches
 
+    aborted = aborted_by_producer(plog.collect_aborted_transactions(offset, end))
     pos = offset
     while pos < end and page.bytes_scanned < budget:
         data = plog.read(pos, min(READ_CHUNK, budget - page.bytes_scanned) or 1)
@@ -102,7 +109,11 @@ def _records_from(
         last = pos - 1
         for b in iter_batches(data):
             last = b.header.last_offset
-            if b.header.is_control or b.header.last_offset < pos:
+            h = b.header
+            if h.is_control or h.last_offset < pos or h.base_offset >= end:
+                continue
+            if h.is_transactional and in_aborted_transaction(h, aborted):
+                page.aborted_skipped += h.record_count
                 continue
             for r in b.records():
                 if pos <= r.offset < end:
@@ -137,8 +148,9 @@ def browse_messages(
         page.notes.append(note)
     size = 0
     next_offset = first
+    end = plog.last_stable_offset  # READ_COMMITTED: nothing of a transaction still open
     try:
-        for r in _records_from(plog, first, hw, max_scan_bytes, page):
+        for r in _records_from(plog, first, end, max_scan_bytes, page):
             next_offset = r.offset + 1
             if key is not None and r.key != key:
                 continue
@@ -150,12 +162,22 @@ def browse_messages(
         page.notes.append(f"reading stopped at offset {next_offset}: {exc}")
     if page.messages and (len(page.messages) >= n or size >= max_page_bytes):
         page.next_offset = page.messages[-1].offset + 1
-    elif page.bytes_scanned >= max_scan_bytes and next_offset < hw:
+    elif page.bytes_scanned >= max_scan_bytes and next_offset < end:
         page.next_offset = next_offset
         page.notes.append(
             f"read {page.bytes_scanned} bytes of the log (the most one page reads); "
             f"continue from offset {next_offset}"
         )
-    if page.next_offset is not None and page.next_offset >= hw:
+    if page.next_offset is not None and page.next_offset >= end:
         page.next_offset = None
+    if page.aborted_skipped:
+        page.notes.append(
+            f"{page.aborted_skipped} records of aborted transactions are left out, as a "
+            "read_committed consumer leaves them out"
+        )
+    if end < hw and (page.next_offset is None or page.next_offset >= end):
+        page.notes.append(
+            f"records from offset {end} on belong to a transaction still open (the last "
+            f"stable offset): shown once it ends, as to a read_committed consumer"
+        )
     return page

@@ -126,7 +126,7 @@ class RecordVerbs(BrokerConnection):
         topic, group = request.topic, request.group
         parts = request.partitions(self._partition_count(topic))
         if group is None:
-            return request.limit(self._consume_assigned(topic, parts, request.offset))
+            return request.limit(self._consume_assigned(request, parts))
         if request.partition is not None or request.offset is not None:
             raise CliError(
                 "--group starts at the group's committed offsets; "
@@ -134,7 +134,7 @@ class RecordVerbs(BrokerConnection):
             )
         if not group:
             raise CliError("--group must not be empty")
-        return request.limit(self._consume_group(topic, group))
+        return request.limit(self._consume_group(request))
 
     def _consumer(self, group: str, **extra: Any) -> Any:
         return self._ck.Consumer(
@@ -170,11 +170,12 @@ class RecordVerbs(BrokerConnection):
                 raise CliError(f"no answer from broker {self.bootstrap} for {self.timeout:g} s")
 
     def _consume_assigned(
-        self, topic: str, parts: list[int], offset: int | None
+        self, request: ConsumeRequest, parts: list[int]
     ) -> Iterator[ConsumedRecord]:
         ck = self._ck
+        topic, offset = request.topic, request.offset
         # group.id is required by librdkafka but never joined or committed to here
-        consumer = self._consumer("kompakt-cli")
+        consumer = self._consumer("kompakt-cli", **_isolation(request.read_committed))
         try:
             for part in parts:
                 tp = ck.TopicPartition(topic, part)
@@ -199,11 +200,12 @@ class RecordVerbs(BrokerConnection):
         finally:
             consumer.close()
 
-    def _consume_group(self, topic: str, group: str) -> Iterator[ConsumedRecord]:
+    def _consume_group(self, request: ConsumeRequest) -> Iterator[ConsumedRecord]:
         """The group's records; closing the generator (``limit`` does at the limit)
         commits the positions after the records yielded and leaves the group."""
         ck = self._ck
-        consumer = self._consumer(group)
+        topic = request.topic
+        consumer = self._consumer(request.group or "", **_isolation(request.read_committed))
         assigned: set[int] = set()
         at_end: set[int] = set()
         positions: dict[int, int] = {}
@@ -243,3 +245,8 @@ class RecordVerbs(BrokerConnection):
                 commit(positions)
             finally:
                 consumer.close()
+
+
+def _isolation(read_committed: bool) -> dict[str, str]:
+    """The consumer's ``isolation.level`` for a :class:`ConsumeRequest`."""
+    return {"isolation.level": "read_committed" if read_committed else "read_uncommitted"}

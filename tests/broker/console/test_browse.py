@@ -201,6 +201,43 @@ def test_message_browser_pages_by_offset_timestamp_and_key(broker):
     assert not page.messages and page.next_offset is not None and page.notes
 
 
+def test_message_browser_reads_committed_as_a_read_committed_consumer(broker):
+    """Kafka's READ_COMMITTED: the records of an aborted transaction are left out and a
+    page stops at the last stable offset (the first offset of a transaction still
+    open), each with a note; once that transaction commits its records show."""
+    create(broker, "browse-txn")
+    produce(broker, "browse-txn", [(b"plain", b"0")])
+    done = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "bt-done"})
+    done.init_transactions(30)
+    for value, commit in ((b"aborted", False), (b"committed", True)):
+        done.begin_transaction()
+        done.produce("browse-txn", key=b"k", value=value)
+        done.flush(30)
+        if commit:
+            done.commit_transaction(30)
+        else:
+            done.abort_transaction(30)
+    still = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "bt-open"})
+    still.init_transactions(30)
+    still.begin_transaction()
+    still.produce("browse-txn", key=b"k", value=b"open")
+    still.flush(30)
+    produce(broker, "browse-txn", [(b"plain", b"after")])
+    plog = broker.logs.get_log("browse-txn", 0)
+    page = messages.browse_messages(plog)
+    assert [m.value for m in page.messages] == [b"0", b"committed"]
+    assert page.next_offset is None
+    assert any("1 records of aborted transactions are left out" in n for n in page.notes)
+    lso = plog.last_stable_offset
+    assert any(f"from offset {lso} on belong to a transaction still open" in n for n in page.notes)
+    still.commit_transaction(30)
+    # the COMMIT marker is written after EndTxn is answered (as Kafka's WriteTxnMarkers)
+    wait_for(lambda: plog.last_stable_offset == plog.high_watermark, "the COMMIT marker")
+    page = messages.browse_messages(plog)
+    assert [m.value for m in page.messages] == [b"0", b"committed", b"open", b"after"]
+    assert not any("still open" in n for n in page.notes)
+
+
 @pytest.mark.parametrize(
     ("offset", "timestamp", "limit", "message"),
     [
