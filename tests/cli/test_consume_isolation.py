@@ -123,5 +123,13 @@ def test_through_a_broker_the_same_levels(tmp_path: Path) -> None:
 
         assert lines() == ["c9\tcommitted"]
         assert lines("--isolation-level", "read_uncommitted") == ["x7\taborted", "c9\tcommitted"]
+        # a transaction still open: read_committed ends at the last stable offset (the
+        # consumer's end of partition there), not waiting for the high watermark
+        p.begin_transaction()
+        p.produce("t", b"open", b"o11")
+        p.flush(30)
+        assert lines() == ["c9\tcommitted"]
+        assert lines("--isolation-level", "read_uncommitted")[-1] == "o11\topen"
+        p.abort_transaction(30)
     finally:
         b.stop()
