@@ -163,7 +163,14 @@ class DataDirReader:
         when reading began (read_committed: up to the last stable offset, without the
         records of aborted transactions); control batches (transaction markers)
         skipped."""
-        parts = request.offline_partitions(self._require(request.topic)[0])
+        n_parts, _topic_id, overrides = self._require(request.topic)
+        parts = request.offline_partitions(n_parts)
+        if TopicConfig(overrides).remote_storage_enable:
+            self.warnings.append(
+                f"topic {request.topic!r} is tiered (remote.storage.enable=true): offline, "
+                "only its local segments are read, not what the tier alone holds; read it "
+                "through a broker (--bootstrap-server) for the whole log"
+            )
         return request.limit(self._consume(request, parts))
 
     def _consume(self, request: ConsumeRequest, parts: list[int]) -> Iterator[ConsumedRecord]:
