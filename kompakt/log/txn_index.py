@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kompakt.record.header import Header
+
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = ENTRY.size  # 34: Kafka's AbortedTxn.TOTAL_SIZE
 CURRENT_VERSION = 0
@@ -208,7 +210,7 @@ class TransactionIndex:
         return self.path.exists()
 
 
-def in_aborted_transaction(h, aborted: dict[int, list[tuple[int, int]]]) -> bool:
+def in_aborted_transaction(h: Header, aborted: dict[int, list[tuple[int, int]]]) -> bool:
     """True for a transactional batch inside one of its producer's aborted transactions
     (``first offset <= base offset < ABORT marker``): what a READ_COMMITTED reader
     drops, as Kafka's consumer does with a Fetch's aborted transactions. ``aborted``
