@@ -166,7 +166,7 @@ class OfflineBackend:
                 h = batch.header
                 if h.base_offset >= end:
                     break
-                if h.is_control or (h.is_transactional and in_aborted_transaction(h, aborted)):
+                if h.is_control or in_aborted_transaction(h, aborted):
                     continue
                 for r in batch.records():
                     if r.offset < start:

@@ -205,7 +205,7 @@ class DataDirReader:
                         continue
                     if h.base_offset >= end:
                         break
-                    if h.is_transactional and in_aborted_transaction(h, aborted):
+                    if in_aborted_transaction(h, aborted):
                         continue
                     for r in batch.records():
                         if not begin <= r.offset < end:

@@ -213,16 +213,24 @@ class TransactionIndex:
 def in_aborted_transaction(h: Header, aborted: dict[int, list[tuple[int, int]]]) -> bool:
     """True for a transactional batch inside one of its producer's aborted transactions
     (``first offset <= base offset < ABORT marker``): what a READ_COMMITTED reader
-    drops, as Kafka's consumer does with a Fetch's aborted transactions. ``aborted``
-    maps a producer id to its (first offset, ABORT marker offset) pairs
-    (:func:`aborted_by_producer`)."""
-    return any(first <= h.base_offset < last for first, last in aborted.get(h.producer_id, ()))
+    drops, as Kafka's consumer does with a Fetch's aborted transactions (it looks at
+    transactional batches only). ``aborted`` maps a producer id to its (first offset,
+    ABORT marker offset) pairs (:func:`aborted_by_producer`)."""
+    return h.is_transactional and any(
+        first <= h.base_offset < last for first, last in aborted.get(h.producer_id, ())
+    )
 
 
 def aborted_by_producer(aborted: Iterable[AbortedTxn]) -> dict[int, list[tuple[int, int]]]:
     """The aborted transactions of a partition as :func:`in_aborted_transaction` takes
     them."""
+    return aborted_spans((a.producer_id, a.first_offset, a.last_offset) for a in aborted)
+
+
+def aborted_spans(spans: Iterable[tuple[int, int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """(producer id, first offset, ABORT marker offset) triples, as a Spark read range
+    carries them, grouped by producer for :func:`in_aborted_transaction`."""
     out: dict[int, list[tuple[int, int]]] = {}
-    for a in aborted:
-        out.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+    for producer_id, first, last in spans:
+        out.setdefault(producer_id, []).append((first, last))
     return out

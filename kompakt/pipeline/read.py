@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from kompakt.log.syncs import file_batches
-from kompakt.log.txn_index import in_aborted_transaction
+from kompakt.log.txn_index import aborted_spans, in_aborted_transaction
 from kompakt.pipeline.columns import decode_batches
 from kompakt.pipeline.layout import list_segments, read_segment, segment_path, segments_covering
 from kompakt.pipeline.schema import to_record_batch
@@ -67,9 +67,7 @@ def read_range(
     r: RangeToRead, include_headers: bool = True, read_committed: bool = True
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records in ``r`` (control batches and aborted data left out)."""
-    aborted: dict[int, list[tuple[int, int]]] = {}
-    for pid, first, last in r.aborted:
-        aborted.setdefault(pid, []).append((first, last))
+    aborted = aborted_spans(r.aborted)
     cursor = r.start
     bases = list(r.bases)
     attempts = 0
@@ -103,11 +101,7 @@ def read_range(
             and b.header.base_offset < seg_end
         ]
         if read_committed and aborted:
-            wanted = [
-                b
-                for b in wanted
-                if not (b.header.is_transactional and in_aborted_transaction(b.header, aborted))
-            ]
+            wanted = [b for b in wanted if not in_aborted_transaction(b.header, aborted)]
         for chunk in _chunks(wanted):
             cols = decode_batches(chunk)
             rb = to_record_batch(cols, r.topic, r.partition, include_headers)

@@ -108,11 +108,11 @@ def _records_from(
         page.bytes_scanned += len(data)
         last = pos - 1
         for b in iter_batches(data):
-            last = b.header.last_offset
             h = b.header
+            last = h.last_offset
             if h.is_control or h.last_offset < pos or h.base_offset >= end:
                 continue
-            if h.is_transactional and in_aborted_transaction(h, aborted):
+            if in_aborted_transaction(h, aborted):
                 page.aborted_skipped += h.record_count
                 continue
             for r in b.records():
