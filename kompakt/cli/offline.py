@@ -12,7 +12,7 @@ from pathlib import Path
 
 from kompakt.errors import KompaktError
 from kompakt.log.data_dir import check_new_data_dir, require_data_dir
-from kompakt.log.txn_index import aborted_by_producer, in_aborted_transaction
+from kompakt.log.txn_index import aborted_by_producer, consumer_records
 from kompakt.record import codecs
 from kompakt.record.encode import build_simple_batch
 
@@ -162,13 +162,5 @@ class OfflineBackend:
             if request.read_committed:  # as a READ_COMMITTED Fetch reads the log
                 end = plog.last_stable_offset
                 aborted = aborted_by_producer(plog.collect_aborted_transactions(start, end))
-            for batch in plog.iter_batches(start):
-                h = batch.header
-                if h.base_offset >= end:
-                    break
-                if h.is_control or in_aborted_transaction(h, aborted):
-                    continue
-                for r in batch.records():
-                    if r.offset < start:
-                        continue
-                    yield ConsumedRecord.of(topic, part, r)
+            for r in consumer_records(plog.iter_batches(start), start, end, aborted):
+                yield ConsumedRecord.of(topic, part, r)

@@ -174,7 +174,7 @@ class DataDirReader:
         return request.limit(self._consume(request, parts))
 
     def _consume(self, request: ConsumeRequest, parts: list[int]) -> Iterator[ConsumedRecord]:
-        from kompakt.log.txn_index import aborted_by_producer, in_aborted_transaction
+        from kompakt.log.txn_index import aborted_by_producer, consumer_records
         from kompakt.pipeline.layout import (
             cleaned_offsets,
             log_start_offsets,
@@ -198,19 +198,13 @@ class DataDirReader:
                 aborted = aborted_by_producer(found)
                 if unstable is not None:  # READ_COMMITTED stops at the last stable offset
                     end = min(end, max(unstable, log_start))
-            for base in segments_covering(bases, begin, end):
-                for batch in _file_batches(segment_path(pdir, base)):
-                    h = batch.header
-                    if h.last_offset < begin or h.is_control:
-                        continue
-                    if h.base_offset >= end:
-                        break
-                    if in_aborted_transaction(h, aborted):
-                        continue
-                    for r in batch.records():
-                        if not begin <= r.offset < end:
-                            continue
-                        yield ConsumedRecord.of(topic, part, r)
+            batches = (
+                batch
+                for base in segments_covering(bases, begin, end)
+                for batch in _file_batches(segment_path(pdir, base))
+            )
+            for r in consumer_records(batches, begin, end, aborted):
+                yield ConsumedRecord.of(topic, part, r)
 
 
 def _folder_topic_id(part_dir: Path) -> str:

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kompakt.record.decode import Record, RecordBatch
 from kompakt.record.header import Header
 
 ENTRY = struct.Struct(">hqqqq")
@@ -234,3 +235,30 @@ def aborted_spans(spans: Iterable[tuple[int, int, int]]) -> dict[int, list[tuple
     for producer_id, first, last in spans:
         out.setdefault(producer_id, []).append((first, last))
     return out
+
+
+def consumer_records(
+    batches: Iterable[RecordBatch],
+    begin: int,
+    end: int,
+    aborted: dict[int, list[tuple[int, int]]],
+    on_aborted: Callable[[Header], None] | None = None,
+) -> Iterator[Record]:
+    """The records a consumer reads from ``batches`` (a partition's, in offset order)
+    from ``begin`` up to ``end``: data batches only (markers are the consumer's to
+    skip), none inside a transaction of ``aborted`` (empty for READ_UNCOMMITTED;
+    ``on_aborted`` is told each batch left out). READ_COMMITTED readers pass the last
+    stable offset as ``end``. The one loop every offline reader and the console use."""
+    for batch in batches:
+        h = batch.header
+        if h.base_offset >= end:
+            return
+        if h.is_control or h.last_offset < begin:
+            continue
+        if in_aborted_transaction(h, aborted):
+            if on_aborted is not None:
+                on_aborted(h)
+            continue
+        for r in batch.records():
+            if begin <= r.offset < end:
+                yield r

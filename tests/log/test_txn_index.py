@@ -20,7 +20,12 @@ from txn_kit import TS, data, marker
 
 from kompakt.cleaner.cleaner import Cleaner
 from kompakt.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
-from kompakt.log.txn_index import AbortedTxn, TransactionIndex
+from kompakt.log.txn_index import (
+    AbortedTxn,
+    TransactionIndex,
+    aborted_by_producer,
+    consumer_records,
+)
 from kompakt.record.encode import build_simple_batch
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
 
@@ -458,3 +463,30 @@ def test_crash_with_only_cleaned_files_keeps_the_old_txnindex(
         assert b"x" * 40 in records  # the aborted data is back: the clean never happened
     finally:
         m.close()
+
+
+def test_consumer_records_read_as_kafkas_consumer_skips_markers_and_aborted_batches(
+    manager: LogManager,
+) -> None:
+    """Kafka's consumer (``CompletedFetch``): control batches are never records, a
+    READ_COMMITTED reader drops the batches of aborted transactions and stops at the
+    last stable offset, a READ_UNCOMMITTED one reads every data record up to ``end``;
+    records before ``begin`` inside the first batch are left out."""
+    manager.create_topic("t", 1, {})
+    plog = manager.get_log("t", 0)
+    plog.append(data(7, b"a", b"b"))  # 0-1: aborted
+    plog.append(data(8, b"c", b"d"))  # 2-3: committed
+    plog.append(marker(7, CONTROL_ABORT))  # 4
+    plog.append(marker(8, CONTROL_COMMIT))  # 5
+    plog.append(data(-1, b"e", transactional=False))  # 6
+    plog.append(data(9, b"f"))  # 7: still open, so the LSO is 7
+    lso = plog.last_stable_offset
+    assert lso == 7
+    aborted = aborted_by_producer(plog.collect_aborted_transactions(0, lso))
+    left_out = []
+    committed = consumer_records(plog.iter_batches(0), 0, lso, aborted, left_out.append)
+    assert [(r.offset, r.value) for r in committed] == [(2, b"c"), (3, b"d"), (6, b"e")]
+    assert [h.base_offset for h in left_out] == [0]
+    everything = consumer_records(plog.iter_batches(1), 1, plog.log_end_offset, {})
+    assert [r.offset for r in everything] == [1, 2, 3, 6, 7]
+    assert [r.offset for r in consumer_records(plog.iter_batches(3), 3, 6, {})] == [3]

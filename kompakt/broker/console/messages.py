@@ -30,7 +30,9 @@ from kompakt.broker.console.browse import (
 )
 from kompakt.errors import KompaktError
 from kompakt.log.partition_log import PartitionLog
-from kompakt.log.txn_index import aborted_by_producer, in_aborted_transaction
+from kompakt.log.txn_index import aborted_by_producer, consumer_records
+from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.header import Header
 
 
 @dataclass
@@ -94,12 +96,23 @@ def resolve_start(
 def _records_from(
     plog: PartitionLog, offset: int, end: int, budget: int, page: MessagePage
 ) -> Iterator[Any]:
-    """Records at or after ``offset`` below ``end`` (data batches only, none of an
-    aborted transaction), through :meth:`PartitionLog.read` one chunk at a time, until
-    ``budget`` bytes are read; ``page.aborted_skipped`` counts the records left out."""
-    from kompakt.record.decode import iter_batches
+    """Records at or after ``offset`` below ``end`` as a consumer reads them
+    (:func:`consumer_records`), until ``budget`` bytes are read;
+    ``page.aborted_skipped`` counts the records of aborted transactions left out."""
+
+    def skipped(h: Header) -> None:
+        page.aborted_skipped += h.record_count
 
     aborted = aborted_by_producer(plog.collect_aborted_transactions(offset, end))
+    batches = _batches_from(plog, offset, end, budget, page)
+    return consumer_records(batches, offset, end, aborted, skipped)
+
+
+def _batches_from(
+    plog: PartitionLog, offset: int, end: int, budget: int, page: MessagePage
+) -> Iterator[RecordBatch]:
+    """Batches from the one holding ``offset`` on, through :meth:`PartitionLog.read` one
+    chunk at a time, until ``end`` or ``budget`` bytes read (``page.bytes_scanned``)."""
     pos = offset
     while pos < end and page.bytes_scanned < budget:
         data = plog.read(pos, min(READ_CHUNK, budget - page.bytes_scanned) or 1)
@@ -108,16 +121,8 @@ def _records_from(
         page.bytes_scanned += len(data)
         last = pos - 1
         for b in iter_batches(data):
-            h = b.header
-            last = h.last_offset
-            if h.is_control or h.last_offset < pos or h.base_offset >= end:
-                continue
-            if in_aborted_transaction(h, aborted):
-                page.aborted_skipped += h.record_count
-                continue
-            for r in b.records():
-                if pos <= r.offset < end:
-                    yield r
+            last = b.header.last_offset
+            yield b
         if last < pos:
             return
         pos = last + 1
