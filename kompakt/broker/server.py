@@ -47,15 +47,14 @@ from kompakt.broker.produce_pipeline import (
     PIPELINE_BATCHES,
     PIPELINE_BYTES,
     Answered,
+    Appended,
     Calls,
     Frame,
     PendingAnswers,
     encode_answer,
     handle_produces,
     records_bytes,
-    resolve,
     send_frame,
-    telling,
     write_frame,
 )
 from kompakt.broker.protocol import Buffer, ProtocolError
@@ -415,7 +414,7 @@ class KafkaServer:
         # room for this batch (and the written ones collected)
         if not await conn.answers.settle(PIPELINE_BYTES, PIPELINE_BATCHES - 1):
             return False
-        appended: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        appended = Appended(asyncio.get_running_loop())
         answer = self._append_and_answer(conn, batch, calls, t0, appended, *conn.answers.last())
         nbytes = sum(records_bytes(req.body) for req in batch)
         conn.answers.add(asyncio.ensure_future(answer), appended, nbytes)
@@ -427,9 +426,9 @@ class KafkaServer:
         batch: list[Request],
         calls: Calls,
         t0: float,
-        appended: asyncio.Future[bool],
+        appended: Appended,
         answer_before: asyncio.Future[bool] | None,
-        appended_before: asyncio.Future[bool] | None,
+        appended_before: Appended | None,
     ) -> bool:
         """Append ``batch`` once the batch before it is appended (``appended`` says if
         it went through: none is appended after a handler that raised), then answer it
@@ -438,13 +437,12 @@ class KafkaServer:
         read: a worker woken while the loop still reads waits for the interpreter lock
         (more CPU per request, measured)."""
         try:
-            if appended_before is not None and not await appended_before:
+            if appended_before is not None and not await appended_before.wait():
                 return False  # ``appended`` told False below
-            loop = asyncio.get_running_loop()
-            done = await self._hop(handle_produces, calls, telling(loop, appended))
-            resolve(appended, not any(isinstance(r, Exception) for r, _out in done))
+            done = await self._hop(handle_produces, calls, appended.tell)
+            appended.settle(not any(isinstance(r, Exception) for r, _out in done))
         finally:
-            resolve(appended, False)
+            appended.settle(False)
         if answer_before is not None and not await answer_before:
             return False
         return await self._write_produces(conn, batch, done, t0)

@@ -28,20 +28,24 @@ log = logging.getLogger(__name__)
 HANDLER_THREADS = min(32, (os.cpu_count() or 1) + 4)
 
 
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    """On the loop: a hop's outcome into its future, unless the waiter gave up."""
-    if future.done():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
+Jobs = list[Callable[[], None]]
+
+
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any, jobs: Jobs | None = None) -> None:
+    """On the loop: a hop's outcome into its future, unless the waiter gave up; then
+    the ``jobs`` its handler kept for after the answer, queued behind the waiter's step
+    (which writes the answer), in the same wake of the loop."""
+    if not future.done():
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+    if jobs:
+        future.get_loop().call_soon(run_jobs, jobs)
 
 
 _after = threading.local()
 """``jobs``: what the request this handler thread serves left for after its answer."""
-
-Jobs = list[Callable[[], None]]
 
 
 def after_answer(job: Callable[[], None]) -> bool:
@@ -176,9 +180,7 @@ class Workers:
                 value, ok = exc, False
             jobs = _take_jobs()
             try:
-                loop.call_soon_threadsafe(_settle, future, ok, value)
-                if jobs:  # behind the waiter's step, which writes the answer
-                    loop.call_soon_threadsafe(loop.call_soon, run_jobs, jobs)
+                loop.call_soon_threadsafe(_settle, future, ok, value, jobs)
             except RuntimeError:  # the loop closed meanwhile: nobody waits
                 run_jobs(jobs)
 
