@@ -31,14 +31,17 @@ HANDLER_THREADS = min(32, (os.cpu_count() or 1) + 4)
 Jobs = list[Callable[[], None]]
 
 
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    """On the loop: a hop's outcome into its future, unless the waiter gave up."""
-    if future.done():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
+def _settle(future: asyncio.Future[Any], ok: bool, value: Any, jobs: Jobs | None = None) -> None:
+    """On the loop: a hop's outcome into its future, unless the waiter gave up; then
+    the ``jobs`` its handler kept for after the answer, queued behind the waiter's step
+    (which writes the answer), in the same wake of the loop."""
+    if not future.done():
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+    if jobs:
+        future.get_loop().call_soon(run_jobs, jobs)
 
 
 _after = threading.local()
@@ -47,10 +50,10 @@ _after = threading.local()
 
 def after_answer(job: Callable[[], None]) -> bool:
     """Inside a plain handler (:func:`handle_and_encode`) on this thread: ``job`` is
-    run on this thread once the request's answer is handed to the loop, and True;
-    elsewhere False (the caller does it its own way). For work the answer does not
-    wait for (a transaction's markers, once EndTxn's PrepareCommit is durable): done
-    by the thread already awake, it wakes no other thread."""
+    run on the loop once the request's answer is written, and True; elsewhere False
+    (the caller runs it now). For work the answer does not wait for that would
+    otherwise take the interpreter lock from the loop just as it writes the answer (a
+    transaction's markers, submitted as EndTxn's PrepareCommit is durable)."""
     jobs: Jobs | None = getattr(_after, "jobs", None)
     if jobs is None:
         return False
@@ -88,7 +91,7 @@ def handle_and_encode(
 ) -> tuple[Any, Frame | Exception | None]:
     """A plain handler's answer and its encoding, in one hop (a delayed answer is not
     encoded yet: it is completed on the loop). The jobs it keeps for after its answer
-    (:func:`after_answer`) the hop runs on this thread once the answer is handed over."""
+    (:func:`after_answer`) are handed to the loop by the hop, behind the answer."""
     _after.jobs = []
     try:
         result = handler(ctx, body)
@@ -177,10 +180,9 @@ class Workers:
                 value, ok = exc, False
             jobs = _take_jobs()
             try:
-                loop.call_soon_threadsafe(_settle, future, ok, value)
+                loop.call_soon_threadsafe(_settle, future, ok, value, jobs)
             except RuntimeError:  # the loop closed meanwhile: nobody waits
-                pass
-            run_jobs(jobs)  # the answer is the loop's now; this thread goes on
+                run_jobs(jobs)
 
         self._submit(run)
         return future

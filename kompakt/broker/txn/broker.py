@@ -6,9 +6,8 @@ thread serves the request (:mod:`~kompakt.broker.txn.inline`: AddPartitionsToTxn
 EndTxn on a handler thread, the rest on the loop), its timers on the broker's loop.
 Each ``__transaction_state`` record is appended by the thread that decided it, under
 the lock, so in the coordinator's order; its fsync runs on that handler thread or on
-the log thread. EndTxn's markers are written by its handler thread once the answer is
-handed to the loop (the coordinator's own aborts' and retries', by the log thread),
-after which the Complete record goes first in its partition's next batch (Kafka's ``TransactionStateManager`` appends and
+the log thread, which also writes the markers, after which the Complete record goes
+first in its partition's next batch (Kafka's ``TransactionStateManager`` appends and
 ``TransactionMarkerChannelManager``).
 
 The coordinator's state is stored in :class:`~kompakt.broker.txn.log.TransactionLog`,
@@ -216,12 +215,11 @@ class TransactionBroker:
 
     # -- the coordinator's I/O -----------------------------------------------------------
     def _on_io(self, fn: Callable[[], None], locked: bool = True) -> Completion[ErrorCode]:
-        """Run ``fn`` on the log thread, or, from a handler thread (EndTxn's markers), on
-        that thread once its answer is handed to the loop; complete with its error code
-        there, under :attr:`lock` (a coordinator completion), or on the loop if not
-        ``locked`` (a completion touching the group coordinator, whose state the loop
-        owns). The marker write, one per transaction, thereby costs no wake of another
-        thread, and its completion no wake of the loop."""
+        """Run ``fn`` on the log thread; complete with its error code there, under
+        :attr:`lock` (a coordinator completion), or on the loop if not ``locked`` (a
+        completion touching the group coordinator, whose state the loop owns). The
+        marker write's completion, one per transaction, thereby costs no wake of the
+        loop and no second thread hop."""
         out: Completion[ErrorCode] = Completion()
         loop = self.loop
 
@@ -248,9 +246,9 @@ class TransactionBroker:
                 with self.lock:
                     out.complete(ErrorCode.not_coordinator)
 
-        # from a handler thread (EndTxn's markers): there, after its answer (two runs
-        # each way, 4 producers: 2-4 fewer context switches a transaction)
-        if not after_answer(run):
+        # from a handler thread (EndTxn's markers): once its answer is written, so the
+        # log thread does not take the interpreter lock from the loop writing it
+        if not after_answer(submit):
             submit()
         return out
 

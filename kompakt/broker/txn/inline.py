@@ -9,9 +9,7 @@ with other handlers'), then the record adopted under the lock again and the answ
 encoded on the same thread. Each costs one thread round trip instead of three (the loop,
 the log thread and back, then an encoding thread and back). Everything else that calls
 the coordinator (the loop's handlers and timers, the marker writer) holds the lock too,
-and its appends' fsyncs go to the log thread as before. EndTxn's handler thread then
-writes the transaction's markers too, once its answer is handed to the loop
-(:func:`~kompakt.broker.workers.after_answer`).
+and its appends' fsyncs go to the log thread as before.
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ def test_concurrent_transactional_producers_commit_and_abort_exactly(broker) -> 
 
 
 def test_a_client_gone_right_after_end_txn_still_gets_its_markers(broker) -> None:
-    """EndTxn's markers are written once its answer is handed to the loop
+    """EndTxn's markers are submitted once its answer is written
     (:func:`kompakt.broker.workers.after_answer`); a client that sends EndTxn and hangs
     up at once, before the answer, must not leave its transaction in PrepareCommit:
     the markers are written, the id completes and read_committed readers get the
