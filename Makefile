@@ -15,7 +15,7 @@ venv: $(BIN)/python
 serve: venv
 	scripts/ensure-java.sh
 	scripts/ensure-kcat.sh || echo "warning: kcat could not be installed (the README's quick start uses it)" >&2
-	$(BIN)/kompakt serve $(ARGS)
+	$(BIN)/kompakt serve $(ARGS) || test $$? -eq 130
 
 test-deps: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
