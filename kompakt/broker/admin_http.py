@@ -294,6 +294,11 @@ class AdminServer:
             log_config=None,
             access_log=False,
             server_header=False,
+            # the peer is the socket's address, never a client's header: uvicorn
+            # otherwise takes X-Forwarded-For from loopback peers, and an ACL's host
+            # and the failed-login delay would go by what the client wrote (Kafka's
+            # RequestContext.clientAddress is the connection's)
+            proxy_headers=False,
             timeout_graceful_shutdown=5,
             h11_max_incomplete_event_size=MAX_BODY,
         )

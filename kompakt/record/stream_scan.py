@@ -31,6 +31,10 @@ CHUNK = 1 << 20  # decompressed bytes per step: the kernel's call stays ~1 ms
 _RECORD_PREFIX = 1 + 3 * MAX_VARINT_BYTES
 
 Rows = tuple[np.ndarray, np.ndarray, np.ndarray]  # offset, timestamp, key is null
+MAX_RECORD_LENGTH = 2**31 - 1
+"""Kafka reads a record's length as an int varint (``ByteUtils.readVarint``, at most
+32 bits): a longer one never reads back as the record it claims to be, so it is
+corrupt. Only a streamed record can be this long; in memory the payload bounds it."""
 
 
 @numba.njit(cache=True, nogil=True)
@@ -124,7 +128,7 @@ def stream_parts(batch: RecordBatch, chunk: int = CHUNK) -> Iterator[Run | BigRe
             if not src.fill():  # a record (or its length) cut by the end of the batch
                 raise bad
             continue
-        if p < 0 or length < 0:
+        if p < 0 or length < 0 or length > MAX_RECORD_LENGTH:
             raise bad
         yield _big_record(src, bad)
         remaining -= 1

@@ -515,13 +515,20 @@ def test_metadata_hides_topics_and_reports_real_authorized_operations(secured):
 
 def test_metadata_auto_create_needs_create(secured):
     """Kafka: auto-creation by Metadata needs CREATE on the cluster or the topic; with
-    only DESCRIBE the topic is UNKNOWN_TOPIC_OR_PARTITION and not made."""
+    only DESCRIBE the topic is TOPIC_AUTHORIZATION_FAILED and not made (KafkaApis'
+    unauthorizedForCreateTopics), so a client fails at once instead of retrying an
+    unknown topic; with auto-creation off it is UNKNOWN_TOPIC_OR_PARTITION."""
     b, _data = secured
     name = unique("acl-auto")
     body = {"topics": [{"name": name}], "allow_auto_topic_creation": True}
     _grant(b, [(T, name, Op.DESCRIBE)])
     try:
         resp = call(b.port, 3, 12, body)
+        assert resp.topics[0].error_code == ErrorCode.topic_authorization_failed
+        assert resp.topics[0].name == name
+        assert not b.logs.has_topic(name)
+        off = {**body, "allow_auto_topic_creation": False}
+        resp = call(b.port, 3, 12, off)
         assert resp.topics[0].error_code == ErrorCode.unknown_topic_or_partition
         assert not b.logs.has_topic(name)
         _grant(b, [(T, name, Op.CREATE)])

@@ -114,3 +114,35 @@ def test_decompress_chunks_bounds_every_piece_and_rejects_a_cut_stream(codec):
     assert codecs.decompress_bounded(codec, comp, len(raw)) == raw
     with pytest.raises(CorruptRecordError):
         b"".join(codecs.decompress_chunks(codec, comp[:-2], 1 << 16))
+
+
+def test_a_record_longer_than_an_int_varint_is_corrupt_even_when_its_bytes_are_there():
+    """Kafka reads a record's length with ``ByteUtils.readVarint`` (32 bits), so a record
+    of 2 GiB or more never reads back as itself and a broker must not store it. 64 KiB
+    of zstd holding a record of 2**31 + 16 bytes, every byte of it there, was accepted,
+    and every consumer then stalled on it."""
+    import zstandard
+
+    from kompakt.record.varint import varint_size, write_varint
+
+    length = 2**31 + 16
+    value = length - 5 - 5  # attributes, 3 one-byte varints, the header count; 5: its own
+    assert varint_size(value) == 5
+    head = bytearray()
+    for v in (length,):
+        write_varint(head, v)
+    head += b"\0"  # attributes
+    for v in (0, 0, -1, value):  # timestamp delta, offset delta, a null key, the value
+        write_varint(head, v)
+    squeeze = zstandard.ZstdCompressor(level=1).compressobj()
+    pieces = [squeeze.compress(bytes(head))]
+    zeros = bytes(16 << 20)
+    left = value
+    while left:
+        pieces.append(squeeze.compress(zeros[: min(left, len(zeros))]))
+        left -= min(left, len(zeros))
+    pieces += [squeeze.compress(b"\0"), squeeze.flush()]  # no headers
+    template = build_batch(_records()[:1], compression=codecs.ZSTD)
+    batch = _with_payload(template, b"".join(pieces), 1)
+    with pytest.raises(CorruptRecordError):
+        list(stream_records(batch, 0))

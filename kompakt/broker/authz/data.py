@@ -26,7 +26,6 @@ from kompakt.broker.authz.check import (
 from kompakt.broker.handlers.common import AUTHORIZED_OPERATIONS_OMITTED
 from kompakt.broker.handlers.fetch import fetch_error_partition, list_offsets_error_partition
 from kompakt.broker.handlers.metadata import topic_error as topic_error_entry
-from kompakt.broker.handlers.metadata import unknown_topic_error
 from kompakt.broker.handlers.produce import produce_error_partition
 from kompakt.broker.handlers.topics import delete_records_error_partition
 from kompakt.broker.handlers.txn import producers_error_partition
@@ -144,8 +143,8 @@ def metadata(c: Check, req: Any) -> Decision:
                 auto
                 and not ctx.logs.has_topic(name)
                 and not (c.cluster(Op.CREATE, log_denied=False) or c.ok(Op.CREATE, TOPIC, name))
-            ):  # KafkaApis: may describe, may not create: as if auto-creation were off
-                extra.append(topic_error_entry(unknown_topic_error(name), name))
+            ):  # KafkaApis.handleTopicMetadataRequest's unauthorizedForCreateTopics
+                extra.append(topic_error_entry(TOPIC_DENIED, name))
             else:
                 keep.append(t)
         if not keep and ctx.api_version == 0:  # an empty v0 list means every topic

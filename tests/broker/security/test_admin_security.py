@@ -275,6 +275,24 @@ def test_a_client_that_never_finishes_its_headers_is_cut_off():
         server.stop()
 
 
+def _gated_server(on_failure):
+    """An admin server of its own whose Basic check takes the password "right", each
+    failure waiting 100 ms more (the failed-login delay), started."""
+    from kompakt.broker.admin_http import AdminApi, AdminServer
+    from kompakt.broker.http_gate import GateSettings
+
+    gate = GateSettings(
+        authenticate=lambda u, p: None if p == "right" else "bad_password",
+        on_failure=on_failure,
+        failed_delay_ms=100,
+    )
+    server = AdminServer(
+        AdminApi(lambda: b"", lambda: [], lambda *a: {}), "127.0.0.1", 0, gate=gate
+    )
+    server.start()
+    return server
+
+
 def test_failed_logins_wait_longer_each_time_per_address_and_are_counted():
     """About 110 guesses a second were possible; now each failure from an address doubles
     the wait before its next check (from connection.failed.authentication.delay.ms, Kafka's
@@ -283,19 +301,8 @@ def test_failed_logins_wait_longer_each_time_per_address_and_are_counted():
 
     import httpx
 
-    from kompakt.broker.admin_http import AdminApi, AdminServer
-    from kompakt.broker.http_gate import GateSettings
-
     reasons: list[str] = []
-    gate = GateSettings(
-        authenticate=lambda u, p: None if p == "right" else "bad_password",
-        on_failure=reasons.append,
-        failed_delay_ms=100,
-    )
-    server = AdminServer(
-        AdminApi(lambda: b"", lambda: [], lambda *a: {}), "127.0.0.1", 0, gate=gate
-    )
-    server.start()
+    server = _gated_server(reasons.append)
     url = f"http://127.0.0.1:{server.port}/v1"
     try:
 
@@ -313,5 +320,30 @@ def test_failed_logins_wait_longer_each_time_per_address_and_are_counted():
         assert reasons == ["bad_password"] * 4
         assert took("right") >= 0.8  # the address still waits, then is forgotten
         assert throttle.delay_s("127.0.0.1") == 0.0
+    finally:
+        server.stop()
+
+
+def test_the_peer_is_the_sockets_address_not_an_x_forwarded_for_header():
+    """uvicorn takes X-Forwarded-For from loopback peers unless told not to, and the
+    address then picked an ACL's host and the failed-login delay's entry: a client on
+    127.0.0.1 could pass a host-restricted ACL or dodge the delay by naming another
+    address. An admin request's host is its connection's peer, as a Kafka request's
+    (RequestContext.clientAddress)."""
+    import httpx
+
+    server = _gated_server(lambda _reason: None)
+    url = f"http://127.0.0.1:{server.port}/v1"
+    try:
+        forged = {
+            "X-Forwarded-For": "10.0.0.1",
+            "X-Real-IP": "10.0.0.2",
+            "Forwarded": "for=10.0.0.3",
+        }
+        httpx.get(url, auth=("u", "wrong"), headers=forged, timeout=10)
+        throttle = server.app.app.throttle
+        assert throttle.delay_s("127.0.0.1") == 0.1
+        for other in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
+            assert throttle.delay_s(other) == 0.0
     finally:
         server.stop()
