@@ -243,12 +243,14 @@ def consumer_records(
     end: int,
     aborted: dict[int, list[tuple[int, int]]],
     on_aborted: Callable[[Header], None] | None = None,
+    decode: Callable[[RecordBatch], Iterable[Record]] = RecordBatch.records,
 ) -> Iterator[Record]:
     """The records a consumer reads from ``batches`` (a partition's, in offset order)
     from ``begin`` up to ``end``: data batches only (markers are the consumer's to
     skip), none inside a transaction of ``aborted`` (empty for READ_UNCOMMITTED;
     ``on_aborted`` is told each batch left out). READ_COMMITTED readers pass the last
-    stable offset as ``end``. The one loop every offline reader and the console use."""
+    stable offset as ``end``. The one loop every offline reader and the console use
+    (``decode``: how a batch's records are read; the console's are bounded)."""
     for batch in batches:
         h = batch.header
         if h.base_offset >= end:
@@ -259,6 +261,6 @@ def consumer_records(
             if on_aborted is not None:
                 on_aborted(h)
             continue
-        for r in batch.records():
+        for r in decode(batch):
             if begin <= r.offset < end:
                 yield r

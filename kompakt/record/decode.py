@@ -110,33 +110,7 @@ class RecordBatch:
         h = self.header
         if h.record_count == 0:
             return []  # Kafka: count 0 is an empty iterator, the payload is never decompressed
-        buf = self.records_payload()
-        out: list[Record] = []
-        pos = 0
-        log_append = h.attributes & TIMESTAMP_TYPE_BIT
-        for _ in range(h.record_count):
-            length, pos = read_varint(buf, pos)
-            end = pos + length
-            if length < 0 or end > len(buf):
-                raise CorruptRecordError(f"record overruns batch at offset {h.base_offset}")
-            pos += 1  # record attributes, unused
-            ts_delta, pos = read_varint(buf, pos)
-            off_delta, pos = read_varint(buf, pos)
-            key, pos = _read_bytes(buf, pos)
-            value, pos = _read_bytes(buf, pos)
-            n_headers, pos = read_varint(buf, pos)
-            headers = []
-            for _h in range(n_headers):
-                hk, pos = _read_bytes(buf, pos)
-                hv, pos = _read_bytes(buf, pos)
-                headers.append(((hk or b"").decode("utf-8", "replace"), hv))
-            if pos != end:
-                raise CorruptRecordError(f"record length mismatch in batch at {h.base_offset}")
-            ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
-            out.append(Record(h.base_offset + off_delta, ts, key, value, tuple(headers)))
-        if pos != len(buf):
-            raise CorruptRecordError(f"trailing bytes after records in batch at {h.base_offset}")
-        return out
+        return records_of_payload(h, self.records_payload())
 
     def control_record(self) -> ControlRecord | None:
         """The marker of a control batch, or None for a data batch."""
@@ -150,6 +124,36 @@ class RecordBatch:
         if recs[0].value is not None and len(recs[0].value) >= CONTROL_VALUE.size:
             _v, epoch = CONTROL_VALUE.unpack_from(recs[0].value)
         return ControlRecord(ctype, epoch, version)
+
+
+def records_of_payload(h: Header, buf: bytes | memoryview) -> list[Record]:
+    """The records of the batch of header ``h`` from its (decompressed) records section."""
+    out: list[Record] = []
+    pos = 0
+    log_append = h.attributes & TIMESTAMP_TYPE_BIT
+    for _ in range(h.record_count):
+        length, pos = read_varint(buf, pos)
+        end = pos + length
+        if length < 0 or end > len(buf):
+            raise CorruptRecordError(f"record overruns batch at offset {h.base_offset}")
+        pos += 1  # record attributes, unused
+        ts_delta, pos = read_varint(buf, pos)
+        off_delta, pos = read_varint(buf, pos)
+        key, pos = _read_bytes(buf, pos)
+        value, pos = _read_bytes(buf, pos)
+        n_headers, pos = read_varint(buf, pos)
+        headers = []
+        for _h in range(n_headers):
+            hk, pos = _read_bytes(buf, pos)
+            hv, pos = _read_bytes(buf, pos)
+            headers.append(((hk or b"").decode("utf-8", "replace"), hv))
+        if pos != end:
+            raise CorruptRecordError(f"record length mismatch in batch at {h.base_offset}")
+        ts = h.max_timestamp if log_append else h.base_timestamp + ts_delta
+        out.append(Record(h.base_offset + off_delta, ts, key, value, tuple(headers)))
+    if pos != len(buf):
+        raise CorruptRecordError(f"trailing bytes after records in batch at {h.base_offset}")
+    return out
 
 
 def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:

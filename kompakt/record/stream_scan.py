@@ -51,7 +51,7 @@ def _whole_records(buf, pos, end, limit):
     return n, pos
 
 
-class _Source:
+class ChunkSource:
     """Decompressed bytes from ``buf[pos:]`` on, refilled a chunk at a time."""
 
     def __init__(self, pieces: Iterator[bytes]):
@@ -112,7 +112,7 @@ def stream_parts(batch: RecordBatch, chunk: int = CHUNK) -> Iterator[Run | BigRe
     checked by whoever walks them.
     """
     h = batch.header
-    src = _Source(codecs.decompress_chunks(h.compression, batch.buffer[HEADER_SIZE:], chunk))
+    src = ChunkSource(codecs.decompress_chunks(h.compression, batch.buffer[HEADER_SIZE:], chunk))
     bad = malformed(batch)
     remaining = h.record_count
     while remaining:
@@ -155,7 +155,7 @@ def stream_records(batch: RecordBatch, batch_id: int, chunk: int = CHUNK) -> Ite
             )
 
 
-def _big_record(src: _Source, bad: CorruptRecordError) -> BigRecord:
+def _big_record(src: ChunkSource, bad: CorruptRecordError) -> BigRecord:
     """One record longer than a chunk, read as ``walk_records`` reads it (the key and
     value must fit in the record) but with only its leading fields held."""
     length, src.pos = py_varint(src.buf, src.pos, len(src.buf))

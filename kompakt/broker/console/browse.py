@@ -35,6 +35,9 @@ SCAN_BYTES = 32 << 20
 """Log bytes one message-browser request reads at most (a key search over a long log
 stops there and offers to go on)."""
 READ_CHUNK = 1 << 20
+PAGE_EXPANSION = 512 << 20
+"""Bytes the batches one page reads may decompress to (:mod:`kompakt.record.preview`):
+Kafka bounds a batch's compressed size, and a few KiB of zstd may hold 2 GiB."""
 VALUE_MODES = ("text", "json", "hex")
 KEY_ENCODINGS = ("text", "hex", "base64")
 OFFSET_MAX = 2**63 - 1

@@ -13,6 +13,7 @@ from typing import Any
 
 from kompakt.broker.console.browse import (
     KEY_SCAN_BYTES,
+    PAGE_EXPANSION,
     BrowseInputError,
     duration,
     header_pairs,
@@ -23,7 +24,7 @@ from kompakt.cleaner import explain
 from kompakt.errors import SegmentsChangedError
 from kompakt.log.partition_log import PartitionLog
 from kompakt.record.decode import iter_batches
-from kompakt.record.header import read_header
+from kompakt.record.preview import Allowance, preview_records
 
 
 @dataclass
@@ -188,6 +189,7 @@ def _records(
     """The key's records with their values and headers, read batch by batch."""
     by_segment = {s.base_offset: s for s in plog.segments_snapshot()}
     batches: dict[tuple[int, int], Any] = {}
+    allowance = Allowance(PAGE_EXPANSION)
     out = []
     for v in ex.verdicts:
         where = (v.segment, v.batch_position)
@@ -195,10 +197,12 @@ def _records(
             seg = by_segment.get(v.segment)
             if seg is None:
                 raise FileNotFoundError(f"segment {v.segment} is gone")
-            data = memoryview(seg.read_all())
-            batch = next(iter_batches(data, v.batch_position))
-            header = read_header(data, v.batch_position)
-            batches[where] = (header, {r.offset: r for r in batch.records()})
+            header = seg.read_header_at(v.batch_position)
+            if header is None:
+                raise FileNotFoundError(f"segment {v.segment} was cut short")
+            batch = next(iter_batches(seg.read_at(v.batch_position, header.size)))
+            recs = preview_records(batch, allowance)
+            batches[where] = (header, {r.offset: r for r in recs})
         header, recs = batches[where]
         rec = recs.get(v.offset)
         kr = KeyRecord(

@@ -19,6 +19,7 @@ from typing import Any
 from kompakt.broker.console.browse import (
     MAX_PAGE_RECORDS,
     PAGE_BYTES,
+    PAGE_EXPANSION,
     PAGE_RECORDS,
     READ_CHUNK,
     SCAN_BYTES,
@@ -33,6 +34,7 @@ from kompakt.log.partition_log import PartitionLog
 from kompakt.log.txn_index import aborted_by_producer, consumer_records
 from kompakt.record.decode import RecordBatch, iter_batches
 from kompakt.record.header import Header
+from kompakt.record.preview import Allowance, preview_records
 
 
 @dataclass
@@ -42,9 +44,13 @@ class Message:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    value_size: int = -1  # the value's whole size (-1: null)
 
     def value_as(self, mode: str, limit: int = 4000) -> str:
-        return render_bytes(self.value, mode, limit)
+        shown = render_bytes(self.value, mode, limit)
+        if self.value is not None and len(self.value) < self.value_size:
+            shown += f"\n(a value of {self.value_size} bytes: its first {len(self.value)} read)"
+        return shown
 
     def to_json(self, mode: str = "text") -> dict[str, Any]:
         return {
@@ -103,9 +109,12 @@ def _records_from(
     def skipped(h: Header) -> None:
         page.aborted_skipped += h.record_count
 
+    allowance = Allowance(PAGE_EXPANSION)
     aborted = aborted_by_producer(plog.collect_aborted_transactions(offset, end))
     batches = _batches_from(plog, offset, end, budget, page)
-    return consumer_records(batches, offset, end, aborted, skipped)
+    return consumer_records(
+        batches, offset, end, aborted, skipped, lambda b: preview_records(b, allowance)
+    )
 
 
 def _batches_from(
@@ -157,9 +166,11 @@ def browse_messages(
     try:
         for r in _records_from(plog, first, end, max_scan_bytes, page):
             next_offset = r.offset + 1
-            if key is not None and r.key != key:
+            if key is not None and (r.key != key or r.key_cut):
                 continue
-            page.messages.append(Message(r.offset, r.timestamp, r.key, r.value, r.headers))
+            page.messages.append(
+                Message(r.offset, r.timestamp, r.key, r.value, r.headers, r.value_size)
+            )
             size += len(r.key or b"") + len(r.value or b"")
             if len(page.messages) >= n or size >= max_page_bytes:
                 break

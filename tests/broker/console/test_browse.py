@@ -201,6 +201,35 @@ def test_message_browser_pages_by_offset_timestamp_and_key(broker):
     assert not page.messages and page.next_offset is not None and page.notes
 
 
+def test_a_value_far_larger_than_its_batch_is_shown_cut_with_its_size(broker):
+    """Kafka checks max.message.bytes against a batch's compressed size, so a few KiB of
+    zstd may carry a value of many MiB; the browser and the key inspector held each
+    such value twice (one view of a 512 MiB value took 1.3 GB). They show its start and
+    its size, and what follows it still pages."""
+    create(broker, "wide-values", config=COMPACTED)
+    p = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "linger.ms": 0,
+            "compression.type": "zstd",
+            "message.max.bytes": 100_000_000,
+        }
+    )
+    big = 40 << 20
+    p.produce("wide-values", key=b"wide", value=b"a" * big)
+    p.produce("wide-values", key=b"next", value=b"after")
+    p.flush(30)
+    plog = broker.logs.get_log("wide-values", 0)
+    page = messages.browse_messages(plog)
+    wide, after = page.messages
+    assert wide.value_size == big and len(wide.value) == 64 << 10
+    assert wide.value_as("text").endswith(f"(a value of {big} bytes: its first 65536 read)")
+    assert (after.key, after.value) == (b"next", b"after")
+    assert [m.offset for m in messages.browse_messages(plog, key=b"wide").messages] == [0]
+    found = keys.inspect_key(broker.logs, plog, b"wide", int(time.time() * 1000))
+    assert [len(r.value) for r in found.records] == [64 << 10]
+
+
 def test_message_browser_reads_committed_as_a_read_committed_consumer(broker):
     """Kafka's READ_COMMITTED: the records of an aborted transaction are left out and a
     page stops at the last stable offset (the first offset of a transaction still
