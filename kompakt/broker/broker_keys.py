@@ -248,6 +248,12 @@ KEYS: list[ConfigKey] = [
         at_least(1),
     ),
     ConfigKey(
+        "transaction.partition.verification.enable",
+        "boolean",
+        True,
+        "Check a transactional write's partition is in its transaction (KIP-890).",
+    ),
+    ConfigKey(
         "transaction.state.log.num.partitions",
         "int",
         50,

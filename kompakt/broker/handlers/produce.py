@@ -25,6 +25,7 @@ from kompakt.broker.handlers.common import (
 from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
+from kompakt.broker.txn.verify import verify_produce
 from kompakt.errors import InvalidTopicError
 from kompakt.log.names import is_internal
 from kompakt.log.partition_log import PartitionLog
@@ -104,9 +105,16 @@ def _not_durable(resp: dict[str, Any], exc: Exception) -> None:
     resp["error_code"], resp["error_message"] = error_of(exc)
 
 
-def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]], acks: int):
-    """Append each partition's records; with acks=all, answer a partition only once an
-    fsync covers its batch (a group commit with the other requests appending)."""
+def _produce_all(
+    ctx: RequestContext,
+    topics: list[tuple[str | None, Any, Any]],
+    acks: int,
+    transactional_id: str | None = None,
+):
+    """Append each partition's records, a transactional batch once its transaction is
+    found to hold the partition (KIP-890 part 1); with acks=all, answer a partition
+    only once an fsync covers its batch (a group commit with the other requests
+    appending)."""
     producers: ProducerStateManager = ctx.state.producers
     out = []
     for name, key, tdata in topics:
@@ -127,7 +135,15 @@ def _produce_all(ctx: RequestContext, topics: list[tuple[str | None, Any, Any]],
                         # group's offsets at the next load. The coordinator appends to the
                         # log directly and never comes through here.
                         raise InvalidTopicError(f"Cannot append to internal topic {name}")
-                    answer, end = _append(plog, producers, bytes(p.records))
+                    records = bytes(p.records)
+                    code, why = verify_produce(
+                        ctx.state, transactional_id, records, (name, p.index)
+                    )
+                    if code != ErrorCode.none:
+                        resp["error_code"], resp["error_message"] = code, why
+                        parts.append(resp)
+                        continue
+                    answer, end = _append(plog, producers, records)
                     if acks == ACKS_ALL:  # a failed fsync: not durable, answered as an error
                         flush_covering(plog, end, functools.partial(_not_durable, resp))
                     resp.update(answer)
@@ -164,7 +180,7 @@ def handle_produce(ctx: RequestContext, req: Any) -> dict[str, Any] | None:
             for _n, key, t in topics
         ]
         return {"responses": responses, "throttle_time": 0}
-    responses = _produce_all(ctx, topics, acks)
+    responses = _produce_all(ctx, topics, acks, req.transactional_id)
     if acks == ACKS_NONE:
         return None
     return {"responses": responses, "throttle_time": 0}

@@ -39,6 +39,7 @@ from kompakt.broker.txn.inline import run_inline
 from kompakt.broker.txn.log import TRANSACTION_STATE_TOPIC
 from kompakt.broker.txn.results import TransactionDescription, TransactionResult, client_error
 from kompakt.broker.txn.state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TransactionState
+from kompakt.broker.txn.verify import verify_offsets
 from kompakt.errors import KompaktError
 
 __all__ = [
@@ -228,14 +229,25 @@ async def handle_txn_offset_commit(ctx: RequestContext, req: Any) -> dict[str, A
         )
     check = check_commit(ctx, req.topics, group_error, gc.now())
     if check.to_commit:
-        tb = await load_txn_coordinator(ctx.state)
-        code = await _wait(
-            tb.store_offsets(
-                req.group_id, int(req.producer_id), int(req.producer_epoch), check.to_commit
-            )
+        assert gc.storage is not None
+        code = await verify_offsets(
+            ctx.state,
+            req.transactional_id,
+            int(req.producer_id),
+            int(req.producer_epoch),
+            gc.storage.partition_for(req.group_id),
         )
-        if code != ErrorCode.none:
-            check.fail_rest(ErrorCode.coordinator_not_available)
+        if code != ErrorCode.none:  # KIP-890: a zombie's or a stray commit, not written
+            check.fail_rest(code)
+        else:
+            tb = await load_txn_coordinator(ctx.state)
+            code = await _wait(
+                tb.store_offsets(
+                    req.group_id, int(req.producer_id), int(req.producer_epoch), check.to_commit
+                )
+            )
+            if code != ErrorCode.none:
+                check.fail_rest(ErrorCode.coordinator_not_available)
     topics = [{"name": t.name, "partitions": parts} for t, _name, parts in check.topics]
     return {"throttle_time": 0, "topics": topics}
 

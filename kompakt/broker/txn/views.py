@@ -46,6 +46,32 @@ class TransactionViews:
             {t: tuple(ps) for t, ps in topics.items()},
         )
 
+    def verify(
+        self,
+        transactional_id: str | None,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[tuple[str, int]],
+    ) -> ErrorCode:
+        """KIP-890 part 1 (Kafka's ``handleVerifyPartitionsInTransaction``): whether a
+        transactional write to ``partitions`` belongs to the ongoing transaction of
+        ``transactional_id`` at this producer id and epoch. A fenced producer, a write
+        after EndTxn or to a partition never added would otherwise leave a transaction
+        no marker ends (the partition's last stable offset held for ever) or offsets a
+        later commit applies. Partitions count once their AddPartitionsToTxn is written."""
+        if not transactional_id:
+            return ErrorCode.invalid_request
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping
+        if meta.producer_epoch != producer_epoch:
+            return ErrorCode.producer_fenced
+        if meta.state.in_prepare:
+            return ErrorCode.concurrent_transactions
+        if not set(partitions) <= meta.topic_partitions:
+            return ErrorCode.invalid_txn_state
+        return ErrorCode.none
+
     def list_transactions(
         self,
         producer_ids: Iterable[int] = (),

@@ -1,0 +1,91 @@
+"""A transactional write checked against its transaction before it is appended (KIP-890
+part 1, Kafka's ``transaction.partition.verification.enable``, on by default since 3.6).
+
+The decision is the coordinator's (:meth:`TransactionViews.verify`); this module asks
+it for the two writers of transactional batches: a Produce's partition and a
+TxnOffsetCommit's ``__consumer_offsets`` partition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
+from kompakt.broker.txn.broker import load_txn_coordinator, loaded_txn_broker
+from kompakt.record.header import ATTRIBUTES_POS, TRANSACTIONAL_BIT, read_header
+
+RETRIABLE = frozenset(
+    {
+        ErrorCode.concurrent_transactions,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.not_coordinator,
+    }
+)
+"""The coordinator's answers a writer retries: Kafka's ``ReplicaManager`` tells a
+producer NOT_ENOUGH_REPLICAS, the group coordinator COORDINATOR_NOT_AVAILABLE."""
+
+NOT_ADDED = "Partition was not added to the transaction"
+
+
+def enabled(state: Any) -> bool:
+    return bool(state.config.get("transaction.partition.verification.enable"))
+
+
+def transactional_producer(records: bytes) -> tuple[int, int] | None:
+    """(producer id, epoch) of a Produce partition's records if they are transactional
+    (Kafka's Produce v3+ carries exactly one batch; a torn one is the log's to refuse)."""
+    if len(records) < ATTRIBUTES_POS + 2:
+        return None
+    if not int.from_bytes(records[ATTRIBUTES_POS : ATTRIBUTES_POS + 2]) & TRANSACTIONAL_BIT:
+        return None
+    try:
+        h = read_header(records)
+    except Exception:  # too short for a header: the log refuses it
+        return None
+    return h.producer_id, h.producer_epoch
+
+
+def verify_produce(
+    state: Any, transactional_id: str | None, records: bytes, partition: tuple[str, int]
+) -> tuple[ErrorCode, str | None]:
+    """On a handler thread: NONE, or the error and message a transactional Produce of
+    ``records`` to ``partition`` is answered with instead of being appended."""
+    producer = transactional_producer(records)
+    if producer is None or not enabled(state):
+        return ErrorCode.none, None
+    tb = loaded_txn_broker(state)
+    with tb.lock:
+        code = tb.coordinator.verify(transactional_id, *producer, [partition])
+    if code == ErrorCode.invalid_txn_state:
+        return code, NOT_ADDED
+    if code in RETRIABLE:
+        return ErrorCode.not_enough_replicas, None
+    if code == ErrorCode.producer_fenced:
+        # a stale epoch as the partition's producer state answers it (Kafka's
+        # ProducerAppendInfo), which clients take as fatal fencing; librdkafka takes a
+        # Produce's PRODUCER_FENCED as abortable and would go on to abort first
+        return ErrorCode.invalid_producer_epoch, None
+    return code, None
+
+
+async def verify_offsets(
+    state: Any, transactional_id: str | None, producer_id: int, epoch: int, partition: int
+) -> ErrorCode:
+    """On the loop: NONE, or the error of a TxnOffsetCommit whose group's
+    ``__consumer_offsets`` ``partition`` is not in the producer's ongoing transaction
+    (a fenced producer's offsets were applied by the next commit of its id)."""
+    if not enabled(state):
+        return ErrorCode.none
+    tb = await load_txn_coordinator(state)
+    with tb.lock:
+        code = tb.coordinator.verify(
+            transactional_id, producer_id, epoch, [(OFFSETS_TOPIC, partition)]
+        )
+    if code in RETRIABLE:  # Kafka's group coordinator: retriable, as a failed write
+        return ErrorCode.coordinator_not_available
+    if code == ErrorCode.producer_fenced:  # what every TxnOffsetCommit client knows as
+        return ErrorCode.invalid_producer_epoch  # fenced (PRODUCER_FENCED came in 2.7)
+    return code
