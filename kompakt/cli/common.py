@@ -131,6 +131,36 @@ def open_backend(
     return open_broker(bootstrap_server, admin_url=admin_url)
 
 
+def check_offline_first(
+    data_dir: Path | None, bootstrap_server: str | None, check: Callable[[set[str]], None]
+) -> None:
+    """Offline, a write verb's own check on the data dir's topics, read without
+    writing, before the writer opens the dir: opening runs its recovery (a dir not shut
+    down cleanly has a corrupt or torn tail truncated) and rewrites its checkpoints,
+    and a typo (an unknown topic, a bad config) must fail touching nothing."""
+    if data_dir is None or bootstrap_server is not None:
+        return
+    from kompakt.log.manager import is_data_dir
+
+    if not is_data_dir(data_dir):
+        return  # the writer says what is wrong, or makes the new data dir
+    with open_backend(data_dir, read_only=True) as reader:
+        topics = {t.name for t in reader.list_topics()}
+    check(topics)
+
+
+def require_topic(name: str) -> Callable[[set[str]], None]:
+    """:func:`check_offline_first`'s check of a verb aimed at an existing topic."""
+
+    def check(topics: set[str]) -> None:
+        if name not in topics:
+            from kompakt.errors import UnknownTopicError
+
+            raise UnknownTopicError(f"unknown topic {name!r}")
+
+    return check
+
+
 def open_broker(bootstrap_server: str | None, *, admin_url: str | None = None) -> BrokerBackend:
     """The Kafka-protocol backend (imported on use: offline verbs need no Kafka client)."""
     from .broker_backend import BrokerBackend

@@ -36,7 +36,7 @@ import typer
 from kompakt.log.data_dir import require_data_dir
 
 from .backend import CliError
-from .common import emit, emit_json, print_error, print_table
+from .common import check_offline_first, emit, emit_json, print_error, print_table, require_topic
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
@@ -120,6 +120,8 @@ def compact_offline(
         from kompakt.log.manager import LogManager
 
         require_data_dir(data_dir)  # never turn a folder that is not a data dir into one
+        if topic is not None:  # an unknown topic fails before the dir is opened to write
+            check_offline_first(data_dir, None, require_topic(topic))
         # a dry run opens the dir read-only: no recovery, index rebuild, lock or checkpoint
         # reaches the disk; a clean's replaced segments are deleted when the manager closes
         with LogManager(data_dir, read_only=dry_run) as logs:

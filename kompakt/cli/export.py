@@ -6,6 +6,7 @@ not be replaced) happens before Spark starts, so it is quick and leaves no trace
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Annotated
@@ -78,4 +79,26 @@ def export(
             spark.stop()
             shutil.rmtree(stop.tmp, ignore_errors=True)
             raise
+        except Exception as exc:  # a corrupt batch, an unwritable --out: one line
+            raise CliError(f"export failed: {_why(exc)}") from exc
     emit(f"Exported {rows} key(s) of {topic} to {out} ({fmt}).")
+
+
+_CAUSES = (
+    r"kompakt\.errors\.\w+: (.+)",
+    r"\b(?:java|org\.apache)\.[\w.]+(?:Exception|Error): (.+)",
+    r"\b\w*Error: (.+)",
+)
+
+
+def _why(exc: Exception) -> str:
+    """A Spark failure in one line: the error a task or the JVM raised, out of the
+    traceback text a ``PythonException`` or ``Py4JJavaError`` carries (82 to 317 lines
+    for a corrupt batch or a read-only output folder)."""
+    text = str(exc)
+    for pattern in _CAUSES:
+        found = re.findall(pattern, text)
+        if found:
+            return found[0].strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__

@@ -17,6 +17,7 @@ from kompakt.errors import LogDirLockedError, UnknownTopicError
 from kompakt.log.config import TopicConfig
 from kompakt.log.data_dir import require_data_dir
 from kompakt.log.syncs import batches_before_zeros
+from kompakt.record.decode import RecordBatch
 from kompakt.record.header import LOG_OVERHEAD
 
 from .backend import (
@@ -199,12 +200,19 @@ class DataDirReader:
                 if unstable is not None:  # READ_COMMITTED stops at the last stable offset
                     end = min(end, max(unstable, log_start))
             batches = (
-                batch
+                _checked(batch)
                 for base in segments_covering(bases, begin, end)
                 for batch in _file_batches(segment_path(pdir, base))
             )
             for r in consumer_records(batches, begin, end, aborted):
                 yield ConsumedRecord.of(topic, part, r)
+
+
+def _checked(batch: RecordBatch) -> RecordBatch:
+    """The batch once its CRC holds: a reader prints no record of a corrupt batch
+    (Kafka's consumer, ``check.crcs`` true by default: CorruptRecordException)."""
+    batch.ensure_valid()
+    return batch
 
 
 def _folder_topic_id(part_dir: Path) -> str:

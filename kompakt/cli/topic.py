@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from .common import (
     Column,
     DataDir,
     JsonFlag,
+    check_offline_first,
     emit,
     emit_json,
     emit_listing,
@@ -23,6 +25,7 @@ from .common import (
     parse_configs,
     print_table,
     print_warnings,
+    require_topic,
 )
 
 app = typer.Typer(
@@ -47,9 +50,23 @@ def create(
 ) -> None:
     """Create a topic (offline, the data dir is created when missing)."""
     configs = parse_configs(config)
+    check_offline_first(
+        data_dir, bootstrap_server, functools.partial(_creatable, name, partitions, configs)
+    )
     with open_backend(data_dir, bootstrap_server, create=True) as backend:
         t = backend.create_topic(name, partitions, configs)
     emit(f"Created topic {t.name} with {t.partitions} partition(s).")
+
+
+def _creatable(name: str, partitions: int, configs: dict[str, str], topics: set[str]) -> None:
+    """The topic store's own checks of a new topic (the broker's defaults aside: with
+    no configs given none of them matter), then each config value's."""
+    from kompakt.log.config.defs import parse_value
+    from kompakt.log.topic_store import check_new_topic
+
+    check_new_topic(name, partitions, None, None, topics)
+    for key, value in configs.items():
+        parse_value(key, value)
 
 
 @app.command("alter")
@@ -68,6 +85,7 @@ def alter(
     deleted = [k.strip() for k in delete_config or []]
     if not configs and not deleted:
         raise CliError("nothing to alter: give --config key=value or --delete-config key")
+    check_offline_first(data_dir, bootstrap_server, require_topic(name))
     with open_backend(data_dir, bootstrap_server) as backend:
         overrides = backend.alter_topic(name, configs, deleted)
     shown = ",".join(f"{k}={v}" for k, v in sorted(overrides.items())) or "(none)"
@@ -177,6 +195,7 @@ def delete(
 
     if is_internal(name):
         raise CliError(f"topic '{name}' is a Kafka internal topic and is not allowed to be deleted")
+    check_offline_first(data_dir, bootstrap_server, require_topic(name))
     with open_backend(data_dir, bootstrap_server) as backend:
         backend.delete_topic(name)
     emit(f"Deleted topic {name}.")

@@ -10,6 +10,7 @@ never an argument, so it stays out of shell history and ``ps``.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,13 +63,31 @@ def _password(stdin: bool) -> str:
 
 
 @contextlib.contextmanager
-def _store(data_dir: Path, create: bool = False) -> Iterator[Any]:
+def _store(data_dir: Path, create: bool = False, write: bool = True) -> Iterator[Any]:
     """The data dir's SCRAM store, under the data dir's lock (refused while a broker owns
-    it, as every offline verb is) and only for a kompakt data dir."""
-    from kompakt.broker.security.scram_store import ScramStore
+    it, as every offline verb is; shared for a read) and only for a kompakt data dir.
 
-    with open_backend(data_dir, create=create):
+    The store is a file of its own, so its verbs never open the logs: opening them runs
+    a dir's recovery, and ``user list`` on a dir not shut down cleanly truncated a
+    topic's segment at a corrupt batch. Only ``create`` of a new data dir makes one."""
+    from kompakt.broker.security.scram_store import ScramStore
+    from kompakt.log.data_dir import require_data_dir
+    from kompakt.log.dirs import lock_dir, shared_dir_lock
+    from kompakt.log.manager import is_data_dir
+
+    if create and not is_data_dir(data_dir):
+        with open_backend(data_dir, create=True):  # a new data dir: nothing to recover
+            pass
+    require_data_dir(data_dir)
+    if not write:
+        with shared_dir_lock(data_dir):
+            yield ScramStore(data_dir)
+        return
+    fd = lock_dir(data_dir, exclusive=True)
+    try:
         yield ScramStore(data_dir)
+    finally:
+        os.close(fd)
 
 
 def _client_conf(bootstrap: str | None, client: list[str] | None) -> dict[str, str]:
@@ -136,6 +155,8 @@ def create(
     """Create or replace a user's SCRAM credentials (salted; the password is not kept)."""
     _transport(data_dir, bootstrap_server)
     mechs = _mechanisms(mechanism)
+    if not name:  # before the data dir or the broker is touched
+        raise CliError("the user name must not be empty")
     if not 4096 <= iterations <= 16384:  # Kafka's ScramMechanism bounds
         raise CliError(f"Iterations {iterations} is outside [4096, 16384]")
     if data_dir is not None:  # before the password prompt: a bad dir fails first
@@ -213,7 +234,7 @@ def list_users(
     """List SCRAM users with their mechanisms and iterations (never a secret)."""
     _transport(data_dir, bootstrap_server)
     if data_dir is not None:
-        with _store(data_dir) as store:
+        with _store(data_dir, write=False) as store:
             users = store.users()
     else:
         users = _describe_users(bootstrap_server, client_config)

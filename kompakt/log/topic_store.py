@@ -54,6 +54,30 @@ def new_topic_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+def check_new_topic(
+    name: str,
+    partitions: int,
+    configs: Mapping[str, str] | None,
+    broker_config: BrokerDefaults | Mapping[str, str] | None,
+    existing: Iterable[str],
+) -> TopicConfig:
+    """Whether a topic may be created beside ``existing`` (the error if not), and its
+    config: every creation path (CreateTopics, Metadata auto-create, the offline CLI,
+    the coordinator) and the offline CLI's check before it opens a data dir."""
+    validate_topic_name(name)
+    if partitions < 1:
+        raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
+    check_batch_size(partitions)
+    config = TopicConfig(dict(configs or {}), broker_config)
+    names = set(existing)
+    if name in names:
+        raise TopicExistsError(f"Topic '{name}' already exists.")
+    # Kafka's ReplicationControlManager.validateNewTopicNames: 'a.b' and 'a_b' would
+    # share metric names
+    validate_no_collision(name, names)
+    return config
+
+
 class TopicStore:
     """The topic operations of :class:`~kompakt.log.manager.LogManager` (its state:
     ``_topics`` and the logs, guarded by ``lock``)."""
@@ -84,20 +108,8 @@ class TopicStore:
     ) -> TopicMeta:
         """``topic_id``: keep this id (a topic recreated from the remote tier's record),
         else a new one."""
-        validate_topic_name(name)
-        if partitions < 1:
-            raise InvalidPartitionsError(
-                f"number of partitions must be at least 1, got {partitions}"
-            )
-        check_batch_size(partitions)
-        config = TopicConfig(dict(configs or {}), self.broker_config)
         with self.lock:
-            if name in self._topics:
-                raise TopicExistsError(f"Topic '{name}' already exists.")
-            # Kafka's ReplicationControlManager.validateNewTopicNames: 'a.b' and 'a_b'
-            # would share metric names; every creation path (CreateTopics, Metadata
-            # auto-create, the offline CLI, the coordinator) comes through here
-            validate_no_collision(name, self._topics)
+            config = check_new_topic(name, partitions, configs, self.broker_config, self._topics)
             meta = TopicMeta(name, partitions, topic_id or new_topic_id(), dict(config.overrides))
             if validate_only:
                 return meta

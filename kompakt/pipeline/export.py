@@ -64,8 +64,13 @@ class ExportTargetError(KompaktError):
     """The export's output path is one it must not write to or replace."""
 
 
-# What Spark's file writers leave in an output folder (parts, checksums, markers).
-_SPARK_OUTPUT = re.compile(r"^(part-.+|_SUCCESS|_committed_.+|_started_.+|\..+\.crc)$")
+# What Spark's file writers leave in an output folder: parts named by task and job
+# (part-00000-<uuid>-c000.snappy.parquet), their checksums, the markers. A user's own
+# part-00000-notes.csv is not one, and --overwrite keeps refusing it.
+_PART = r"part-\d{5}-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}(?:-c\d{3})?(?:\.\w+)*"
+_SPARK_OUTPUT = re.compile(
+    rf"^(?:{_PART}|_SUCCESS|_committed_\w+|_started_\w+|\.(?:{_PART}|_SUCCESS)\.crc)$"
+)
 
 
 def check_export_target(

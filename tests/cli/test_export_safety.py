@@ -22,6 +22,7 @@ from kompakt.log.manager import LogManager
 from kompakt.record.encode import build_simple_batch
 
 runner = CliRunner()
+SPARK_UUID = "0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
 
 
 @pytest.fixture(autouse=True)
@@ -78,9 +79,20 @@ def test_export_refuses_a_non_empty_folder_without_overwrite(tree: Path):
 def test_overwrite_replaces_only_an_earlier_export(tree: Path):
     """--overwrite is consent to replace an earlier export, not any folder: one holding
     a file no export writes is refused even with it."""
-    (tree / "mine" / "part-00000.parquet").write_bytes(b"PAR1")
+    (tree / "mine" / f"part-00000-{SPARK_UUID}-c000.snappy.parquet").write_bytes(b"PAR1")
     before = snapshot(tree)
     assert_one_line_error(export(tree, tree / "mine", "--overwrite"), "'thesis.tex'")
+    assert snapshot(tree) == before
+
+
+def test_overwrite_refuses_a_users_file_that_only_starts_like_sparks(tree: Path):
+    """Spark names a part by task and job (part-NNNNN-<uuid>-cNNN.<ext>); a user's
+    part-00000-notes.csv beside a _SUCCESS was taken for one and deleted."""
+    (tree / "mine" / "thesis.tex").unlink()
+    (tree / "mine" / "part-00000-notes.csv").write_text("my precious")
+    (tree / "mine" / "_SUCCESS").touch()
+    before = snapshot(tree)
+    assert_one_line_error(export(tree, tree / "mine", "--overwrite"), "'part-00000-notes.csv'")
     assert snapshot(tree) == before
 
 

@@ -184,7 +184,9 @@ def test_ctrl_c_during_export_keeps_the_earlier_export_whole(data_dir: Path, tmp
         )
     out = tmp_path / "out"
     out.mkdir()
-    (out / "part-00000-old.json").write_text('{"old": true}\n')
+    (out / "part-00000-0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b-c000.json").write_text(
+        '{"old": true}\n'
+    )
     (out / "_SUCCESS").write_text("")
     old = snapshot(out, mtimes=False)
     proc = kompakt(

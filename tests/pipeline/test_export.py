@@ -116,6 +116,23 @@ def test_export_cli_errors_are_one_line(spark, manager, data_dir, tmp_path):
         assert message in res.output and "Traceback" not in res.output
 
 
+def test_export_of_a_corrupt_batch_is_one_line(spark, manager, data_dir, tmp_path):
+    """A task's CorruptRecordError came out as 82 lines of traceback (an output folder
+    Spark cannot make as 317, 242 of them Java frames: the same handler); it is one
+    ``error:`` line, and no temporary folder is left."""
+    _users(manager)
+    manager.close()
+    seg = data_dir / "users-0" / "00000000000000000002.log"  # Rome's segment
+    raw = bytearray(seg.read_bytes())
+    raw[raw.index(b"Rome")] ^= 0xFF  # under the batch's CRC
+    seg.write_bytes(bytes(raw))
+    res = _cli("export", "users", "--data-dir", str(data_dir), "--out", str(tmp_path / "o"))
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: export failed: CRC mismatch"), lines
+    assert not (tmp_path / "o").exists() and _siblings(tmp_path / "o") == []
+
+
 def _cli(*args: str):
     from typer.testing import CliRunner
 

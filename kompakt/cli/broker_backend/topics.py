@@ -9,6 +9,7 @@ them and ``warnings`` says why.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,15 @@ from kompakt.errors import UnknownTopicError
 
 from ..backend import CliError, PartitionDescription, TopicDescription, TopicSummary
 from .connection import BrokerConnection
+
+
+def _topic_id(uuid: Any) -> str:
+    """A topic id as Kafka's ``Uuid.toString`` writes it (URL-safe base64, unpadded),
+    as the offline verbs print it; confluent-kafka's ``str`` uses the standard
+    alphabet, so the same topic showed two ids."""
+    msb, lsb = uuid.get_most_significant_bits(), uuid.get_least_significant_bits()
+    raw = (msb & (2**64 - 1)).to_bytes(8, "big") + (lsb & (2**64 - 1)).to_bytes(8, "big")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 class TopicVerbs(BrokerConnection):
@@ -32,7 +42,7 @@ class TopicVerbs(BrokerConnection):
         )
         self._wait(futures[name], topic=name)
         ids = self._topic_ids([name])
-        return TopicSummary(name, partitions, str(ids[name].topic_id))
+        return TopicSummary(name, partitions, _topic_id(ids[name].topic_id))
 
     def alter_topic(
         self, name: str, set: Mapping[str, str], delete: Sequence[str]
@@ -93,7 +103,7 @@ class TopicVerbs(BrokerConnection):
                     )
                 )
             out.append(
-                TopicDescription(n, str(ids[n].topic_id), len(parts), configs.get(n, []), parts)
+                TopicDescription(n, _topic_id(ids[n].topic_id), len(parts), configs.get(n, []), parts)
             )
         return out
 
@@ -115,7 +125,7 @@ class TopicVerbs(BrokerConnection):
         md = self._metadata()
         names = sorted(md.topics)
         ids = self._topic_ids(names)
-        return [TopicSummary(n, len(md.topics[n].partitions), str(ids[n].topic_id)) for n in names]
+        return [TopicSummary(n, len(md.topics[n].partitions), _topic_id(ids[n].topic_id)) for n in names]
 
     def delete_topic(self, name: str) -> None:
         futures = self._call(
