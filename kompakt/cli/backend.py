@@ -319,7 +319,12 @@ def batches(
 
 def partial_write_error(exc: KompaktError, written: int) -> KompaktError:
     """``exc`` saying how much of a produce had been written when it failed."""
-    done = f"{written} earlier records were written" if written else "nothing was written"
+    done = (
+        f"{written} records were written, not necessarily the first {written} lines: "
+        "each partition's batches go on their own"
+        if written
+        else "nothing was written"
+    )
     return type(exc)(f"{exc} ({done})")
 
 

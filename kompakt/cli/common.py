@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -114,11 +115,8 @@ def open_backend(
     ``KOMPAKT_DATA_DIR`` cannot send a command to the wrong place. ``read_only`` verbs
     get a reader that changes nothing in the data dir; only ``create`` may make one.
     """
+    check_transport(data_dir, bootstrap_server)
     if data_dir is not None:
-        if bootstrap_server is not None:
-            raise CliError(
-                "use either --data-dir (offline) or --bootstrap-server (a broker), not both"
-            )
         # imported on use: they load the log and record layers (numba), which
         # `kompakt --help` and the broker verbs do not need
         if read_only:
@@ -129,6 +127,20 @@ def open_backend(
 
         return OfflineBackend(data_dir, create=create)
     return open_broker(bootstrap_server, admin_url=admin_url)
+
+
+def check_transport(data_dir: Path | None, bootstrap_server: str | None) -> None:
+    """Refuse both transports at once, naming ``KOMPAKT_DATA_DIR`` when the data dir
+    came from it (the user typed only --bootstrap-server)."""
+    if data_dir is None or bootstrap_server is None:
+        return
+    env = os.environ.get("KOMPAKT_DATA_DIR")
+    if env and Path(env) == Path(data_dir):
+        raise CliError(
+            f"KOMPAKT_DATA_DIR is set ({env}), which means --data-dir (offline): unset it "
+            "to use --bootstrap-server, or leave --bootstrap-server out"
+        )
+    raise CliError("use either --data-dir (offline) or --bootstrap-server (a broker), not both")
 
 
 def check_offline_first(

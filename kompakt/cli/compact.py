@@ -45,7 +45,10 @@ class OfflineInterruptedError(Exception):
     """Ctrl-C in an offline compact outside the clean itself (whose signals abort it at a
     safe point): while the data dir opened or Spark started, or while it closed."""
 
-    def __init__(self, cleaned: bool) -> None:
+    def __init__(self, cleaned: bool, dry_run: bool = False) -> None:
+        if dry_run:  # opened read-only: there is nothing to recover
+            super().__init__("interrupted: the dry run stopped, nothing changed")
+            return
         what = (
             "the compaction finished, the data dir was not closed cleanly"
             if cleaned
@@ -141,7 +144,7 @@ def compact_offline(
                         topic, partition, dry_run=dry_run, progress=progress_for
                     )
     except KeyboardInterrupt:
-        raise OfflineInterruptedError(cleaned=result is not None) from None
+        raise OfflineInterruptedError(cleaned=result is not None, dry_run=dry_run) from None
     return result.to_json()
 
 

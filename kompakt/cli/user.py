@@ -19,7 +19,15 @@ from typing import Annotated, Any
 import typer
 
 from .backend import CliError
-from .common import BootstrapServer, DataDir, JsonFlag, emit, emit_json, open_backend
+from .common import (
+    BootstrapServer,
+    DataDir,
+    JsonFlag,
+    check_transport,
+    emit,
+    emit_json,
+    open_backend,
+)
 
 app = typer.Typer(
     help="Manage SCRAM users (SASL/SCRAM-SHA-256 and -512). With --data-dir it works offline "
@@ -135,11 +143,6 @@ def _describe_users(bootstrap: str | None, client: list[str] | None) -> dict[str
     }
 
 
-def _transport(data_dir: Path | None, bootstrap: str | None) -> None:
-    if data_dir is not None and bootstrap is not None:
-        raise CliError("use either --data-dir (offline) or --bootstrap-server (a broker), not both")
-
-
 @app.command("create")
 def create(
     name: Annotated[str, typer.Argument(help="User name.")],
@@ -153,7 +156,7 @@ def create(
     client_config: ClientOpt = None,
 ) -> None:
     """Create or replace a user's SCRAM credentials (salted; the password is not kept)."""
-    _transport(data_dir, bootstrap_server)
+    check_transport(data_dir, bootstrap_server)
     mechs = _mechanisms(mechanism)
     if not name:  # before the data dir or the broker is touched
         raise CliError("the user name must not be empty")
@@ -203,7 +206,7 @@ def delete(
     client_config: ClientOpt = None,
 ) -> None:
     """Delete a user's SCRAM credentials."""
-    _transport(data_dir, bootstrap_server)
+    check_transport(data_dir, bootstrap_server)
     mechs = _mechanisms(mechanism)
     if data_dir is not None:
         with _store(data_dir) as store:
@@ -232,7 +235,7 @@ def list_users(
     client_config: ClientOpt = None,
 ) -> None:
     """List SCRAM users with their mechanisms and iterations (never a secret)."""
-    _transport(data_dir, bootstrap_server)
+    check_transport(data_dir, bootstrap_server)
     if data_dir is not None:
         with _store(data_dir, write=False) as store:
             users = store.users()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from http import HTTPStatus
@@ -21,18 +22,42 @@ from kompakt.log.dir_failure import find_disk_error
 log = logging.getLogger(__name__)
 
 MAX_BODY = 64 * 1024
+BODY_TIMEOUT_S = 10.0
+"""How long a request's body may take to arrive, as its headers may (the admin
+listener's header timeout): a body dripped a byte at a time held its connection."""
+
+
+class BodyError(ValueError):
+    """A request body refused: ``status`` 400 (a bad Content-Length), 413 (too large) or
+    408 (too slow)."""
+
+    def __init__(self, status: HTTPStatus, message: str):
+        super().__init__(message)
+        self.status = status
 
 
 async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
-    """The request body, at most ``limit`` bytes (:class:`ValueError` past it)."""
+    """The request body, at most ``limit`` bytes within :data:`BODY_TIMEOUT_S`
+    (:class:`BodyError` otherwise); the one reader of every body the admin listener
+    takes."""
+    timeout_s = BODY_TIMEOUT_S
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise ValueError(f"body must be at most {limit} bytes")
+    too_big = BodyError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body must be at most {limit} bytes")
+    if declared is not None and not declared.isdigit():
+        raise BodyError(HTTPStatus.BAD_REQUEST, f"Content-Length {declared[:40]!r} is not a size")
+    if declared is not None and int(declared) > limit:
+        raise too_big
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ValueError(f"body must be at most {limit} bytes")
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():  # bounded even without a Content-Length
+                body += chunk
+                if len(body) > limit:
+                    raise too_big
+    except TimeoutError:
+        raise BodyError(
+            HTTPStatus.REQUEST_TIMEOUT, f"the body did not arrive within {timeout_s:g} s"
+        ) from None
     return bytes(body)
 
 
@@ -97,8 +122,8 @@ async def run_compact(request: Request, req: Any) -> Response:
 async def parse_json_body(request: Request) -> tuple[Any, Response | None]:
     try:
         body = await read_body(request)
-    except ValueError as exc:
-        return None, common.json_response(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
+    except BodyError as exc:
+        return None, common.json_response(exc.status, {"error": str(exc)})
     try:
         return json.loads(body or b"{}"), None
     except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, deep nesting

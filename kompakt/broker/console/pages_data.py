@@ -30,6 +30,7 @@ from starlette.routing import BaseRoute, Route
 
 from kompakt.broker.console import browse, common, key_find, keys, messages, topic_configs
 from kompakt.broker.console import groups as group_views
+from kompakt.broker.console.actions import BodyError, read_body
 from kompakt.broker.http_gate import form_token_ok, gate_of
 from kompakt.broker.seams import BrokerView
 from kompakt.errors import KompaktError
@@ -266,15 +267,10 @@ async def configs_edit(request: Request) -> Response:
             "the console is read-only: config edits need kompakt.admin.console.writes=true "
             "(and, with kompakt.admin.auth=basic, a user)",
         )
-    declared = request.headers.get("content-length") or "0"
-    too_big = f"a form must be at most {FORM_LIMIT} bytes"
-    if not declared.isdigit() or int(declared) > FORM_LIMIT:
-        return common.error_page(request, 400, too_big)
-    body = bytearray()
-    async for chunk in request.stream():  # bounded even without a Content-Length
-        body += chunk
-        if len(body) > FORM_LIMIT:
-            return common.error_page(request, 400, too_big)
+    try:
+        body = await read_body(request, FORM_LIMIT)
+    except BodyError as exc:
+        return common.error_page(request, int(exc.status), f"the form: {exc}")
     form = {k: v[0] for k, v in parse_qs(bytes(body).decode("utf-8", "replace")).items()}
     if not form_token_ok(request, form.get("csrf")):
         return common.error_page(

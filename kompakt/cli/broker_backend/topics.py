@@ -103,7 +103,9 @@ class TopicVerbs(BrokerConnection):
                     )
                 )
             out.append(
-                TopicDescription(n, _topic_id(ids[n].topic_id), len(parts), configs.get(n, []), parts)
+                TopicDescription(
+                    n, _topic_id(ids[n].topic_id), len(parts), configs.get(n, []), parts
+                )
             )
         return out
 
@@ -125,7 +127,9 @@ class TopicVerbs(BrokerConnection):
         md = self._metadata()
         names = sorted(md.topics)
         ids = self._topic_ids(names)
-        return [TopicSummary(n, len(md.topics[n].partitions), _topic_id(ids[n].topic_id)) for n in names]
+        return [
+            TopicSummary(n, len(md.topics[n].partitions), _topic_id(ids[n].topic_id)) for n in names
+        ]
 
     def delete_topic(self, name: str) -> None:
         futures = self._call(

@@ -347,3 +347,27 @@ def test_the_peer_is_the_sockets_address_not_an_x_forwarded_for_header():
             assert throttle.delay_s(other) == 0.0
     finally:
         server.stop()
+
+
+def test_a_body_too_large_is_413_and_one_too_slow_is_408(plain_broker, monkeypatch):
+    """A body past the limit answered 400; one dripped a byte at a time held its
+    connection for as long as the client liked (the headers had a timeout, the body
+    none). Every body the listener reads comes through one reader with both bounds."""
+    import socket
+    import time
+
+    from kompakt.broker.console import actions
+
+    b = plain_broker
+    host = {"Host": f"127.0.0.1:{b.admin_port}", **JSON}
+    status, _h, data = _raw(b, "POST", "/v1/compact", host, b"{" + b" " * (70 << 10) + b"}")
+    assert status == 413 and b"at most 65536 bytes" in data
+    monkeypatch.setattr(actions, "BODY_TIMEOUT_S", 0.5)
+    with socket.create_connection(("127.0.0.1", b.admin_port), timeout=10) as s:
+        head = f"POST /v1/compact HTTP/1.1\r\nHost: {host['Host']}\r\n"
+        head += "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+        t0 = time.monotonic()
+        s.sendall(head.encode())
+        answer = s.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
+        assert time.monotonic() - t0 < 5
