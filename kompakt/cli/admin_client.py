@@ -67,6 +67,8 @@ def admin_json(admin_url: str, path: str, body: Any = None, *, timeout: float = 
     Raises :class:`AdminUnreachable` when nothing answers and :class:`CliError` with the
     endpoint's own message for an HTTP error (401 says which variables to set).
     """
+    if "://" not in admin_url:  # urllib's "unknown url type" names no fix
+        raise CliError(f"--admin takes http(s)://HOST:PORT, not {admin_url!r}")
     base, user, pw = _split_credentials(admin_url.rstrip("/"))
     user = user or os.environ.get(USER_ENV)
     if pw is None:

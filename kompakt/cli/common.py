@@ -177,6 +177,11 @@ def open_broker(bootstrap_server: str | None, *, admin_url: str | None = None) -
     """The Kafka-protocol backend (imported on use: offline verbs need no Kafka client)."""
     from .broker_backend import BrokerBackend
 
+    for server in (bootstrap_server or "").split(","):
+        if server.strip().lower().startswith(("http://", "https://")):
+            raise CliError(  # librdkafka would say "Name or service not known"
+                f"--bootstrap-server takes HOST:PORT (the Kafka port), not a URL: {server!r}"
+            )
     return BrokerBackend(bootstrap_server or DEFAULT_BOOTSTRAP, admin_url=admin_url)
 
 

@@ -40,3 +40,12 @@ def test_a_failed_produce_does_not_call_what_was_written_a_prefix():
     the first 550300 lines; resuming from there lost some and repeated others."""
     said = str(partial_write_error(KompaktError("Message timed out"), 550300))
     assert "550300 records were written, not necessarily the first 550300 lines" in said
+
+
+def test_a_url_where_host_port_goes_and_the_reverse_say_what_is_wanted():
+    """``-b http://127.0.0.1:9092`` said "Name or service not known" and ``--admin
+    127.0.0.1:9644`` "unknown url type: 127.0.0.1"."""
+    r = runner.invoke(app, ["topic", "list", "-b", "http://127.0.0.1:1"])
+    assert_one_line_error(r, "--bootstrap-server takes HOST:PORT")
+    r = runner.invoke(app, ["compact", "t", "--admin", "127.0.0.1:1"])
+    assert_one_line_error(r, "--admin takes http(s)://HOST:PORT")
