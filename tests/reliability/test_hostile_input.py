@@ -453,7 +453,7 @@ def test_admin_compact_bad_request_is_json_4xx_never_500(wire_broker, body: byte
 def test_admin_compact_bad_framing_is_4xx(wire_broker) -> None:
     broker, _sandbox = wire_broker
     port = broker.admin_port
-    assert _post(port, b"x" * 70_000)[0] == 400  # larger than the body limit
+    assert _post(port, b"x" * 70_000)[0] == 413  # larger than the body limit: HTTP 413
     assert _status_of_bad_length(port, "abc") == 400
     assert _status_of_bad_length(port, "-5") == 400
     assert _post(port, b"{}", path="/v1/nope")[0] == 404
