@@ -49,6 +49,10 @@ class InvalidProducerEpochError(KompaktError, code="invalid_producer_epoch"):
     """A batch from an epoch older than the producer's last."""
 
 
+class InvalidTxnStateError(KompaktError, code="invalid_txn_state"):
+    """A transactional batch whose transaction ended while it was on its way."""
+
+
 @dataclass(frozen=True)
 class LastRecord:
     """Kafka's ``LastRecord``: a producer's last data offset (None: only markers since
@@ -119,6 +123,11 @@ class ProducerStateManager:
         (an offline compact, even a cancelled one, leaves no new file)."""
         self.ongoing: dict[int, int] = {}
         """First offset of each producer's open transaction."""
+        self.markers: dict[int, int] = {}
+        """How many markers of each producer this partition took since it was opened
+        (guarded by this object's lock): a transactional write verified against its
+        transaction is appended only if none came in between (Kafka's verification
+        guard, ``VerificationStateEntry``)."""
 
     # -- idempotence ---------------------------------------------------------------------
     def check(self, h: Header) -> BatchMeta | None:
@@ -280,11 +289,18 @@ class ProducerStateManager:
                 if h.last_offset >= complete_below:
                     self.ongoing.setdefault(h.producer_id, h.base_offset)
                 return None
+            self.markers[h.producer_id] = self.markers.get(h.producer_id, 0) + 1
             first = self.ongoing.pop(h.producer_id, None)
             if first is None or marker != CONTROL_ABORT:
                 return None
             lso = min(self.ongoing.values(), default=h.last_offset + 1)
             return AbortedTxn(h.producer_id, first, h.last_offset, lso)
+
+    def markers_of(self, producer_id: int) -> int:
+        """:attr:`markers` of one producer: read before a transactional write is
+        verified, compared when it is appended."""
+        with self._lock:
+            return self.markers.get(producer_id, 0)
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the earliest open transaction (Kafka's

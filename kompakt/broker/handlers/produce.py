@@ -25,7 +25,7 @@ from kompakt.broker.handlers.common import (
 from kompakt.broker.producers import ProducerStateManager
 from kompakt.broker.registry import ApiRegistry
 from kompakt.broker.state import RequestContext
-from kompakt.broker.txn.verify import verify_produce
+from kompakt.broker.txn.verify import Guard, check_guard, verify_produce
 from kompakt.errors import InvalidTopicError
 from kompakt.log.names import is_internal
 from kompakt.log.partition_log import PartitionLog
@@ -40,13 +40,18 @@ ACKS_ALL = -1
 
 
 def _append(
-    plog: PartitionLog, producers: ProducerStateManager, records: bytes
+    plog: PartitionLog,
+    producers: ProducerStateManager,
+    records: bytes,
+    guard: Guard | None = None,
 ) -> tuple[dict[str, Any], int]:
-    """The partition's answer and the offset an acks=all flush must reach for it."""
+    """The partition's answer and the offset an acks=all flush must reach for it
+    (``guard``: a verified transactional write's, :func:`check_guard`)."""
     headers = [b.header for b in iter_batches(records)]
     idempotent = any(h.producer_id > NO_PRODUCER_ID for h in headers)
     log_append = plog.config.message_timestamp_type == "LogAppendTime"
     with plog.lock:
+        check_guard(plog, guard)
         state = producers.for_log(plog) if idempotent else None
         if state is not None:
             for h in headers:
@@ -136,14 +141,12 @@ def _produce_all(
                         # log directly and never comes through here.
                         raise InvalidTopicError(f"Cannot append to internal topic {name}")
                     records = bytes(p.records)
-                    code, why = verify_produce(
-                        ctx.state, transactional_id, records, (name, p.index)
-                    )
+                    code, why, guard = verify_produce(ctx.state, transactional_id, records, plog)
                     if code != ErrorCode.none:
                         resp["error_code"], resp["error_message"] = code, why
                         parts.append(resp)
                         continue
-                    answer, end = _append(plog, producers, records)
+                    answer, end = _append(plog, producers, records, guard)
                     if acks == ACKS_ALL:  # a failed fsync: not durable, answered as an error
                         flush_covering(plog, end, functools.partial(_not_durable, resp))
                     resp.update(answer)

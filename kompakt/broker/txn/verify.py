@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
 from kompakt.broker.txn.broker import load_txn_coordinator, loaded_txn_broker
+from kompakt.log.producer_state import InvalidTxnStateError
 from kompakt.record.header import ATTRIBUTES_POS, TRANSACTIONAL_BIT, read_header
 
 RETRIABLE = frozenset(
@@ -48,27 +49,45 @@ def transactional_producer(records: bytes) -> tuple[int, int] | None:
     return h.producer_id, h.producer_epoch
 
 
+Guard = tuple[int, int]
+"""(producer id, its markers in the partition when the write was verified): the append
+takes the write only if no marker came in between (:func:`check_guard`)."""
+
+
 def verify_produce(
-    state: Any, transactional_id: str | None, records: bytes, partition: tuple[str, int]
-) -> tuple[ErrorCode, str | None]:
-    """On a handler thread: NONE, or the error and message a transactional Produce of
-    ``records`` to ``partition`` is answered with instead of being appended."""
+    state: Any, transactional_id: str | None, records: bytes, plog: Any
+) -> tuple[ErrorCode, str | None, Guard | None]:
+    """On a handler thread: NONE with the write's guard, or the error and message a
+    transactional Produce of ``records`` to ``plog`` is answered with instead."""
     producer = transactional_producer(records)
     if producer is None or not enabled(state):
-        return ErrorCode.none, None
+        return ErrorCode.none, None, None
+    guard = (producer[0], plog.transactions.markers_of(producer[0]))  # before the check
     tb = loaded_txn_broker(state)
     with tb.lock:
-        code = tb.coordinator.verify(transactional_id, *producer, [partition])
+        code = tb.coordinator.verify(transactional_id, *producer, [(plog.topic, plog.partition)])
+    if code == ErrorCode.none:
+        return code, None, guard
     if code == ErrorCode.invalid_txn_state:
-        return code, NOT_ADDED
+        return code, NOT_ADDED, None
     if code in RETRIABLE:
-        return ErrorCode.not_enough_replicas, None
+        return ErrorCode.not_enough_replicas, None, None
     if code == ErrorCode.producer_fenced:
         # a stale epoch as the partition's producer state answers it (Kafka's
         # ProducerAppendInfo), which clients take as fatal fencing; librdkafka takes a
         # Produce's PRODUCER_FENCED as abortable and would go on to abort first
-        return ErrorCode.invalid_producer_epoch, None
-    return code, None
+        return ErrorCode.invalid_producer_epoch, None, None
+    return code, None, None
+
+
+def check_guard(plog: Any, guard: Guard | None) -> None:
+    """Under ``plog.lock``, as the verified write is appended: refuse it if a marker of
+    its producer reached the partition since it was verified (its transaction ended on
+    the way: appended now, it would open a transaction no marker ends)."""
+    if guard is not None and plog.transactions.markers_of(guard[0]) != guard[1]:
+        raise InvalidTxnStateError(
+            f"the transaction of producer {guard[0]} ended while this write was verified"
+        )
 
 
 async def verify_offsets(

@@ -203,3 +203,38 @@ def test_verification_off_takes_a_stray_write_as_kafka_does(tmp_path):
         assert b.logs.get_log(topic, 0).last_stable_offset == 0
     finally:
         b.stop()
+
+
+def test_a_write_whose_transaction_ends_while_it_is_verified_is_refused(broker, monkeypatch):
+    """The check and the append are two steps: a marker reaching the partition between
+    them (EndTxn's, for a client that did not wait for its Produce) would leave the
+    write after the marker, an open transaction no marker ends. The append takes it
+    only if no marker of its producer came since the check (Kafka's verification
+    guard); here a marker is written right after the real check passes."""
+    from kompakt.broker.handlers import produce as produce_handler
+    from kompakt.record.encode import build_control_batch
+    from kompakt.record.header import CONTROL_ABORT
+
+    topic = _topic(broker, 1)
+    p = _init(broker, unique("tx"))
+    _add(broker, p, topic, 0)
+    plog = broker.logs.get_log(topic, 0)
+    real = produce_handler.verify_produce
+
+    def marker_meanwhile(state, tid, records, log):
+        answer = real(state, tid, records, log)
+        marker = build_control_batch(
+            CONTROL_ABORT,
+            producer_id=p["producer_id"],
+            producer_epoch=p["producer_epoch"],
+            timestamp=plog.clock(),
+        )
+        with plog.lock:
+            broker.broker.state.producers.for_log(plog)
+            plog.append(marker, trusted=True)
+        return answer
+
+    monkeypatch.setattr(produce_handler, "verify_produce", marker_meanwhile)
+    late = _produce(broker, p, topic, 0, 0)
+    assert late.error_code == ErrorCode.invalid_txn_state
+    assert (plog.log_end_offset, plog.last_stable_offset) == (1, 1)  # the marker alone
