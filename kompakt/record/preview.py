@@ -20,8 +20,8 @@ from kompakt.record import codecs
 from kompakt.record.decode import RecordBatch, records_of_payload
 from kompakt.record.header import HEADER_SIZE, TIMESTAMP_TYPE_BIT
 from kompakt.record.kernel import malformed
-from kompakt.record.stream_scan import CHUNK, MAX_RECORD_LENGTH, ChunkSource
-from kompakt.record.varint import MAX_VARINT_BYTES, decode_varint
+from kompakt.record.stream_scan import CHUNK, MAX_RECORD_LENGTH, ChunkSource, RecordFields
+from kompakt.record.varint import MAX_VARINT_BYTES
 
 WHOLE = 8 << 20
 """A batch expanding to at most this is decoded whole, as :meth:`RecordBatch.records`."""
@@ -103,46 +103,6 @@ def _spent(pieces: Iterator[bytes], allowance: Allowance) -> Iterator[bytes]:
         yield piece
 
 
-class _Fields:
-    """One record's fields, read from ``src`` within its ``left`` bytes."""
-
-    def __init__(self, src: ChunkSource, left: int, bad: Exception):
-        self.src, self.left, self.bad = src, left, bad
-
-    def varint(self) -> int:
-        src = self.src
-        src.ensure(min(self.left, MAX_VARINT_BYTES))
-        value, p = decode_varint(src.buf, src.pos, src.pos + min(self.left, src.avail()))
-        if p < 0:
-            raise self.bad
-        self.left -= p - src.pos
-        src.pos = p
-        return value
-
-    def skip(self, n: int) -> None:
-        if n > self.left or not self.src.skip(n):
-            raise self.bad
-        self.left -= n
-
-    def data(self, keep: int) -> tuple[bytes | None, int]:
-        """A length-prefixed field: its first ``keep`` bytes (None if null) and size."""
-        n = self.varint()
-        if n < 0:
-            return None, -1
-        if n > self.left:
-            raise self.bad
-        k = min(n, keep)
-        src = self.src
-        src.ensure(k)
-        if src.avail() < k:
-            raise self.bad
-        out = bytes(src.buf[src.pos : src.pos + k])
-        src.pos += k
-        self.left -= k
-        self.skip(n - k)
-        return out, n
-
-
 def _streamed(batch: RecordBatch, allowance: Allowance, keep: int, chunk: int) -> Iterator[Shown]:
     h = batch.header
     pieces = codecs.decompress_chunks(h.compression, batch.buffer[HEADER_SIZE:], chunk)
@@ -150,10 +110,10 @@ def _streamed(batch: RecordBatch, allowance: Allowance, keep: int, chunk: int) -
     bad = malformed(batch)
     log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
     for _ in range(h.record_count):
-        length = _Fields(src, MAX_VARINT_BYTES, bad).varint()
+        length = RecordFields(src, MAX_VARINT_BYTES, bad).varint()
         if length < 0 or length > MAX_RECORD_LENGTH:
             raise bad
-        f = _Fields(src, length, bad)
+        f = RecordFields(src, length, bad)
         f.skip(1)  # the record's attributes, unused
         ts_delta = f.varint()
         off_delta = f.varint()

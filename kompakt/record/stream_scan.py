@@ -27,8 +27,6 @@ from kompakt.record.varint import MAX_VARINT_BYTES, TRUNCATED
 from kompakt.record.varint import decode_varint as py_varint
 
 CHUNK = 1 << 20  # decompressed bytes per step: the kernel's call stays ~1 ms
-# attributes, timestamp delta, offset delta and key length: what a record starts with
-_RECORD_PREFIX = 1 + 3 * MAX_VARINT_BYTES
 
 Rows = tuple[np.ndarray, np.ndarray, np.ndarray]  # offset, timestamp, key is null
 MAX_RECORD_LENGTH = 2**31 - 1
@@ -155,30 +153,60 @@ def stream_records(batch: RecordBatch, batch_id: int, chunk: int = CHUNK) -> Ite
             )
 
 
+class RecordFields:
+    """One streamed record's fields, read from ``src`` within its ``left`` bytes: what
+    Kafka's ``DefaultRecord.readFrom`` checks of them (a field past the record, or a
+    varint cut by it, is ``bad``). Shared by validation (:func:`_big_record`) and the
+    console's reading (:mod:`kompakt.record.preview`)."""
+
+    def __init__(self, src: ChunkSource, left: int, bad: Exception):
+        self.src, self.left, self.bad = src, left, bad
+
+    def varint(self) -> int:
+        src = self.src
+        src.ensure(min(self.left, MAX_VARINT_BYTES))
+        value, p = py_varint(src.buf, src.pos, src.pos + min(self.left, src.avail()))
+        if p < 0:
+            raise self.bad
+        self.left -= p - src.pos
+        src.pos = p
+        return value
+
+    def skip(self, n: int) -> None:
+        if n > self.left or not self.src.skip(n):
+            raise self.bad
+        self.left -= n
+
+    def data(self, keep: int) -> tuple[bytes | None, int]:
+        """A length-prefixed field: its first ``keep`` bytes (None if null) and size."""
+        n = self.varint()
+        if n < 0:
+            return None, -1
+        if n > self.left:
+            raise self.bad
+        k = min(n, keep)
+        src = self.src
+        src.ensure(k)
+        if src.avail() < k:
+            raise self.bad
+        out = bytes(src.buf[src.pos : src.pos + k])
+        src.pos += k
+        self.left -= k
+        self.skip(n - k)
+        return out, n
+
+
 def _big_record(src: ChunkSource, bad: CorruptRecordError) -> BigRecord:
     """One record longer than a chunk, read as ``walk_records`` reads it (the key and
     value must fit in the record) but with only its leading fields held."""
     length, src.pos = py_varint(src.buf, src.pos, len(src.buf))
-    left = length
-    src.ensure(min(left, _RECORD_PREFIX))
-    end = src.pos + min(left, src.avail())
-    p = src.pos + 1  # the record's attributes byte (unused)
-    ts_delta, p = py_varint(src.buf, p, end)
-    off_delta, p = py_varint(src.buf, p, end) if p >= 0 else (0, p)
-    key_len, p = py_varint(src.buf, p, end) if p >= 0 else (0, p)
-    if p < 0:
+    f = RecordFields(src, length, bad)
+    f.skip(1)  # the record's attributes byte (unused)
+    ts_delta = f.varint()
+    off_delta = f.varint()
+    key_len = f.varint()
+    f.skip(max(key_len, 0))
+    if max(f.varint(), 0) > f.left:  # the value's length
         raise bad
-    left -= p - src.pos
-    src.pos = p
-    if max(key_len, 0) > left or not src.skip(max(key_len, 0)):
-        raise bad
-    left -= max(key_len, 0)
-    src.ensure(min(left, MAX_VARINT_BYTES))
-    value_len, p = py_varint(src.buf, src.pos, src.pos + min(left, src.avail()))
-    if p < 0:
-        raise bad
-    left -= p - src.pos
-    src.pos = p
-    if max(value_len, 0) > left or not src.skip(left):  # the value and headers, unread
-        raise bad
+    f.skip(f.left)  # the value and headers, unread
     return BigRecord(off_delta, ts_delta, key_len)

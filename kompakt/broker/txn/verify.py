@@ -8,6 +8,7 @@ TxnOffsetCommit's ``__consumer_offsets`` partition.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -44,7 +45,7 @@ def transactional_producer(records: bytes) -> tuple[int, int] | None:
         return None
     try:
         h = read_header(records)
-    except Exception:  # too short for a header: the log refuses it
+    except struct.error:  # too short for a header: the log refuses it
         return None
     return h.producer_id, h.producer_epoch
 
@@ -66,18 +67,24 @@ def verify_produce(
     tb = loaded_txn_broker(state)
     with tb.lock:
         code = tb.coordinator.verify(transactional_id, *producer, [(plog.topic, plog.partition)])
+    code = _told(code, ErrorCode.not_enough_replicas)
     if code == ErrorCode.none:
         return code, None, guard
-    if code == ErrorCode.invalid_txn_state:
-        return code, NOT_ADDED, None
+    return code, NOT_ADDED if code == ErrorCode.invalid_txn_state else None, None
+
+
+def _told(code: ErrorCode, retriable_as: ErrorCode) -> ErrorCode:
+    """The coordinator's answer as a writer is told it: a retriable one as
+    ``retriable_as`` (Kafka's ``ReplicaManager`` says NOT_ENOUGH_REPLICAS to a producer,
+    the group coordinator COORDINATOR_NOT_AVAILABLE), a stale epoch as the partition's
+    producer state answers it, INVALID_PRODUCER_EPOCH (Kafka's ``ProducerAppendInfo``):
+    every client takes that as fatal fencing, while librdkafka takes a Produce's
+    PRODUCER_FENCED as abortable, and TxnOffsetCommit clients before 2.7 do not know it."""
     if code in RETRIABLE:
-        return ErrorCode.not_enough_replicas, None, None
+        return retriable_as
     if code == ErrorCode.producer_fenced:
-        # a stale epoch as the partition's producer state answers it (Kafka's
-        # ProducerAppendInfo), which clients take as fatal fencing; librdkafka takes a
-        # Produce's PRODUCER_FENCED as abortable and would go on to abort first
-        return ErrorCode.invalid_producer_epoch, None, None
-    return code, None, None
+        return ErrorCode.invalid_producer_epoch
+    return code
 
 
 def check_guard(plog: Any, guard: Guard | None) -> None:
@@ -103,8 +110,4 @@ async def verify_offsets(
         code = tb.coordinator.verify(
             transactional_id, producer_id, epoch, [(OFFSETS_TOPIC, partition)]
         )
-    if code in RETRIABLE:  # Kafka's group coordinator: retriable, as a failed write
-        return ErrorCode.coordinator_not_available
-    if code == ErrorCode.producer_fenced:  # what every TxnOffsetCommit client knows as
-        return ErrorCode.invalid_producer_epoch  # fenced (PRODUCER_FENCED came in 2.7)
-    return code
+    return _told(code, ErrorCode.coordinator_not_available)
