@@ -34,7 +34,11 @@ from kompakt.cleaner.transactions import ProducerSummary
 from kompakt.errors import SegmentsChangedError
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import LogSegment
-from kompakt.record.scan import scan_records
+from kompakt.record.scan import payload_expansion, scan_records
+
+EXPANSION_BUDGET = 256 << 20
+"""Decompressed bytes one dry run may hold: it, like a clean, holds a segment's
+expanded payloads at once, a few times over while it scans them."""
 
 # why a record is kept or removed by the next clean
 PAST_RANGE = "past_range"  # kept: at or past the key map's end (not rewritten)
@@ -73,7 +77,9 @@ class KeyExplanation:
     dirty_records: int = 0
     verdicts: list[Verdict] = field(default_factory=list)
     bytes_scanned: int = 0
-    complete: bool = True  # False: the log was larger than the scan budget
+    bytes_expanded: int = 0  # what the compressed batches read expand to
+    complete: bool = True  # False: the log was larger than a budget
+    expansion_spent: bool = False  # the expansion budget, not the byte budget, stopped it
     read_until: int | None = None  # base offset of the first segment not read
 
 
@@ -88,24 +94,17 @@ def explain_key(
     now: int,
     *,
     max_scan_bytes: int,
+    max_expanded_bytes: int = EXPANSION_BUDGET,
 ) -> KeyExplanation:
     """Every record of ``key`` in ``plog`` with the next clean's verdict (see the module
     doc); ``checkpoint`` is the partition's cleaner checkpoint. At most
-    ``max_scan_bytes`` of the log are read; the segments past it are left out and the
-    map is fed only from those read (``complete`` is then False)."""
+    ``max_scan_bytes`` of the log are read, and its compressed batches expand to at
+    most ``max_expanded_bytes``; the segments past either are left out and the map is
+    fed only from those read (``complete`` is then False)."""
     planned = plog.segments_snapshot()  # one snapshot: what a clean now would plan
-    segments = [s for s in planned if s.size]
-    readable: list[LogSegment] = []
-    total = 0
-    for seg in segments:
-        if total + seg.size > max_scan_bytes:
-            break
-        readable.append(seg)
-        total += seg.size
-    out = KeyExplanation(plog.config.compact, bytes_scanned=total)
-    if len(readable) < len(segments):
-        out.complete, out.read_until = False, segments[len(readable)].base_offset
+    out = KeyExplanation(plog.config.compact)
     try:
+        readable = _readable(planned, max_scan_bytes, max_expanded_bytes, out)
         if plog.config.compact:
             _dry_run(plog, key, checkpoint, now, planned, readable, out)
         else:
@@ -116,6 +115,30 @@ def explain_key(
         ) from None
     out.verdicts.sort(key=lambda v: v.offset)
     return out
+
+
+def _readable(
+    planned: list[LogSegment], max_bytes: int, max_expanded: int, out: KeyExplanation
+) -> list[LogSegment]:
+    """The segments from the log start that fit both budgets. A clean holds a segment's
+    decompressed payloads at once (so does this dry run), and a few KiB of zstd may
+    expand to GiB: each segment's expansion is counted, streaming, before it is read."""
+    readable: list[LogSegment] = []
+    segments = [s for s in planned if s.size]
+    for seg in segments:
+        if out.bytes_scanned + seg.size > max_bytes:
+            break
+        left = max_expanded - out.bytes_expanded
+        grown = payload_expansion(segment_buffer(seg.log_path, seg.size), left)
+        if grown > left:
+            out.expansion_spent = True
+            break
+        readable.append(seg)
+        out.bytes_scanned += seg.size
+        out.bytes_expanded += grown
+    if len(readable) < len(segments):
+        out.complete, out.read_until = False, segments[len(readable)].base_offset
+    return readable
 
 
 def _dry_run(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from kompakt.errors import CorruptRecordError
 from kompakt.record import codecs
 from kompakt.record.decode import RecordBatch, iter_batches
 from kompakt.record.header import (
@@ -189,6 +190,30 @@ def scan_records(
         batch_size=hb.size.astype(np.int32),
         end_position=end_position,
     )
+
+
+def payload_expansion(data: bytes | bytearray | memoryview | np.ndarray, limit: int) -> int:
+    """Bytes the compressed data batches in ``data`` expand to, counted by streaming each
+    payload and never holding it, stopping once the count passes ``limit`` (a result
+    above ``limit`` means "more than ``limit``"). :func:`scan_records` holds every such
+    payload at once, and Kafka bounds a batch's compressed size only, so a caller with a
+    memory budget asks this first. A corrupt payload counts what it yielded before."""
+    buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+    hb, _end = _headers(buf, 0, len(buf))
+    codec = hb.attributes & COMPRESSION_MASK
+    wanted = (hb.record_count > 0) & ((hb.attributes & CONTROL_BIT) == 0) & (codec != 0)
+    view = memoryview(buf)
+    total = 0
+    for i in np.flatnonzero(wanted).tolist():
+        start, end = int(hb.position[i]) + HEADER_SIZE, int(hb.position[i] + hb.size[i])
+        try:
+            for piece in codecs.decompress_chunks(int(codec[i]), view[start:end], 1 << 20):
+                total += len(piece)
+                if total > limit:
+                    return total
+        except CorruptRecordError:
+            continue  # the scan that follows reports it with its position
+    return total
 
 
 def _join(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:

@@ -10,6 +10,7 @@ from cleaner_kit import append
 
 from kompakt.cleaner import Cleaner, LocalEngine
 from kompakt.cleaner.explain import ABORTED, HORIZON_PASSED, SUPERSEDED, explain_key
+from kompakt.record import codecs
 from kompakt.record.encode import build_control_batch, build_simple_batch
 from kompakt.record.header import CONTROL_ABORT, CONTROL_COMMIT
 
@@ -99,3 +100,23 @@ def test_explanation_matches_the_clean_with_transactions_and_tombstones(manager,
     second = check_clean_matches(manager, plog, clock)
     assert [v.reason for v in second[b"b"].values()] == [HORIZON_PASSED]
     assert data_offsets(plog, b"b") == set()
+
+
+def test_a_segment_expanding_past_the_budget_ends_what_the_dry_run_reads(manager, clock):
+    """A clean (and this dry run) holds a segment's decompressed payloads at once, and
+    Kafka bounds only a batch's compressed size: a few KiB of zstd holding 50 KB stops
+    the read at its segment, which the answer says, instead of holding its expansion."""
+    manager.create_topic("t", 1, {**CONFIG, "max.message.bytes": "1000000"})
+    plog = manager.get_log("t", 0)
+    append(plog, [(b"a", b"a0"), (b"b", b"b0")])
+    plog.roll()
+    wide = plog.log_end_offset
+    append(plog, [(b"a", b"\0" * 50_000)], compression=codecs.ZSTD)
+    plog.roll()
+    append(plog, [(b"a", b"a-active")])
+    ex = explain_key(plog, b"a", None, clock(), max_scan_bytes=1 << 30, max_expanded_bytes=10_000)
+    assert (ex.complete, ex.expansion_spent, ex.read_until) == (False, True, wide)
+    assert [v.offset for v in ex.verdicts] == [0]
+    whole = explain_key(plog, b"a", None, clock(), max_scan_bytes=1 << 30)
+    assert whole.complete and [v.offset for v in whole.verdicts] == [0, wide, wide + 1]
+    assert whole.bytes_expanded >= 50_000

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +17,8 @@ from kompakt.record.encode import (
     build_control_batch,
     build_simple_batch,
 )
-from kompakt.record.scan import scan_records
+from kompakt.record.header import CONTROL_COMMIT, HEADER_SIZE
+from kompakt.record.scan import payload_expansion, scan_records
 
 batch_st = st.tuples(
     st.lists(
@@ -131,3 +134,34 @@ def test_scan_stops_at_a_torn_tail_and_rejects_an_impossible_length_as_iter_batc
     with pytest.raises(CorruptRecordError, match="magic"):
         scan_records(one + bytes(bad_magic))
     assert len(scan_records(one + bytes(bad_magic), verify_crc=False)) == 2
+
+
+@pytest.mark.parametrize("codec", [codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD])
+def test_payload_expansion_counts_what_scan_records_decompresses(codec):
+    data = b"".join(
+        build_simple_batch(
+            [(b"k%d" % i, b"v" * (i * 500))] * 3, timestamp=0, base_offset=3 * i, compression=c
+        )
+        for i, c in enumerate([codec, codecs.NONE, codec])
+    ) + build_control_batch(
+        CONTROL_COMMIT, producer_id=1, producer_epoch=0, timestamp=0, base_offset=9
+    )
+    packed = [b for b in iter_batches(data) if b.header.compression != codecs.NONE]
+    want = sum(len(codecs.decompress(codec, b.buffer[HEADER_SIZE:])) for b in packed)
+    assert payload_expansion(data, 1 << 30) == want
+    assert want - 1 < payload_expansion(data, want - 1) <= want  # past the limit: stops
+
+
+def test_payload_expansion_never_holds_a_payload():
+    """A few KiB of zstd whose one value is 256 MiB: counted a MiB at a time, and once
+    past the limit the rest is left unread (Kafka bounds the compressed size only)."""
+    data = build_batch([Record(0, 0, b"k", b"\0" * (256 << 20), ())], compression=codecs.ZSTD)
+    assert len(data) < 64 << 10
+    tracemalloc.start()
+    try:
+        total = payload_expansion(data, 1 << 30)
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert total > 256 << 20 and peak < 8 << 20
+    assert (1 << 20) < payload_expansion(data, 1 << 20) <= 2 << 20

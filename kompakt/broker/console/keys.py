@@ -175,10 +175,16 @@ def _notes(ex: explain.KeyExplanation, cfg: Any, fits: int | None, budget: int) 
             "partial and may stop before some records shown as removed"
         )
     if not ex.complete:
+        why = (
+            f"the batches of the segment at offset {ex.read_until} expand past what the "
+            f"inspector decompresses ({explain.EXPANSION_BUDGET} bytes with those before it)"
+            if ex.expansion_spent
+            else f"the inspector reads at most {budget}"
+        )
         out.append(
-            f"only the first {ex.bytes_scanned} bytes of the log were read "
-            f"(the inspector reads at most {budget}); records of the key "
-            f"after offset {ex.read_until} are not shown and the verdicts may be wrong"
+            f"only the first {ex.bytes_scanned} bytes of the log were read ({why}); "
+            f"records of the key from offset {ex.read_until} on are not shown and the "
+            "verdicts may be wrong"
         )
     return out
 

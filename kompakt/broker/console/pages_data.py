@@ -114,6 +114,8 @@ def keys_page(request: Request) -> Response:
         )
     except browse.BrowseInputError as exc:
         return _page(request, "keys.html", 400, error=str(exc), **ctx)
+    except key_find.InspectorBusyError as exc:
+        return _page(request, "keys.html", 503, error=str(exc), **ctx)
     except (KompaktError, OSError) as exc:  # a corrupt batch, a log deleted meanwhile
         return _page(request, "keys.html", 409, error=f"cannot read the log: {exc}", **ctx)
     return _page(request, "keys.html", **ctx)

@@ -218,3 +218,19 @@ def test_key_inspector_without_a_partition_finds_the_key_and_says_where(
     assert "No partition of users holds this key (all 2 read" in missing
     asked = get(console_url, f"/keys?topic=users&partition=0&key={key}", headers=HTML).text
     assert "Partition 0, as asked." in asked and "No record of this key" in asked
+
+
+def test_one_key_inspection_at_a_time_and_a_waiting_one_is_refused(console_url, monkeypatch):
+    """A dry run holds up to its expansion budget a few times over and the pages run on a
+    pool of threads, so a second inspection waits for the first, then is refused with
+    503 (the service is busy, not the request wrong), and the next one runs."""
+    from kompakt.broker.console import key_find
+
+    monkeypatch.setattr(key_find, "WAIT_S", 0.2)
+    assert key_find._RUNNING.acquire(timeout=5)  # an inspection running
+    try:
+        busy = get(console_url, "/keys?topic=users&key=user-01", headers=HTML)
+    finally:
+        key_find._RUNNING.release()
+    assert busy.status_code == 503 and "another key inspection has been running" in busy.text
+    assert get(console_url, "/keys?topic=users&key=user-01", headers=HTML).status_code == 200
