@@ -36,9 +36,10 @@ from kompakt.log.partition_log import PartitionLog
 from kompakt.log.segment import LogSegment
 from kompakt.record.scan import payload_expansion, scan_records
 
-EXPANSION_BUDGET = 256 << 20
-"""Decompressed bytes one dry run may hold: it, like a clean, holds a segment's
-expanded payloads at once, a few times over while it scans them."""
+EXPANSION_BUDGET = 2 << 30
+"""Decompressed bytes one dry run reads: a segment scan holds at most
+:data:`kompakt.record.scan.HELD` of them at once, so this bounds the time a look takes
+(a few KiB of zstd may expand to GiB), not its memory."""
 
 # why a record is kept or removed by the next clean
 PAST_RANGE = "past_range"  # kept: at or past the key map's end (not rewritten)
@@ -120,9 +121,8 @@ def explain_key(
 def _readable(
     planned: list[LogSegment], max_bytes: int, max_expanded: int, out: KeyExplanation
 ) -> list[LogSegment]:
-    """The segments from the log start that fit both budgets. A clean holds a segment's
-    decompressed payloads at once (so does this dry run), and a few KiB of zstd may
-    expand to GiB: each segment's expansion is counted, streaming, before it is read."""
+    """The segments from the log start that fit both budgets; each segment's expansion
+    is counted, streaming, before it is read (see :data:`EXPANSION_BUDGET`)."""
     readable: list[LogSegment] = []
     segments = [s for s in planned if s.size]
     for seg in segments:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
@@ -48,6 +49,7 @@ from kompakt.record.kernel import (
     read_be,
     slice_offsets,
 )
+from kompakt.record.stream_scan import stream_columns
 
 
 @dataclass
@@ -124,19 +126,10 @@ def scan_records(
         wanted &= (hb.attributes & CONTROL_BIT) == 0
     codec = hb.attributes & COMPRESSION_MASK
     plain = np.flatnonzero(wanted & (codec == codecs.NONE))
-    packed: list[int] = []
-    packed_payloads: list[bytes] = []
-    for i in np.flatnonzero(wanted & (codec != codecs.NONE)).tolist():
-        b = batch(i)
-        if decompress is None:
-            packed.append(i)
-            packed_payloads.append(codecs.decompress(b.header.compression, b.buffer[HEADER_SIZE:]))
-        elif (payload := decompress(i, b)) is not None:
-            packed.append(i)
-            packed_payloads.append(payload)
-    located = [
-        (
-            source,
+    located: list[Any] = []
+
+    def locate(ids: np.ndarray, source: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        located.append(
             locate_rows(
                 source,
                 starts,
@@ -144,13 +137,33 @@ def scan_records(
                 hb.fields(ids),
                 ids,
                 KEY_DATA | VALUE_SIZES,
-                lambda k, ids=ids: malformed(batch(int(ids[k]))),
-            ),
+                lambda k: malformed(batch(int(ids[k]))),
+            )
         )
-        for ids, source, starts, ends in _groups(hb, plain, packed, packed_payloads, buf)
-    ]
+
+    if len(plain):
+        locate(plain, buf, hb.position[plain] + HEADER_SIZE, hb.position[plain] + hb.size[plain])
+    packed: list[int] = []
+    payloads: list[bytes] = []
+    for i in np.flatnonzero(wanted & (codec != codecs.NONE)).tolist():
+        b = batch(i)
+        if decompress is not None:
+            payload = decompress(i, b)
+        else:
+            payload = codecs.decompress_bounded(b.header.compression, b.buffer[HEADER_SIZE:], HELD)
+            if payload is None:  # expands past what is held at once: a chunk at a time
+                located.append(stream_columns(b, i))
+                continue
+        if payload is not None:
+            packed.append(i)
+            payloads.append(payload)
+            if sum(len(p) for p in payloads) > HELD:
+                locate(*_packed_group(packed, payloads))
+                packed, payloads = [], []
+    if packed:
+        locate(*_packed_group(packed, payloads))
     cols = [
-        _join([getattr(loc, name) for _src, loc in located], empty)
+        _join([getattr(loc, name) for loc in located], empty)
         for name, empty in (
             ("offset", np.empty(0, np.int64)),
             ("timestamp", np.empty(0, np.int64)),
@@ -162,10 +175,10 @@ def scan_records(
     ]
     out_offset, out_ts, out_key_len, out_value_len, out_batch, key_data = cols
     if len(located) == 1:
-        key_offsets = located[0][1].key_offsets
+        key_offsets = located[0].key_offsets
     else:
         key_offsets = slice_offsets(out_key_len)
-    if packed and len(plain):  # back to log order: batches of both groups interleave
+    if len(located) > 1 and np.any(np.diff(out_batch) < 0):  # back to log order
         order = np.argsort(out_batch, kind="stable")
         out_offset, out_ts, out_key_len, out_value_len, out_batch = (
             a[order] for a in (out_offset, out_ts, out_key_len, out_value_len, out_batch)
@@ -190,6 +203,14 @@ def scan_records(
         batch_size=hb.size.astype(np.int32),
         end_position=end_position,
     )
+
+
+HELD = 64 << 20
+"""Decompressed bytes a scan holds at once: compressed batches are walked in groups of
+about this much, and a batch expanding past it a chunk at a time
+(:func:`kompakt.record.stream_scan.stream_columns`). Kafka bounds a batch's compressed
+size only, so a few KiB of zstd may hold GiB; a scan holding every payload of a segment
+took a cleaner past its memory."""
 
 
 def payload_expansion(data: bytes | bytearray | memoryview | np.ndarray, limit: int) -> int:
@@ -223,16 +244,15 @@ def _join(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _groups(hb, plain, packed, packed_payloads, buf):
-    """(batch ids, source, starts, ends): plain batches are walked in place, compressed
-    ones in one buffer of their decompressed payloads."""
-    if len(plain):
-        yield plain, buf, hb.position[plain] + HEADER_SIZE, hb.position[plain] + hb.size[plain]
-    if packed:
-        joined = np.frombuffer(b"".join(packed_payloads), np.uint8)
-        lens = np.array([len(p) for p in packed_payloads], np.int64)
-        ends = np.cumsum(lens)
-        yield np.array(packed, np.int64), joined, ends - lens, ends
+def _packed_group(
+    packed: list[int], payloads: list[bytes]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(batch ids, source, starts, ends) of compressed batches: walked in one buffer of
+    their decompressed payloads."""
+    joined = np.frombuffer(payloads[0] if len(payloads) == 1 else b"".join(payloads), np.uint8)
+    lens = np.array([len(p) for p in payloads], np.int64)
+    ends = np.cumsum(lens)
+    return np.array(packed, np.int64), joined, ends - lens, ends
 
 
 @dataclass

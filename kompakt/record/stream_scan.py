@@ -22,7 +22,14 @@ from kompakt.errors import CorruptRecordError
 from kompakt.record import codecs
 from kompakt.record.decode import RecordBatch
 from kompakt.record.header import HEADER_SIZE, TIMESTAMP_TYPE_BIT
-from kompakt.record.kernel import KEYS, decode_varint, locate_records, malformed
+from kompakt.record.kernel import (
+    KEY_DATA,
+    KEYS,
+    VALUE_SIZES,
+    decode_varint,
+    locate_records,
+    malformed,
+)
 from kompakt.record.varint import MAX_VARINT_BYTES, TRUNCATED
 from kompakt.record.varint import decode_varint as py_varint
 
@@ -94,16 +101,21 @@ class Run(NamedTuple):
 
 
 class BigRecord(NamedTuple):
-    """A record longer than a chunk, read with its key, value and headers skipped."""
+    """A record longer than a chunk, read with its value and headers skipped (and its
+    key, unless asked for)."""
 
     offset_delta: int
     timestamp_delta: int
     key_len: int  # < 0: null
+    value_len: int = -1  # < 0: null
+    key: bytes | None = None  # only when asked for (stream_parts' ``keys``)
 
 
-def stream_parts(batch: RecordBatch, chunk: int = CHUNK) -> Iterator[Run | BigRecord]:
+def stream_parts(
+    batch: RecordBatch, chunk: int = CHUNK, keys: bool = False
+) -> Iterator[Run | BigRecord]:
     """``batch``'s records in order, as runs of whole records in a decompressed chunk
-    and the single records larger than a chunk.
+    and the single records larger than a chunk (with their key bytes if ``keys``).
 
     Raises :class:`CorruptRecordError` as the kernel does for a record cut by the end
     of the batch, or bytes left after the last record; a run's records themselves are
@@ -128,7 +140,7 @@ def stream_parts(batch: RecordBatch, chunk: int = CHUNK) -> Iterator[Run | BigRe
             continue
         if p < 0 or length < 0 or length > MAX_RECORD_LENGTH:
             raise bad
-        yield _big_record(src, bad)
+        yield _big_record(src, bad, keys)
         remaining -= 1
     if src.avail() or src.fill():  # Kafka: "Incorrect declared batch size"
         raise bad
@@ -196,17 +208,66 @@ class RecordFields:
         return out, n
 
 
-def _big_record(src: ChunkSource, bad: CorruptRecordError) -> BigRecord:
+def _big_record(src: ChunkSource, bad: CorruptRecordError, keys: bool = False) -> BigRecord:
     """One record longer than a chunk, read as ``walk_records`` reads it (the key and
-    value must fit in the record) but with only its leading fields held."""
+    value must fit in the record) but with only its leading fields (and key) held."""
     length, src.pos = py_varint(src.buf, src.pos, len(src.buf))
     f = RecordFields(src, length, bad)
     f.skip(1)  # the record's attributes byte (unused)
     ts_delta = f.varint()
     off_delta = f.varint()
-    key_len = f.varint()
-    f.skip(max(key_len, 0))
-    if max(f.varint(), 0) > f.left:  # the value's length
+    key, key_len = f.data(MAX_RECORD_LENGTH if keys else 0)
+    value_len = f.varint()
+    if max(value_len, 0) > f.left:
         raise bad
     f.skip(f.left)  # the value and headers, unread
-    return BigRecord(off_delta, ts_delta, key_len)
+    return BigRecord(off_delta, ts_delta, key_len, value_len, key if keys else None)
+
+
+class Columns(NamedTuple):
+    """:func:`kompakt.record.scan.scan_records`' columns of one streamed batch."""
+
+    offset: np.ndarray  # int64
+    timestamp: np.ndarray  # int64
+    key_len: np.ndarray  # int32, -1 for null
+    value_len: np.ndarray  # int32, -1 for null
+    batch: np.ndarray  # int32
+    key_data: np.ndarray  # uint8, the keys one after another
+    key_offsets: np.ndarray  # int64, len n+1
+
+
+def stream_columns(batch: RecordBatch, batch_id: int, chunk: int = CHUNK) -> Columns:
+    """What a segment scan needs of ``batch``'s records (offset, timestamp, key, value
+    size), decompressed a chunk at a time: the keys are held, the values only measured,
+    so a batch whose values expand to GiB costs about two chunks and its keys."""
+    h = batch.header
+    log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
+    cols: list[tuple[np.ndarray, ...]] = []
+    for part in stream_parts(batch, chunk, keys=True):
+        if isinstance(part, Run):
+            sub = RecordBatch(h._replace(record_count=part.count), batch.buffer, batch.position)
+            loc = locate_records(
+                part.buf, [part.start], [part.end], [sub], [batch_id], KEY_DATA | VALUE_SIZES
+            )
+            keys = loc.key_data[: int(loc.key_offsets[-1])].copy()  # not the chunk's room
+            cols.append((loc.offset, loc.timestamp, loc.key_len, loc.value_len, keys))
+        else:
+            ts = h.max_timestamp if log_append else h.base_timestamp + part.timestamp_delta
+            cols.append(
+                (
+                    np.array([h.base_offset + part.offset_delta], np.int64),
+                    np.array([ts], np.int64),
+                    np.array([part.key_len], np.int32),
+                    np.array([part.value_len], np.int32),
+                    np.frombuffer(part.key or b"", np.uint8),
+                )
+            )
+    offset, ts, key_len, value_len, key_data = (
+        np.concatenate([c[k] for c in cols]) if cols else np.empty(0, t)
+        for k, t in enumerate((np.int64, np.int64, np.int32, np.int32, np.uint8))
+    )
+    offsets = np.zeros(len(key_len) + 1, np.int64)
+    np.cumsum(np.maximum(key_len, 0), out=offsets[1:])
+    return Columns(
+        offset, ts, key_len, value_len, np.full(len(offset), batch_id, np.int32), key_data, offsets
+    )

@@ -103,9 +103,9 @@ def test_explanation_matches_the_clean_with_transactions_and_tombstones(manager,
 
 
 def test_a_segment_expanding_past_the_budget_ends_what_the_dry_run_reads(manager, clock):
-    """A clean (and this dry run) holds a segment's decompressed payloads at once, and
-    Kafka bounds only a batch's compressed size: a few KiB of zstd holding 50 KB stops
-    the read at its segment, which the answer says, instead of holding its expansion."""
+    """Kafka bounds only a batch's compressed size, so a few KiB of zstd may take a dry
+    run through GiB: a segment whose batches expand past what the look may decompress
+    ends the read there, and the answer says so."""
     manager.create_topic("t", 1, {**CONFIG, "max.message.bytes": "1000000"})
     plog = manager.get_log("t", 0)
     append(plog, [(b"a", b"a0"), (b"b", b"b0")])

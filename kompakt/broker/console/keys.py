@@ -13,7 +13,6 @@ from typing import Any
 
 from kompakt.broker.console.browse import (
     KEY_SCAN_BYTES,
-    PAGE_EXPANSION,
     BrowseInputError,
     duration,
     header_pairs,
@@ -195,7 +194,8 @@ def _records(
     """The key's records with their values and headers, read batch by batch."""
     by_segment = {s.base_offset: s for s in plog.segments_snapshot()}
     batches: dict[tuple[int, int], Any] = {}
-    allowance = Allowance(PAGE_EXPANSION)
+    # a subset of the batches the dry run read, whose size and expansion it bounded
+    allowance = Allowance(ex.bytes_scanned + ex.bytes_expanded)
     out = []
     for v in ex.verdicts:
         where = (v.segment, v.batch_position)
