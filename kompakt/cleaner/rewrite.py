@@ -32,7 +32,8 @@ from kompakt.record.header import (
     read_header,
 )
 from kompakt.record.kernel import LAYOUT, copy_retained, locate_records
-from kompakt.record.scan import RecordScan, scan_records
+from kompakt.record.scan import HELD, RecordScan, scan_records
+from kompakt.record.stream_scan import retained_records
 from kompakt.record.varint import MAX_VARINT_BYTES
 
 LatestLookup = Callable[[RecordScan], np.ndarray]
@@ -95,16 +96,22 @@ def rebuild_batch(
         recs = [r for r, k in zip(batch.records(), keep, strict=True) if k]
         return build_batch_like(h, recs, delete_horizon=horizon)
     raw = batch.buffer[HEADER_SIZE:]
-    payload = codecs.decompress(h.compression, raw) if h.compression else raw
-    src = np.frombuffer(payload, np.uint8)
-    out = np.empty(len(src) + MAX_VARINT_BYTES * h.record_count, np.uint8)
+    payload = codecs.decompress_bounded(h.compression, raw, HELD) if h.compression else raw
     kept_ts = timestamps[keep]
     base_ts = horizon if horizon is not None else int(kept_ts[0])
-    loc = locate_records(src, [0], [len(src)], [batch], [0], LAYOUT)
-    n = copy_retained(src, loc.body_pos, loc.tail_pos, loc.rec_end, keep, timestamps, base_ts, out)
-    body = out[:n].tobytes()
-    if h.compression:
-        body = codecs.compress(h.compression, body)
+    if payload is None:  # expands past what a scan holds: re-encoded a chunk at a time
+        kept = retained_records(batch, keep, timestamps, base_ts)
+        body = b"".join(codecs.compress_chunks(h.compression, kept))
+    else:
+        src = np.frombuffer(payload, np.uint8)
+        out = np.empty(len(src) + MAX_VARINT_BYTES * h.record_count, np.uint8)
+        loc = locate_records(src, [0], [len(src)], [batch], [0], LAYOUT)
+        n = copy_retained(
+            src, loc.body_pos, loc.tail_pos, loc.rec_end, keep, timestamps, base_ts, out
+        )
+        body = out[:n].tobytes()
+        if h.compression:
+            body = codecs.compress(h.compression, body)
     log_append = bool(h.attributes & TIMESTAMP_TYPE_BIT)
     max_ts = h.max_timestamp if log_append else int(kept_ts.max())
     attributes = h.attributes | (DELETE_HORIZON_BIT if horizon is not None else 0)

@@ -25,12 +25,14 @@ from kompakt.record.header import HEADER_SIZE, TIMESTAMP_TYPE_BIT
 from kompakt.record.kernel import (
     KEY_DATA,
     KEYS,
+    LAYOUT,
     VALUE_SIZES,
+    copy_retained,
     decode_varint,
     locate_records,
     malformed,
 )
-from kompakt.record.varint import MAX_VARINT_BYTES, TRUNCATED
+from kompakt.record.varint import MAX_VARINT_BYTES, TRUNCATED, write_varint
 from kompakt.record.varint import decode_varint as py_varint
 
 CHUNK = 1 << 20  # decompressed bytes per step: the kernel's call stays ~1 ms
@@ -100,6 +102,14 @@ class Run(NamedTuple):
     count: int
 
 
+class RawRecord(NamedTuple):
+    """A record longer than a chunk, left in ``src`` for the caller to read (its length
+    varint included) before it asks for the next part: :func:`stream_parts` ``raw``."""
+
+    src: ChunkSource
+    bad: CorruptRecordError
+
+
 class BigRecord(NamedTuple):
     """A record longer than a chunk, read with its value and headers skipped (and its
     key, unless asked for)."""
@@ -112,10 +122,11 @@ class BigRecord(NamedTuple):
 
 
 def stream_parts(
-    batch: RecordBatch, chunk: int = CHUNK, keys: bool = False
-) -> Iterator[Run | BigRecord]:
+    batch: RecordBatch, chunk: int = CHUNK, keys: bool = False, raw: bool = False
+) -> Iterator[Run | BigRecord | RawRecord]:
     """``batch``'s records in order, as runs of whole records in a decompressed chunk
-    and the single records larger than a chunk (with their key bytes if ``keys``).
+    and the single records larger than a chunk (with their key bytes if ``keys``; left
+    unread as a :class:`RawRecord` if ``raw``).
 
     Raises :class:`CorruptRecordError` as the kernel does for a record cut by the end
     of the batch, or bytes left after the last record; a run's records themselves are
@@ -140,7 +151,7 @@ def stream_parts(
             continue
         if p < 0 or length < 0 or length > MAX_RECORD_LENGTH:
             raise bad
-        yield _big_record(src, bad, keys)
+        yield RawRecord(src, bad) if raw else _big_record(src, bad, keys)
         remaining -= 1
     if src.avail() or src.fill():  # Kafka: "Incorrect declared batch size"
         raise bad
@@ -271,3 +282,57 @@ def stream_columns(batch: RecordBatch, batch_id: int, chunk: int = CHUNK) -> Col
     return Columns(
         offset, ts, key_len, value_len, np.full(len(offset), batch_id, np.int32), key_data, offsets
     )
+
+
+def retained_records(
+    batch: RecordBatch, keep: np.ndarray, ts: np.ndarray, base_ts: int, chunk: int = CHUNK
+) -> Iterator[bytes]:
+    """The kept records of ``batch`` re-encoded against ``base_ts`` (the cleaner's
+    :func:`kernel.copy_retained`, Kafka's ``buildRetainedRecordsInto``), decompressed
+    and given out a chunk at a time: a kept record longer than a chunk is copied
+    through in pieces, only its length and timestamp delta rewritten."""
+    i = 0
+    for part in stream_parts(batch, chunk, raw=True):
+        if isinstance(part, Run):
+            n = part.count
+            sub = RecordBatch(batch.header._replace(record_count=n), batch.buffer, batch.position)
+            loc = locate_records(part.buf, [part.start], [part.end], [sub], [0], LAYOUT)
+            out = np.empty(part.end - part.start + MAX_VARINT_BYTES * n, np.uint8)
+            k, t = keep[i : i + n], ts[i : i + n]
+            w = copy_retained(part.buf, loc.body_pos, loc.tail_pos, loc.rec_end, k, t, base_ts, out)
+            if w:
+                yield out[:w].tobytes()
+            i += n
+        elif isinstance(part, RawRecord):
+            yield from _raw_retained(part, bool(keep[i]), int(ts[i]) - base_ts, chunk)
+            i += 1
+
+
+def _raw_retained(part: RawRecord, kept: bool, delta: int, chunk: int) -> Iterator[bytes]:
+    """One record longer than a chunk, from its length varint on: skipped, or copied
+    with its timestamp delta rewritten (its length with it)."""
+    src = part.src
+    length, src.pos = py_varint(src.buf, src.pos, len(src.buf))
+    f = RecordFields(src, length, part.bad)
+    src.ensure(1)
+    if not src.avail():
+        raise part.bad
+    attributes = src.buf[src.pos : src.pos + 1]
+    f.skip(1)
+    f.varint()  # the old timestamp delta
+    if not kept:
+        f.skip(f.left)
+        return
+    head = bytearray(attributes)
+    write_varint(head, delta)
+    size = bytearray()
+    write_varint(size, len(head) + f.left)
+    yield bytes(size + head)
+    while f.left:
+        src.ensure(1)
+        piece = bytes(src.buf[src.pos : src.pos + min(f.left, src.avail(), chunk)])
+        if not piece:
+            raise part.bad
+        src.pos += len(piece)
+        f.left -= len(piece)
+        yield piece

@@ -184,6 +184,48 @@ def test_rebuilt_batch_keeps_last_offset_codec_producer_fields(manager, clock, c
     assert fold(pl) == {b"a": b"1", b"b": b"1", b"c": b"2", b"x": b"1", b"y": b"1"}
 
 
+@pytest.mark.parametrize("codec", [codecs.GZIP, codecs.SNAPPY, codecs.LZ4, codecs.ZSTD])
+def test_batches_expanding_past_what_a_scan_holds_clean_the_same(
+    manager, clock, codec, monkeypatch
+):
+    """Kafka bounds a batch's compressed size only, so the cleaner walks a batch that
+    expands past ``kompakt.record.scan.HELD`` a chunk at a time, and rebuilds it so
+    (``stream_scan.retained_records``): with HELD a few bytes, every compressed batch
+    takes that path, and the clean keeps what the in-memory clean keeps, record for
+    record, tombstones stamped with their horizon alike."""
+    from kompakt.cleaner import rewrite
+    from kompakt.record import scan, stream_scan
+
+    def build(pl):
+        now = clock()
+        for r in range(3):
+            big = b"%d" % r * 3000  # records longer than the small chunk below
+            items = [(b"a", big), (b"e%d" % r, big), (b"b", b"b%d" % r)]
+            append(pl, items + [(b"c", None if r == 2 else big)], ts=now + r, compression=codec)
+            append(pl, [(b"d%d" % r, b"d" * 2500)], ts=now + r, compression=codec)
+        pl.roll()
+        Cleaner(manager).clean_partition(pl)
+        return [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records(pl)], [
+            h.delete_horizon for h in headers(pl)
+        ]
+
+    whole = build(compacted(manager, "whole"))
+    monkeypatch.setattr(scan, "HELD", 10)
+    monkeypatch.setattr(rewrite, "HELD", 10)
+    monkeypatch.setattr(stream_scan, "CHUNK", 512)
+    monkeypatch.setattr(stream_scan.retained_records, "__defaults__", (512,))
+    monkeypatch.setattr(stream_scan.stream_columns, "__defaults__", (512,))
+    streamed = []
+
+    def counted(*args):
+        streamed.append(args[0].header.base_offset)
+        return stream_scan.retained_records(*args)
+
+    monkeypatch.setattr(rewrite, "retained_records", counted)
+    assert build(compacted(manager, "streamed")) == whole
+    assert streamed  # the rebuilds took the streamed path
+
+
 # -- 13. dry run -----------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ from kompakt.errors import CorruptRecordError
 from kompakt.record import codecs
 from kompakt.record.decode import RecordBatch
 from kompakt.record.encode import build_batch, encode_record
+from kompakt.record.header import HEADER_SIZE
 from kompakt.record.scan import scan_records
 from kompakt.record.stream_scan import stream_records
 
@@ -146,3 +147,27 @@ def test_a_record_longer_than_an_int_varint_is_corrupt_even_when_its_bytes_are_t
     batch = _with_payload(template, b"".join(pieces), 1)
     with pytest.raises(CorruptRecordError):
         list(stream_records(batch, 0))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("chunk", [64, 4096, 1 << 20])
+def test_retained_records_is_the_in_memory_rebuild_a_chunk_at_a_time(codec, chunk):
+    """The cleaner's re-encoding of a batch's kept records (Kafka's
+    ``buildRetainedRecordsInto``: each kept record as it was, its timestamp delta
+    against the new base), streamed: records longer than a chunk are copied through."""
+    from kompakt.record.kernel import LAYOUT, copy_retained, locate_records
+    from kompakt.record.stream_scan import retained_records
+    from kompakt.record.varint import MAX_VARINT_BYTES
+
+    batch = RecordBatch.from_bytes(build_batch(_records(), compression=codec))
+    n = batch.header.record_count
+    rng = np.random.default_rng(chunk + codec)
+    keep = rng.random(n) < 0.6
+    ts = np.array([r.timestamp for r in batch.records()], np.int64) + rng.integers(0, 9, n)
+    base = int(ts[keep][0]) - 5
+    payload = codecs.decompress(codec, batch.buffer[HEADER_SIZE:])
+    src = np.frombuffer(payload, np.uint8)
+    loc = locate_records(src, [0], [len(src)], [batch], [0], LAYOUT)
+    out = np.empty(len(src) + MAX_VARINT_BYTES * n, np.uint8)
+    w = copy_retained(src, loc.body_pos, loc.tail_pos, loc.rec_end, keep, ts, base, out)
+    assert b"".join(retained_records(batch, keep, ts, base, chunk)) == out[:w].tobytes()
