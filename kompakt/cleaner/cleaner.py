@@ -292,7 +292,7 @@ class Cleaner:
         count = self.logs.partition_count(topic)  # UnknownTopicError
         config = self.logs.topic_config(topic)
         if not config.compact:
-            policy = ",".join(config.cleanup_policy)
+            policy = ",".join(config.cleanup_policy) or "'' (no cleanup at all)"
             raise NotCompactedError(
                 f"topic '{topic}' has cleanup.policy={policy}: nothing to compact"
             )

@@ -272,3 +272,14 @@ def test_topic_deleted_and_recreated_during_a_clean_is_not_touched_by_it(
     assert fold(m.get_log("a", 0)) == model
     assert ("a", 0) not in m.cleaner_checkpoint().read()
     m.close()
+
+
+def test_compact_now_of_a_topic_without_cleanup_names_the_empty_policy(manager):
+    """``cleanup.policy=`` (an empty list: neither deletion nor compaction, which
+    kompakt's topic configs accept as Kafka's list validator does); "compact now" of
+    such a topic says so in words, not ``policy=:``."""
+    from kompakt.cleaner.cleaner import NotCompactedError
+
+    manager.create_topic("keep-all", 1, {"cleanup.policy": ""})
+    with pytest.raises(NotCompactedError, match=r"cleanup.policy='' \(no cleanup at all\)"):
+        Cleaner(manager).compact_now("keep-all")
