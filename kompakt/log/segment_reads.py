@@ -21,6 +21,7 @@ from kompakt.record.header import (
     read_header,
 )
 from kompakt.record.scan import scan_records
+from kompakt.record.stream_scan import first_at_or_after
 
 log = logging.getLogger(__name__)
 
@@ -134,10 +135,8 @@ class SegmentReads:
             _ts, off = self.time_index.lookup(timestamp)
             _o, pos = self.offset_index.lookup(off)
         for b in self.iter_batches(pos):
-            if b.header.max_timestamp >= timestamp:
-                for r in b.records():
-                    if r.timestamp >= timestamp:
-                        return r.offset, r.timestamp
+            if b.header.max_timestamp >= timestamp and (found := first_at_or_after(b, timestamp)):
+                return found
         return None
 
     def recover(self) -> int:

@@ -176,6 +176,20 @@ def stream_records(batch: RecordBatch, batch_id: int, chunk: int = CHUNK) -> Ite
             )
 
 
+def first_at_or_after(batch: RecordBatch, timestamp: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of ``batch``'s first record whose timestamp is at least
+    ``timestamp`` (Kafka's ``LogSegment.findOffsetByTimestamp`` over one batch), walked
+    a chunk at a time as Kafka's record iterator streams a compressed batch: a
+    ListOffsets never holds a batch's expansion."""
+    if not batch.header.record_count:  # an empty batch a clean kept: no payload to read
+        return None
+    for offsets, stamps, _null in stream_records(batch, 0):
+        hit = np.flatnonzero(stamps >= timestamp)
+        if len(hit):
+            return int(offsets[hit[0]]), int(stamps[hit[0]])
+    return None
+
+
 class RecordFields:
     """One streamed record's fields, read from ``src`` within its ``left`` bytes: what
     Kafka's ``DefaultRecord.readFrom`` checks of them (a field past the record, or a

@@ -24,6 +24,7 @@ from typing import TypeVar
 from kompakt.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, TXNINDEX_SUFFIX
 from kompakt.log.txn_index import AbortedTxn, TransactionIndex, parse_entries
 from kompakt.record.decode import RecordBatch, iter_batches
+from kompakt.record.stream_scan import first_at_or_after
 from kompakt.remote.layout import file_base_offset
 from kompakt.remote.manifest import RemoteSegment
 from kompakt.remote.storage import RemoteStorageManager
@@ -130,10 +131,8 @@ class RemoteSegmentReader:
                 base = file_base_offset(segment.files[LOG_SUFFIX].key)
                 start = self._start_position(segment, base + rels[i])
         for _pos, b in self._batches(segment, start):
-            if b.header.max_timestamp >= timestamp:
-                for r in b.records():
-                    if r.timestamp >= timestamp:
-                        return r.offset, r.timestamp
+            if b.header.max_timestamp >= timestamp and (found := first_at_or_after(b, timestamp)):
+                return found
         return None
 
     def aborted(

@@ -187,3 +187,43 @@ def test_simple_batch_at_now_still_appends(manager, clock):
     assert next(iter_batches(manager.get_log("t", 0).read(0, 1000))).header.max_timestamp == (
         clock.now
     )
+
+
+@pytest.mark.parametrize("codec", [codecs.NONE, codecs.GZIP, codecs.ZSTD])
+def test_offset_for_timestamp_finds_the_first_record_at_or_after_in_any_batch(
+    manager, clock, codec
+):
+    """Kafka's ``LogSegment.findOffsetByTimestamp``: the first record whose timestamp is
+    at least the target, within the first batch whose maxTimestamp is, records out of
+    order inside a batch included."""
+    manager.create_topic("t", 1, {"message.timestamp.before.max.ms": str(10 * HOUR)})
+    plog = manager.get_log("t", 0)
+    now = clock.now
+    plog.append(batch_of([now - 50, now - 10, now - 30], codec=codec))
+    plog.append(batch_of([now - 5, now - 1], codec=codec))
+    assert plog.offset_for_timestamp(now - 60) == (0, now - 50)
+    assert plog.offset_for_timestamp(now - 20) == (1, now - 10)
+    assert plog.offset_for_timestamp(now - 10) == (1, now - 10)
+    assert plog.offset_for_timestamp(now - 9) == (3, now - 5)
+    assert plog.offset_for_timestamp(now) is None
+
+
+def test_offset_for_timestamp_streams_a_batch_expanding_to_hundreds_of_mib(manager, clock):
+    """A ListOffsets by time walks a batch a chunk at a time, as Kafka's record iterator
+    streams it: a few KiB of zstd holding a 256 MiB value took twice that per request."""
+    import tracemalloc
+
+    manager.create_topic("t", 1, {"max.message.bytes": "1000000"})
+    plog = manager.get_log("t", 0)
+    big = [
+        Record(0, clock.now - 2, b"w", b"\0" * (256 << 20), []),
+        Record(1, clock.now, b"k", b"v", []),
+    ]
+    plog.append(build_batch(big, compression=codecs.ZSTD))
+    tracemalloc.start()
+    try:
+        found = plog.offset_for_timestamp(clock.now - 1)
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert found == (1, clock.now) and peak < 16 << 20
