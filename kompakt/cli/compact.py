@@ -10,7 +10,9 @@ background pass: every partition Kafka's rules say is due.
 
 A partition with a corrupt batch is reported (one ``error:`` line naming the file and
 byte position) after every other partition is cleaned, and the exit code is 1.
-``--dry-run`` opens the data dir read-only and changes no byte of it. Ctrl-C
+``--dry-run`` opens the data dir read-only and changes no byte of its logs, indexes
+or checkpoints (Spark's dedup stage stages rows in ``.kompakt-staging`` beside them,
+removed at the end: :func:`kompakt.pipeline.exchange.scratch`). Ctrl-C
 or SIGTERM aborts the running clean at its next check (Spark: its job group is
 cancelled), removes its ``.cleaned`` files, prints one line and exits 130; partitions
 cleaned before it stay cleaned. With Spark a line says at once that it is stopping,
