@@ -47,26 +47,30 @@ log = logging.getLogger("kompakt.broker.tiering")
 
 
 def rebuild_from_tier(logs: LogManager, tier: RemoteTier) -> list[str]:
-    """Recreate the tier's topics in an empty data dir; the names recreated."""
+    """Recreate the tier's topics in an empty data dir; the names recreated. Every topic
+    record and manifest is read before the first topic is made, so a damaged one stops
+    the start with the data dir still empty, and the start after its repair rebuilds."""
     if logs.topics():
         return []
-    rebuilt = []
-    ends: dict[tuple[str, int], int] = {}
+    found = []
     for name in tier.metadata.topics():
         record = tier.metadata.load_topic(name)
         if record is None:
             continue  # deleted since listed
         r = record.value
-        logs.create_topic(name, r.partitions, dict(r.configs), topic_id=r.topic_id)
+        manifests = []
         for partition in range(r.partitions):
             v = tier.metadata.load_partition(name, partition)
-            m = v.value if v is not None and v.value.topic_id == r.topic_id else None
+            manifests.append(v.value if v is not None and v.value.topic_id == r.topic_id else None)
+        found.append((name, r, manifests))
+    rebuilt = []
+    ends: dict[tuple[str, int], int] = {}
+    for name, r, manifests in found:
+        logs.create_topic(name, r.partitions, dict(r.configs), topic_id=r.topic_id)
+        for partition, m in enumerate(manifests):
             end = m.end_offset if m is not None else 0
             if m is not None and end > 0:
-                plog = logs.get_log(name, partition)
-                plog.roll(base_offset=end)  # the local log goes on at the remote end
-                _restore_producers(plog, tier, m)  # before anything builds the state
-                plog.delete_records_before(end)  # and starts there (Kafka's local start)
+                _start_at_remote_end(logs.get_log(name, partition), tier, m)
             ends[(name, partition)] = end
         rebuilt.append(name)
         log.info(
@@ -87,6 +91,62 @@ def rebuild_from_tier(logs: LogManager, tier: RemoteTier) -> list[str]:
         except RemoteStorageError as exc:  # the topics stand; the groups start afresh
             log.error("consumer group offsets not restored: %s", exc)
     return rebuilt
+
+
+def _start_at_remote_end(plog: PartitionLog, tier: RemoteTier, m: PartitionManifest) -> None:
+    """An empty local log goes on at the remote log's end: offsets below it are the
+    tier's, and the idempotent producers' state is the tier's snapshot of that end."""
+    end = m.end_offset
+    plog.roll(base_offset=end)  # the local log goes on at the remote end
+    _restore_producers(plog, tier, m)  # before anything builds the state
+    plog.delete_records_before(end)  # and starts there (Kafka's local start)
+
+
+def align_to_tier(logs: LogManager, tier: RemoteTier) -> list[str]:
+    """The tiered partitions whose local log is behind their remote log's end (its
+    folder lost, or a rebuild cut short): an empty one goes on at the remote end, as a
+    rebuild starts it; left at offset 0, it gave new records offsets the tier already
+    held, and local retention then deleted them as tiered. One with records is named
+    in an error (its offsets overlap the tier's). Returns the partitions aligned."""
+    aligned = []
+    for name in logs.topics():
+        if not logs.topic_config(name).remote_storage_enable:
+            continue
+        topic_id = logs.topic_meta(name).topic_id
+        for partition in range(logs.partition_count(name)):
+            try:
+                v = tier.metadata.load_partition(name, partition)
+            except RemoteStorageError as exc:  # a manifest unreadable now: the task retries
+                log.warning("%s-%d: not checked against the remote tier: %s", name, partition, exc)
+                continue
+            if v is None or v.value.topic_id != topic_id or not v.value.segments:
+                continue
+            m, plog = v.value, logs.get_log(name, partition)
+            if plog.log_end_offset >= m.end_offset:
+                continue
+            if plog.log_end_offset > plog.log_start_offset:
+                log.error(
+                    "%s: its local log (offsets %d..%d) is behind the remote tier's end %d "
+                    "and overlaps it: move its folder away and restart to go on from the "
+                    "tier's end",
+                    plog.name,
+                    plog.log_start_offset,
+                    plog.log_end_offset - 1,
+                    m.end_offset,
+                )
+                continue
+            log.warning(
+                "%s: its local log is empty at offset %d but the remote tier holds offsets "
+                "%d..%d (its folder was lost or a rebuild was cut short): it goes on at %d",
+                plog.name,
+                plog.log_end_offset,
+                m.log_start_offset,
+                m.end_offset - 1,
+                m.end_offset,
+            )
+            _start_at_remote_end(plog, tier, m)
+            aligned.append(plog.name)
+    return aligned
 
 
 def _restore_producers(plog: PartitionLog, tier: RemoteTier, m: PartitionManifest) -> None:

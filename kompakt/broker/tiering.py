@@ -34,9 +34,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from kompakt.broker.background import PeriodicThread
-from kompakt.broker.remote_rebuild import rebuild_from_tier
+from kompakt.broker.remote_rebuild import align_to_tier, rebuild_from_tier
 from kompakt.broker.tiered_reads import RemoteSource
 from kompakt.broker.tiered_retention import local_retention_offset, remote_retention_offset
+from kompakt.broker.tiering_failures import FailureLog, vanished
 from kompakt.broker.tiering_stage import cut_at, stage, stage_tail
 from kompakt.cleaner.remote_clean import RemoteCleaner
 from kompakt.engines import remote_clean_engine
@@ -114,6 +115,7 @@ def install(broker: BrokerParts) -> None:
         shutil.rmtree(d.path / STAGING, ignore_errors=True)
     tiering = Tiering(logs, RemoteTier.open(settings), bool(cfg.get("log.cleaner.enable")))
     rebuild_from_tier(logs, tiering.tier)  # an empty data dir: the tiered topics back
+    align_to_tier(logs, tiering.tier)  # a lost partition folder: on at the remote end
     tiering.remote_cleaner.engine = remote_clean_engine(cfg, tiering.tier.segments, settings)
     broker.state.extra[EXTRA_KEY] = tiering
     broker.background.threads.append(
@@ -139,12 +141,15 @@ class Tiering:
         self.logs = logs  # immutable
         self.tier = tier  # immutable (its store, managers and cache are thread-safe)
         self.reader = RemoteSegmentReader(tier.segments)  # thread-safe
-        self._lock = threading.Lock()  # guards the three dicts below
+        self._lock = threading.Lock()  # guards the four dicts below
         self._manifests: dict[Key, Versioned[PartitionManifest] | None] = {}  # guarded by _lock
         self._topics: dict[str, Versioned[TopicRecord] | None] = {}  # guarded by _lock
+        # guarded by _lock: partitions whose manifest vanished, with what it last held
+        self._lost: dict[Key, PartitionManifest] = {}
         # guarded by _lock: one lock a partition, held by whoever writes its manifest
         self._writers: dict[Key, threading.Lock] = {}
         self.last_sweep_s = 0.0  # owned by the task thread: time.time() of the last sweep
+        self.failures = FailureLog()  # owned by the task thread
         self.clean_remote = clean_remote  # immutable: the task cleans remote ranges
         self.remote_cleaner = RemoteCleaner(  # thread-safe (its own lock)
             tier.segments, tier.metadata, logs.clock, logs.broker_config, logs.dir / STAGING
@@ -255,7 +260,9 @@ class Tiering:
                         if self.clean_remote and not plog.config.remote_log_copy_disable:
                             self.clean_remote_range(plog)
                 except Exception as exc:
-                    log.warning("tiering %s-%d: %s", topic, partition, exc)
+                    self.failures.failed((topic, partition), exc)
+                else:
+                    self.failures.ok((topic, partition))
         self.remote_cleaner.delete_due()
         return False
 
@@ -320,6 +327,15 @@ class Tiering:
             return 0
         key = (plog.topic, plog.partition)
         topic_id = self.logs.topic_meta(plog.topic).topic_id
+        with self._lock:
+            lost = self._lost.get(key)
+        if lost is not None:  # uploads no manifest can name: not until it is back
+            if self.tier.metadata.load_partition(*key) is None:
+                raise vanished(plog.name, lost)
+            with self._lock:
+                del self._lost[key]
+            self.forget(*key)
+            log.info("%s: its manifest is back in the remote tier: tiering goes on", plog.name)
         current = self._versioned(*key)
         if current is not None and current.value.topic_id != topic_id:
             # the topic record is this topic's (_sync_topic): a manifest left by a
@@ -415,7 +431,12 @@ class Tiering:
             try:
                 committed = self.tier.metadata.commit_partition(new, current)
             except ManifestConflictError:
+                had = current
                 current = self.tier.metadata.load_partition(*key)
+                if current is None and had is not None and had.value.segments:
+                    with self._lock:
+                        self._lost[key] = had.value
+                    raise vanished(plog.name, had.value) from None
                 self._remember(key, current)
                 continue
             self._remember(key, committed)

@@ -222,19 +222,9 @@ def test_a_missing_producer_snapshot_leaves_the_producers_unknown_not_the_topic(
 ) -> None:
     """The manifest's producer snapshot gone from the bucket: the partition is rebuilt
     at its remote end all the same, and the log says its producers are not restored."""
-    store = FileObjectStore(tmp_path / "remote")
-    meta = RemoteLogMetadataManager(store)
-    segments = RemoteStorageManager(store)
-    tier = RemoteTier(store, segments, meta, ChunkCache(1 << 20))
-    topic_id = new_topic_id()
-    meta.commit_topic(TopicRecord(COMPACT, topic_id, 1, {"remote.storage.enable": "true"}), None)
-    log_file, snap_file = tmp_path / "0.log", tmp_path / "3.snapshot"
-    log_file.write_bytes(idempotent(7, 0, 0))
-    snap_file.write_bytes(encode([SnapshotEntry(7, 0, 2, 2, 2, 0)]))
-    files = {".log": log_file, ".snapshot": snap_file}
-    seg = segments.copy_segment(COMPACT, 0, LocalSegmentFiles(0, 2, 0, files))
-    meta.commit_partition(PartitionManifest(COMPACT, 0, topic_id, segments=(seg,)), None)
-    store.delete(seg.files[".snapshot"].key)
+    tier, _topic_id = _tier_with_one_segment(tmp_path, COMPACT)
+    [seg] = tier.metadata.load_partition(COMPACT, 0).value.segments
+    tier.store.delete(seg.files[".snapshot"].key)
     logs = LogManager(tmp_path / "data")
     try:
         assert rebuild_from_tier(logs, tier) == [COMPACT]
@@ -242,3 +232,87 @@ def test_a_missing_producer_snapshot_leaves_the_producers_unknown_not_the_topic(
     finally:
         logs.close()
     assert "producer snapshot is unusable" in caplog.text
+
+
+def _tier_with_one_segment(tmp_path: Path, topic: str) -> tuple[RemoteTier, str]:
+    """A bucket holding ``topic``'s record and a manifest of offsets 0..2 (with its
+    producer snapshot), as a broker that tiered them leaves it."""
+    store = FileObjectStore(tmp_path / "remote")
+    meta = RemoteLogMetadataManager(store)
+    segments = RemoteStorageManager(store)
+    tier = RemoteTier(store, segments, meta, ChunkCache(1 << 20))
+    topic_id = new_topic_id()
+    meta.commit_topic(TopicRecord(topic, topic_id, 1, {"remote.storage.enable": "true"}), None)
+    log_file, snap_file = tmp_path / f"{topic}.log", tmp_path / f"{topic}.snapshot"
+    log_file.write_bytes(idempotent(7, 0, 0))
+    now = int(time.time() * 1000)  # an entry this old is not expired at load
+    snap_file.write_bytes(encode([SnapshotEntry(7, 0, 2, 2, 2, now)]))
+    seg = segments.copy_segment(
+        topic, 0, LocalSegmentFiles(0, 2, 0, {".log": log_file, ".snapshot": snap_file})
+    )
+    meta.commit_partition(PartitionManifest(topic, 0, topic_id, segments=(seg,)), None)
+    return tier, topic_id
+
+
+def test_a_tiered_partition_whose_folder_was_lost_goes_on_at_the_remote_end(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A data dir that has its topics but lost one tiered partition's folder (the probe:
+    ``rm -rf data/pd-1`` and a restart) came back empty at offset 0: new acks=all
+    records got offsets the tier held, and local retention deleted them as tiered. It
+    now goes on at the remote end, as a rebuild starts it; a local log with records
+    behind the tier is named in an error and left as it is."""
+    from kompakt.broker.remote_rebuild import align_to_tier
+
+    tier, topic_id = _tier_with_one_segment(tmp_path, COMPACT)
+    logs = LogManager(tmp_path / "data")
+    try:
+        logs.create_topic(COMPACT, 1, {"remote.storage.enable": "true"}, topic_id=topic_id)
+        logs.create_topic(EVENTS, 1, {"remote.storage.enable": "true"})  # nothing tiered
+        logs.get_log(EVENTS, 0).append(idempotent(9, 0, 0, n=2))
+        assert align_to_tier(logs, tier) == [f"{COMPACT}-0"]
+        plog = logs.get_log(COMPACT, 0)
+        assert (plog.log_start_offset, plog.log_end_offset) == (3, 3)
+        with plog.lock:  # the tier's producer snapshot: a retry of 0..2 is known
+            assert plog.producers.entries[7].last_seq == 2
+        assert plog.append(idempotent(7, 0, 3)).first_offset == 3
+        assert logs.get_log(EVENTS, 0).log_end_offset == 2
+        assert "goes on at 3" in caplog.text
+        assert align_to_tier(logs, tier) == []  # aligned once
+    finally:
+        logs.close()
+
+    tier, topic_id = _tier_with_one_segment(tmp_path / "behind", "behind")
+    logs = LogManager(tmp_path / "behind-data")
+    try:
+        logs.create_topic("behind", 1, {"remote.storage.enable": "true"}, topic_id=topic_id)
+        logs.get_log("behind", 0).append(idempotent(8, 0, 0, n=1))
+        assert align_to_tier(logs, tier) == []
+        assert logs.get_log("behind", 0).log_end_offset == 1
+        assert "behind the remote tier's end 3 and overlaps it" in caplog.text
+    finally:
+        logs.close()
+
+
+def test_a_damaged_manifest_stops_the_rebuild_before_any_topic_is_made(tmp_path: Path) -> None:
+    """The rebuild made the topics that sorted before a damaged manifest, then stopped;
+    the next start found a data dir with topics and rebuilt nothing (60 tiered records
+    of the damaged topic never came back). Now every object is read first: the start
+    fails with the dir still empty, and after the repair the rebuild makes them all."""
+    from kompakt.remote.layout import manifest_key
+
+    tier, _ = _tier_with_one_segment(tmp_path, "a-first")
+    tier2, _ = _tier_with_one_segment(tmp_path, "b-second")
+    key = manifest_key("b-second", 0)
+    good, _version = tier.store.get(key)
+    tier.store.put(key, b"{not json")
+    logs = LogManager(tmp_path / "data")
+    try:
+        with pytest.raises(RemoteStorageError, match="not JSON"):
+            rebuild_from_tier(logs, tier)
+        assert logs.topics() == []
+        tier.store.put(key, good)
+        assert rebuild_from_tier(logs, tier) == ["a-first", "b-second"]
+        assert [logs.get_log(t, 0).log_end_offset for t in ("a-first", "b-second")] == [3, 3]
+    finally:
+        logs.close()
