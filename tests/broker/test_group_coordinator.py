@@ -406,3 +406,25 @@ def test_initial_delay_of_an_earlier_round_does_not_cut_a_later_one_short():
     assert not rb.done()
     sched.advance(1)
     assert rb.result()["generation_id"] == 2 and rb.result()["leader"] == b
+
+
+def test_a_leader_gone_before_its_sync_leaves_the_followers_a_session_to_rejoin():
+    """Kafka's ``prepareRebalance`` answers the parked SyncGroups with
+    REBALANCE_IN_PROGRESS through ``propagateAssignment``, which restarts each answered
+    member's session ("reset the session timeout for members after propagating the
+    member's assignment"). The join had started every member's timer at once, so a
+    leader that died between JoinGroup and SyncGroup took its followers with it: they
+    came back as new members after a session and the initial rebalance delay."""
+    gc, sched = coordinator()
+    a, b = stable_pair(gc)
+    ra = join(gc, a, protocols=[("range", b"new")])  # a changed: a rebalance
+    rb = join(gc, b)
+    assert ra.result()["generation_id"] == rb.result()["generation_id"] == 3
+    sb = gc.sync("g", 3, b, {})  # b waits for the leader's assignment; a never sends it
+    sched.advance(SESSION)
+    assert sb.result()["error_code"] == ErrorCode.rebalance_in_progress
+    assert set(gc.groups["g"].members) == {b}
+    sched.advance(SESSION - 1)  # b rejoins within the session it was given
+    r = join(gc, b).result()
+    assert r["error_code"] == ErrorCode.none
+    assert (r["generation_id"], r["leader"], r["member_id"]) == (4, b, b)

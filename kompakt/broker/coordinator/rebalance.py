@@ -109,7 +109,11 @@ class Rebalancer:
         ``group.initial.rebalance.delay.ms`` for more members (``InitialDelayedJoin``)."""
         if g.state == GroupState.COMPLETING_REBALANCE:
             for m in g.members.values():
-                m.answer_sync({"error_code": ErrorCode.rebalance_in_progress})
+                # Kafka's propagateAssignment: a member whose sync it answered gets a
+                # new session to rejoin in; the timers the join started all end at once,
+                # so a leader gone before its SyncGroup took every follower with it
+                if m.answer_sync({"error_code": ErrorCode.rebalance_in_progress}):
+                    self._arm_session(g, m)
         was_empty = g.state == GroupState.EMPTY
         self._set_state(g, GroupState.PREPARING_REBALANCE)
         delay = self._cfg("group.initial.rebalance.delay.ms") if was_empty else 0

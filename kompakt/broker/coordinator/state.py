@@ -157,10 +157,13 @@ class Member:
         if self.awaiting_join is not None:
             self.awaiting_join.complete(response)
 
-    def answer_sync(self, response: dict[str, Any]) -> None:
-        """Complete a parked SyncGroup, if any (Kafka's ``maybeInvokeSyncCallback``)."""
-        if self.awaiting_sync is not None:
-            self.awaiting_sync.complete(response)
+    def answer_sync(self, response: dict[str, Any]) -> bool:
+        """Complete a parked SyncGroup, if any (Kafka's ``maybeInvokeSyncCallback``);
+        whether there was one still waiting."""
+        if self.awaiting_sync is None or self.awaiting_sync.done():
+            return False
+        self.awaiting_sync.complete(response)
+        return True
 
 
 @dataclass(eq=False)
