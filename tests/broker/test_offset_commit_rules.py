@@ -122,3 +122,15 @@ def test_txn_offset_commit_refuses_metadata_over_offset_metadata_max_bytes_per_p
     assert ended.error_code == ErrorCode.none
     got = wait_for(lambda: fetched(broker, group, topic), "the COMMIT marker", TIMEOUT)
     assert got == [(-1, 0), (11, MAX_METADATA)]
+
+
+def test_offset_commit_takes_the_empty_group_id_as_kafka_does(broker: BrokerThread) -> None:
+    """Kafka's ``GroupCoordinatorService.commitOffsets``: "For backwards compatibility,
+    we support offset commits for the empty groupId" (only a null one is
+    INVALID_GROUP_ID); OffsetFetch of "" then returns what was committed."""
+    topic = unique("empty-group")
+    create(broker, topic)
+    body = simple_commit("", topic, "generation_id_or_member_epoch")
+    r = call(broker.port, API.offset_commit, 8, body)
+    assert [p.error_code for p in r.topics[0].partitions] == EXPECTED
+    assert fetched(broker, "", topic) == [(-1, 0), (11, MAX_METADATA)]

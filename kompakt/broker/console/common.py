@@ -78,7 +78,16 @@ def _pct(x: Any) -> str:
     return "–" if x is None else f"{100 * x:.1f}%"
 
 
+def _segment(x: Any) -> str:
+    """One URL path segment: a group id may hold ``/`` or ``..``, which Jinja's
+    ``urlencode`` keeps, so a browser would resolve ``/groups/../../x`` to ``/x``."""
+    from urllib.parse import quote
+
+    return quote(str(x), safe="")
+
+
 _env.filters["bytes"] = _bytes
+_env.filters["segment"] = _segment
 _env.filters["ms_time"] = _ms_time
 _env.filters["pct"] = _pct
 _env.globals["NAV"] = NAV

@@ -264,9 +264,11 @@ def offset_fetch_error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
 
 async def handle_offset_commit(ctx: RequestContext, req: Any) -> dict[str, Any]:
     gc = await coordinator(ctx)
+    # Kafka takes an empty group id here "for backwards compatibility"
+    # (GroupCoordinatorService.commitOffsets; only a null one is INVALID_GROUP_ID)
     group_error = (
         ErrorCode.invalid_group_id
-        if not req.group_id
+        if req.group_id is None
         else gc.commit_check(
             req.group_id,
             req.generation_id_or_member_epoch,

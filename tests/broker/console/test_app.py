@@ -234,3 +234,41 @@ def test_one_key_inspection_at_a_time_and_a_waiting_one_is_refused(console_url, 
         key_find._RUNNING.release()
     assert busy.status_code == 503 and "another key inspection has been running" in busy.text
     assert get(console_url, "/keys?topic=users&key=user-01", headers=HTML).status_code == 200
+
+
+def test_a_group_id_with_slashes_links_to_its_own_page(console_broker, console_url):
+    """Group ids may hold ``/`` and ``..`` (Kafka checks only that one is not empty);
+    the groups page linked ``/groups/../../etc/x``, which a browser resolves to
+    ``/etc/x``. The link is one encoded path segment, and it leads to the group."""
+    import re
+    from html import unescape
+
+    from raw_kafka import API, call
+
+    group = "../../etc/x"
+    body = {
+        "group_id": group,
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "topics": [
+            {
+                "name": "users",
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "committed_offset": 1,
+                        "committed_leader_epoch": -1,
+                        "committed_metadata": "",
+                    }
+                ],
+            }
+        ],
+    }
+    r = call(console_broker.port, API.offset_commit, 8, body)
+    assert r.topics[0].partitions[0].error_code == 0
+    page = get(console_url, "/groups", headers=HTML).text
+    [href] = re.findall(r'href="(/groups/[^"]*etc[^"]*)"', page)
+    assert href == "/groups/..%2F..%2Fetc%2Fx"
+    one = get(console_url, href, headers=HTML)
+    assert one.status_code == 200 and group in unescape(one.text)
