@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from kompakt.broker.tiering_failures import FailureLog
 from kompakt.log.partition_log import PartitionLog
 from kompakt.log.txn_index import AbortedTxn
 from kompakt.remote.manifest import PartitionManifest
 from kompakt.remote.reads import RemoteSegmentReader
-from kompakt.remote.store import ObjectNotFoundError
+from kompakt.remote.store import ObjectNotFoundError, RemoteStorageError
+
+READS = FailureLog()
+"""Failed remote reads, by partition and offset: the client sees KAFKA_STORAGE_ERROR
+and retries at once, the broker's log says why once."""
 
 
 class Tier(Protocol):
@@ -43,6 +48,12 @@ class RemoteSource:
             self.tiering.forget(self.plog.topic, self.plog.partition)
             source = self.tiering.source_for(self.plog, offset)  # OUT_OF_RANGE now?
             return source.read(offset, max_bytes, min_one_batch)
+        except RemoteStorageError as exc:  # the client sees KAFKA_STORAGE_ERROR only
+            where = (self.plog.name, offset)
+            READS.failed(
+                where, f"{where[0]}: a fetch at offset {offset} from the remote tier: {exc}"
+            )
+            raise
 
     def _read(self, offset: int, max_bytes: int, min_one_batch: bool) -> bytes:
         seg = self.manifest.segment_for(offset)

@@ -149,7 +149,7 @@ class Tiering:
         # guarded by _lock: one lock a partition, held by whoever writes its manifest
         self._writers: dict[Key, threading.Lock] = {}
         self.last_sweep_s = 0.0  # owned by the task thread: time.time() of the last sweep
-        self.failures = FailureLog()  # owned by the task thread
+        self.failures = FailureLog()  # thread-safe
         self.clean_remote = clean_remote  # immutable: the task cleans remote ranges
         self.remote_cleaner = RemoteCleaner(  # thread-safe (its own lock)
             tier.segments, tier.metadata, logs.clock, logs.broker_config, logs.dir / STAGING
@@ -260,7 +260,7 @@ class Tiering:
                         if self.clean_remote and not plog.config.remote_log_copy_disable:
                             self.clean_remote_range(plog)
                 except Exception as exc:
-                    self.failures.failed((topic, partition), exc)
+                    self.failures.failed((topic, partition), f"tiering {topic}-{partition}: {exc}")
                 else:
                     self.failures.ok((topic, partition))
         self.remote_cleaner.delete_due()

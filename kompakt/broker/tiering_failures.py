@@ -1,14 +1,17 @@
-"""What the tiering task says when a partition's pass fails, and how often.
+"""What the broker says when a tiering pass or a remote read fails, and how often.
 
-Each pass of the remote log manager's task retries every partition, so a lasting
-failure (a manifest gone from the store, a damaged object, a store unreachable) logged
-every pass buried the broker's log in one line every task interval.
+Each pass of the remote log manager's task retries every partition, and consumers
+retry a failed fetch at once, so a lasting failure (a manifest gone from the store, a
+damaged object, a store unreachable) logged each time buried the broker's log; logged
+never (a fetch's), an operator saw only the clients' KAFKA_STORAGE_ERROR.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Hashable
 
 from kompakt.remote.manifest import PartitionManifest
 from kompakt.remote.store import RemoteStorageError
@@ -16,27 +19,33 @@ from kompakt.remote.store import RemoteStorageError
 log = logging.getLogger("kompakt.broker.tiering")
 
 REPEAT_FAILURE_S = 600.0
-"""How often a partition's lasting failure is logged again."""
+"""How often a lasting failure is logged again."""
+MAX_KEYS = 10_000
 
 
 class FailureLog:
-    """Each failing partition's last logged cause: a failure is logged once, again when
-    its cause changes or every :data:`REPEAT_FAILURE_S`, and at DEBUG in between."""
+    """Each failing thing's last logged message: a failure is logged once, again when
+    its message changes or every :data:`REPEAT_FAILURE_S`, and at DEBUG in between.
+    Thread-safe (the task thread and the fetches' handler threads use it)."""
 
     def __init__(self) -> None:
-        self._said: dict[tuple[str, int], tuple[str, float]] = {}  # owned by the task thread
+        self._lock = threading.Lock()
+        self._said: dict[Hashable, tuple[str, float]] = {}  # guarded by _lock
 
-    def failed(self, key: tuple[str, int], exc: Exception) -> None:
-        said, now = f"{exc}", time.monotonic()
-        last = self._said.get(key)
-        if last is not None and last[0] == said and now - last[1] < REPEAT_FAILURE_S:
-            log.debug("tiering %s-%d: %s", *key, said)
-            return
-        self._said[key] = (said, now)
-        log.warning("tiering %s-%d: %s", *key, said)
+    def failed(self, key: Hashable, message: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last = self._said.get(key)
+            again = last is None or last[0] != message or now - last[1] >= REPEAT_FAILURE_S
+            if again:
+                if len(self._said) >= MAX_KEYS:  # a bound on what is remembered
+                    self._said.clear()
+                self._said[key] = (message, now)
+        log.log(logging.WARNING if again else logging.DEBUG, "%s", message)
 
-    def ok(self, key: tuple[str, int]) -> None:
-        self._said.pop(key, None)
+    def ok(self, key: Hashable) -> None:
+        with self._lock:
+            self._said.pop(key, None)
 
 
 def vanished(name: str, had: PartitionManifest) -> RemoteStorageError:

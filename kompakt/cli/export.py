@@ -13,10 +13,11 @@ from typing import Annotated
 
 import typer
 
+from kompakt.log.config import TopicConfig
 from kompakt.log.data_dir import require_data_dir
 
 from .backend import CliError
-from .common import emit
+from .common import emit, offline_tiered, print_warning
 
 FORMATS = ("parquet", "json", "csv")
 
@@ -63,8 +64,11 @@ def export(
     # So the dir's lock is held (shared) for the whole export; a broker holding it
     # makes this refuse, in one line, before Spark starts.
     with shared_dir_lock(data_dir):
-        if topic not in read_topics(data_dir):
+        topics = read_topics(data_dir)
+        if topic not in topics:
             raise CliError(f"unknown topic '{topic}' in {data_dir}")
+        if TopicConfig(topics[topic].configs).remote_storage_enable:
+            print_warning(offline_tiered(topic, "export"))
         from kompakt.pipeline import session
         from kompakt.pipeline.export import ExportInterrupted, export_latest
 

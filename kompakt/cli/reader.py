@@ -31,6 +31,7 @@ from .backend import (
     TopicDescription,
     TopicSummary,
 )
+from .common import offline_tiered
 
 
 def _read_only(verb: str) -> CliError:
@@ -167,11 +168,7 @@ class DataDirReader:
         n_parts, _topic_id, overrides = self._require(request.topic)
         parts = request.offline_partitions(n_parts)
         if TopicConfig(overrides).remote_storage_enable:
-            self.warnings.append(
-                f"topic {request.topic!r} is tiered (remote.storage.enable=true): offline, "
-                "only its local segments are read, not what the tier alone holds; read it "
-                "through a broker (--bootstrap-server) for the whole log"
-            )
+            self.warnings.append(offline_tiered(request.topic, "consume"))
         return request.limit(self._consume(request, parts))
 
     def _consume(self, request: ConsumeRequest, parts: list[int]) -> Iterator[ConsumedRecord]:

@@ -79,11 +79,11 @@ def test_a_lasting_failure_is_logged_once_then_again_when_its_cause_changes(capl
     failures = FailureLog()
     with caplog.at_level(logging.WARNING, "kompakt.broker.tiering"):
         for _ in range(5):
-            failures.failed(("t", 0), OSError("store unreachable"))
-        failures.failed(("t", 1), OSError("store unreachable"))
-        failures.failed(("t", 0), OSError("object damaged"))
+            failures.failed(("t", 0), "tiering t-0: store unreachable")
+        failures.failed(("t", 1), "tiering t-1: store unreachable")
+        failures.failed(("t", 0), "tiering t-0: object damaged")
         failures.ok(("t", 0))
-        failures.failed(("t", 0), OSError("object damaged"))
+        failures.failed(("t", 0), "tiering t-0: object damaged")
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert said == [
         "tiering t-0: store unreachable",
@@ -91,3 +91,35 @@ def test_a_lasting_failure_is_logged_once_then_again_when_its_cause_changes(capl
         "tiering t-0: object damaged",
         "tiering t-0: object damaged",
     ]
+
+
+def test_a_fetch_of_a_damaged_remote_object_is_logged_once(tmp_path: Path, caplog) -> None:
+    """A flipped byte in a tiered segment: the client got KAFKA_STORAGE_ERROR and the
+    broker logged nothing (its consumers retried 5,609 times). The read now says why,
+    once, whatever the retries."""
+    from kompakt.log.segment import LOG_SUFFIX
+
+    store = open_store((tmp_path / "remote").as_uri())
+    tier = RemoteTier(
+        store, RemoteStorageManager(store), RemoteLogMetadataManager(store), ChunkCache(1 << 20)
+    )
+    logs = LogManager(tmp_path / "data")
+    try:
+        logs.create_topic("t", 1, {**CONFIGS, "local.retention.bytes": "1"})
+        plog = logs.get_log("t", 0)
+        fill(plog, 0, 20)
+        tiering = Tiering(logs, tier)
+        tiering.copy(plog)
+        tiering.apply_retention(plog)  # offset 0 is the tier's alone now
+        assert plog.log_start_offset > 0
+        seg = tiering.manifest(plog).segments[0]
+        key = seg.files[LOG_SUFFIX].key
+        data, _v = store.get(key)
+        store.put(key, data[:70] + bytes([data[70] ^ 1]) + data[71:])  # in the first batch
+        for _ in range(5):
+            with pytest.raises(RemoteStorageError):
+                tiering.source_for(plog, 0).read(0, 1 << 20)
+    finally:
+        logs.close()
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and said[0].startswith("t-0: a fetch at offset 0 from the remote")

@@ -26,3 +26,23 @@ def test_offline_consume_of_a_tiered_topic_warns_that_the_tier_is_not_read(
     assert "topic 'tiered' is tiered" in r.stderr and "--bootstrap-server" in r.stderr
     r = runner.invoke(app, ["consume", "plain", "--data-dir", str(data)])
     assert r.exit_code == 0 and "tiered" not in r.stderr
+
+
+def test_offline_export_of_a_tiered_topic_warns_too(tmp_path: Path, monkeypatch) -> None:
+    """``export --data-dir`` of a tiered topic printed "Exported 0 key(s)" and exit 0
+    while the tier held 60 keys (an outside probe): it now says what it reads."""
+    import kompakt.pipeline
+
+    class Stop(Exception):
+        pass
+
+    def no_spark(*_a, **_k):
+        raise Stop  # the warning comes before Spark starts
+
+    monkeypatch.setattr(kompakt.pipeline, "session", no_spark)
+    data = tmp_path / "data"
+    with LogManager(data) as logs:
+        logs.create_topic("tiered", 1, {"remote.storage.enable": "true"})
+    r = runner.invoke(app, ["export", "tiered", "-d", str(data), "-o", str(tmp_path / "out")])
+    assert isinstance(r.exception, Stop)
+    assert "topic 'tiered' is tiered" in r.stderr and "export reads only" in r.stderr
