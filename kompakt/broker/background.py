@@ -32,10 +32,13 @@ class PeriodicThread:
         interval_ms: int,
         job: Callable[[], bool],
         on_stop: Callable[[], None] | None = None,
+        on_exit: Callable[[], None] | None = None,
     ):
-        """``on_stop``: called by :meth:`stop` before the join, to interrupt a long job."""
+        """``on_stop``: called by :meth:`stop` before the join, to interrupt a long job;
+        ``on_exit``: called by this thread as it ends, once no job runs any more."""
         self.name = name  # immutable
         self.on_stop = on_stop  # immutable
+        self.on_exit = on_exit  # immutable
         self.interval_ms = interval_ms  # immutable
         self.job = job  # immutable
         self._cv = threading.Condition()  # guards _stop and _woken
@@ -67,6 +70,16 @@ class PeriodicThread:
             self.thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            if self.on_exit is not None:
+                try:
+                    self.on_exit()
+                except Exception:  # the broker is stopping: said, not raised
+                    log.exception("%s: stopping failed", self.name)
+
+    def _loop(self) -> None:
         while True:
             with self._cv:
                 if self._stop:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from kompakt.broker.background import PeriodicThread
 from kompakt.broker.remote_rebuild import align_to_tier, rebuild_from_tier
+from kompakt.broker.tier_owner import TierOwnership
 from kompakt.broker.tiered_reads import RemoteSource
 from kompakt.broker.tiered_retention import local_retention_offset, remote_retention_offset
 from kompakt.broker.tiering_failures import FailureLog, vanished
@@ -114,6 +115,10 @@ def install(broker: BrokerParts) -> None:
     for d in logs.dirs:  # links a crash left in the middle of an upload
         shutil.rmtree(d.path / STAGING, ignore_errors=True)
     tiering = Tiering(logs, RemoteTier.open(settings), bool(cfg.get("log.cleaner.enable")))
+    me = logs.dirs[0].directory_id or str(logs.dir.resolve())
+    owner = TierOwnership(tiering.tier.store, me, 3 * settings.task_interval_ms)
+    owner.claim()  # another broker's bucket: this one does not start
+    tiering.owner = owner
     rebuild_from_tier(logs, tiering.tier)  # an empty data dir: the tiered topics back
     align_to_tier(logs, tiering.tier)  # a lost partition folder: on at the remote end
     tiering.remote_cleaner.engine = remote_clean_engine(cfg, tiering.tier.segments, settings)
@@ -124,6 +129,7 @@ def install(broker: BrokerParts) -> None:
             settings.task_interval_ms,
             tiering.run_once,
             lambda: tiering.remote_cleaner.stop("broker shutting down"),
+            owner.release,  # a successor with another data dir may start at once
         )
     )
     log.info(
@@ -150,6 +156,7 @@ class Tiering:
         self._writers: dict[Key, threading.Lock] = {}
         self.last_sweep_s = 0.0  # owned by the task thread: time.time() of the last sweep
         self.failures = FailureLog()  # thread-safe
+        self.owner: TierOwnership | None = None  # set once at install; None in tests
         self.clean_remote = clean_remote  # immutable: the task cleans remote ranges
         self.remote_cleaner = RemoteCleaner(  # thread-safe (its own lock)
             tier.segments, tier.metadata, logs.clock, logs.broker_config, logs.dir / STAGING
@@ -237,7 +244,10 @@ class Tiering:
     def run_once(self) -> bool:
         """One pass over every tiered partition; a failing partition is logged and
         retried next time, the others go on. Never asks to run again at once. Every half
-        orphan grace period the pass also sweeps the objects no manifest names."""
+        orphan grace period the pass also sweeps the objects no manifest names. A
+        broker whose bucket another broker took over does nothing (:mod:`.tier_owner`)."""
+        if self.owner is not None and not self.owner.renew():
+            return False
         self._maybe_sweep()
         for topic in self.logs.topics():
             try:
