@@ -348,3 +348,13 @@ def _take(records: Iterator[ConsumedRecord], n: int) -> Iterator[ConsumedRecord]
         close = getattr(records, "close", None)
         if close is not None:
             close()
+
+
+def offline_tiered(topic: str, verb: str) -> str:
+    """The warning of an offline verb reading a tiered topic: the data dir holds only
+    what was not tiered yet (and what local retention kept)."""
+    return (
+        f"topic {topic!r} is tiered (remote.storage.enable=true): offline, {verb} reads "
+        "only its local segments, not what the tier alone holds; go through a broker "
+        "(--bootstrap-server) for the whole log"
+    )

@@ -191,16 +191,6 @@ def print_warning(message: str) -> None:
     _stderr.print(f"[bold yellow]warning:[/] {escape(message)}")
 
 
-def offline_tiered(topic: str, verb: str) -> str:
-    """The warning of an offline verb reading a tiered topic: the data dir holds only
-    what was not tiered yet (and what local retention kept)."""
-    return (
-        f"topic {topic!r} is tiered (remote.storage.enable=true): offline, {verb} reads "
-        "only its local segments, not what the tier alone holds; go through a broker "
-        "(--bootstrap-server) for the whole log"
-    )
-
-
 def print_warnings(backend: Backend) -> None:
     """What the backend noted for the user (:attr:`Backend.warnings`), a line each."""
     for w in list(backend.warnings):

@@ -16,8 +16,8 @@ import typer
 from kompakt.log.config import TopicConfig
 from kompakt.log.data_dir import require_data_dir
 
-from .backend import CliError
-from .common import emit, offline_tiered, print_warning
+from .backend import CliError, offline_tiered
+from .common import emit, print_warning
 
 FORMATS = ("parquet", "json", "csv")
 

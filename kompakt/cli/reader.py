@@ -30,8 +30,8 @@ from .backend import (
     ProduceResult,
     TopicDescription,
     TopicSummary,
+    offline_tiered,
 )
-from .common import offline_tiered
 
 
 def _read_only(verb: str) -> CliError:
