@@ -145,6 +145,7 @@ def scan_records(
         locate(plain, buf, hb.position[plain] + HEADER_SIZE, hb.position[plain] + hb.size[plain])
     packed: list[int] = []
     payloads: list[bytes] = []
+    held = 0
     for i in np.flatnonzero(wanted & (codec != codecs.NONE)).tolist():
         b = batch(i)
         if decompress is not None:
@@ -157,9 +158,10 @@ def scan_records(
         if payload is not None:
             packed.append(i)
             payloads.append(payload)
-            if sum(len(p) for p in payloads) > HELD:
+            held += len(payload)
+            if held > HELD:
                 locate(*_packed_group(packed, payloads))
-                packed, payloads = [], []
+                packed, payloads, held = [], [], 0
     if packed:
         locate(*_packed_group(packed, payloads))
     cols = [
@@ -216,9 +218,9 @@ took a cleaner past its memory."""
 def payload_expansion(data: bytes | bytearray | memoryview | np.ndarray, limit: int) -> int:
     """Bytes the compressed data batches in ``data`` expand to, counted by streaming each
     payload and never holding it, stopping once the count passes ``limit`` (a result
-    above ``limit`` means "more than ``limit``"). :func:`scan_records` holds every such
-    payload at once, and Kafka bounds a batch's compressed size only, so a caller with a
-    memory budget asks this first. A corrupt payload counts what it yielded before."""
+    above ``limit`` means "more than ``limit``"). Kafka bounds a batch's compressed size
+    only, so a caller with a time budget (the key inspector) asks this before it scans.
+    A corrupt payload counts what it yielded before."""
     buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
     hb, _end = _headers(buf, 0, len(buf))
     codec = hb.attributes & COMPRESSION_MASK
