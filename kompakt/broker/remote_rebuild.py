@@ -102,12 +102,15 @@ def _start_at_remote_end(plog: PartitionLog, tier: RemoteTier, m: PartitionManif
     plog.delete_records_before(end)  # and starts there (Kafka's local start)
 
 
-def align_to_tier(logs: LogManager, tier: RemoteTier) -> list[str]:
+def align_to_tier(
+    logs: LogManager, tier: RemoteTier, overlapping: set[tuple[str, int]] | None = None
+) -> list[str]:
     """The tiered partitions whose local log is behind their remote log's end (its
     folder lost, or a rebuild cut short): an empty one goes on at the remote end, as a
     rebuild starts it; left at offset 0, it gave new records offsets the tier already
-    held, and local retention then deleted them as tiered. One with records is named
-    in an error (its offsets overlap the tier's). Returns the partitions aligned."""
+    held, and local retention then deleted them as tiered. One with records (an older
+    copy of the folder) is named in an error and added to ``overlapping``, which the
+    tiering task then leaves alone. Returns the partitions aligned."""
     aligned = []
     for name in logs.topics():
         if not logs.topic_config(name).remote_storage_enable:
@@ -127,13 +130,15 @@ def align_to_tier(logs: LogManager, tier: RemoteTier) -> list[str]:
             if plog.log_end_offset > plog.log_start_offset:
                 log.error(
                     "%s: its local log (offsets %d..%d) is behind the remote tier's end %d "
-                    "and overlaps it: move its folder away and restart to go on from the "
-                    "tier's end",
+                    "and overlaps it: it is not tiered and its segments are kept; move its "
+                    "folder away and restart to go on from the tier's end",
                     plog.name,
                     plog.log_start_offset,
                     plog.log_end_offset - 1,
                     m.end_offset,
                 )
+                if overlapping is not None:
+                    overlapping.add((name, partition))
                 continue
             log.warning(
                 "%s: its local log is empty at offset %d but the remote tier holds offsets "

@@ -38,7 +38,7 @@ from kompakt.broker.remote_rebuild import align_to_tier, rebuild_from_tier
 from kompakt.broker.tier_owner import TierOwnership
 from kompakt.broker.tiered_reads import RemoteSource
 from kompakt.broker.tiered_retention import local_retention_offset, remote_retention_offset
-from kompakt.broker.tiering_failures import FailureLog, vanished
+from kompakt.broker.tiering_failures import FailureLog, overlaps, vanished
 from kompakt.broker.tiering_stage import cut_at, stage, stage_tail
 from kompakt.cleaner.remote_clean import RemoteCleaner
 from kompakt.engines import remote_clean_engine
@@ -120,7 +120,7 @@ def install(broker: BrokerParts) -> None:
     owner.claim()  # another broker's bucket: this one does not start
     tiering.owner = owner
     rebuild_from_tier(logs, tiering.tier)  # an empty data dir: the tiered topics back
-    align_to_tier(logs, tiering.tier)  # a lost partition folder: on at the remote end
+    align_to_tier(logs, tiering.tier, tiering.overlapping)  # a lost partition folder
     tiering.remote_cleaner.engine = remote_clean_engine(cfg, tiering.tier.segments, settings)
     broker.state.extra[EXTRA_KEY] = tiering
     broker.background.threads.append(
@@ -157,6 +157,8 @@ class Tiering:
         self.last_sweep_s = 0.0  # owned by the task thread: time.time() of the last sweep
         self.failures = FailureLog()  # thread-safe
         self.owner: TierOwnership | None = None  # set once at install; None in tests
+        # set once at install: local logs whose offsets overlap their remote log's
+        self.overlapping: set[Key] = set()
         self.clean_remote = clean_remote  # immutable: the task cleans remote ranges
         self.remote_cleaner = RemoteCleaner(  # thread-safe (its own lock)
             tier.segments, tier.metadata, logs.clock, logs.broker_config, logs.dir / STAGING
@@ -336,6 +338,8 @@ class Tiering:
         if plog.config.remote_log_copy_disable:
             return 0
         key = (plog.topic, plog.partition)
+        if key in self.overlapping:  # its retention would delete records as tiered
+            raise overlaps(plog.name)
         topic_id = self.logs.topic_meta(plog.topic).topic_id
         with self._lock:
             lost = self._lost.get(key)

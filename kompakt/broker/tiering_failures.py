@@ -56,3 +56,12 @@ def vanished(name: str, had: PartitionManifest) -> RemoteStorageError:
         f"{had.log_start_offset}..{had.end_offset - 1}: tiering of it stops (its local "
         "segments stay) until the manifest is restored"
     )
+
+
+def overlaps(name: str) -> RemoteStorageError:
+    """A local log whose records overlap its remote log's offsets (an older copy of its
+    folder): tiering it would let local retention delete them as already tiered."""
+    return RemoteStorageError(
+        f"{name}: its local log overlaps its remote log's offsets: not tiered, its local "
+        "segments kept (see the error at start)"
+    )

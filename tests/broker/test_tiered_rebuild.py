@@ -30,6 +30,7 @@ from shared_kit import wait_for
 from kompakt.broker import remote_groups
 from kompakt.broker.coordinator.storage import OFFSETS_TOPIC
 from kompakt.broker.remote_rebuild import rebuild_from_tier
+from kompakt.broker.tiering import Tiering
 from kompakt.log.manager import LogManager
 from kompakt.log.producer_snapshot import SnapshotEntry, encode
 from kompakt.log.topic_store import new_topic_id
@@ -261,7 +262,8 @@ def test_a_tiered_partition_whose_folder_was_lost_goes_on_at_the_remote_end(
     ``rm -rf data/pd-1`` and a restart) came back empty at offset 0: new acks=all
     records got offsets the tier held, and local retention deleted them as tiered. It
     now goes on at the remote end, as a rebuild starts it; a local log with records
-    behind the tier is named in an error and left as it is."""
+    behind the tier is named in an error and left as it is: not tiered, so local
+    retention never deletes its records as if the tier held them."""
     from kompakt.broker.remote_rebuild import align_to_tier
 
     tier, topic_id = _tier_with_one_segment(tmp_path, COMPACT)
@@ -285,11 +287,23 @@ def test_a_tiered_partition_whose_folder_was_lost_goes_on_at_the_remote_end(
     tier, topic_id = _tier_with_one_segment(tmp_path / "behind", "behind")
     logs = LogManager(tmp_path / "behind-data")
     try:
-        logs.create_topic("behind", 1, {"remote.storage.enable": "true"}, topic_id=topic_id)
-        logs.get_log("behind", 0).append(idempotent(8, 0, 0, n=1))
-        assert align_to_tier(logs, tier) == []
-        assert logs.get_log("behind", 0).log_end_offset == 1
+        configs = {"remote.storage.enable": "true", "local.retention.bytes": "1"}
+        logs.create_topic("behind", 1, configs, topic_id=topic_id)
+        plog = logs.get_log("behind", 0)
+        plog.append(idempotent(8, 0, 0, n=1))  # an older copy: offset 0 only
+        overlapping: set[tuple[str, int]] = set()
+        assert align_to_tier(logs, tier, overlapping) == [] and overlapping == {("behind", 0)}
         assert "behind the remote tier's end 3 and overlaps it" in caplog.text
+        for seq in range(1, 8, 2):  # new records: offsets 1..8, the tier's 1..2 among them
+            plog.roll()
+            plog.append(idempotent(8, 0, seq, n=2))
+        plog.roll()
+        tiering = Tiering(logs, tier)
+        tiering.overlapping = overlapping
+        tiering.run_once()  # copies nothing, so its retention deletes nothing
+        assert (plog.log_start_offset, plog.log_end_offset) == (0, 9)
+        assert tiering.manifest(plog).end_offset == 3
+        assert "its local log overlaps its remote log's offsets" in caplog.text
     finally:
         logs.close()
 
