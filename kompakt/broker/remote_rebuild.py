@@ -28,6 +28,7 @@ were not tiered yet (its active segment among them), as in Kafka.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 
 from kompakt.log.manager import LogManager
@@ -103,28 +104,31 @@ def _start_at_remote_end(plog: PartitionLog, tier: RemoteTier, m: PartitionManif
 
 
 def align_to_tier(
-    logs: LogManager, tier: RemoteTier, overlapping: set[tuple[str, int]] | None = None
+    logs: LogManager,
+    tier: RemoteTier,
+    manifest_of: Callable[[PartitionLog], PartitionManifest | None],
+    overlapping: set[tuple[str, int]] | None = None,
 ) -> list[str]:
     """The tiered partitions whose local log is behind their remote log's end (its
     folder lost, or a rebuild cut short): an empty one goes on at the remote end, as a
     rebuild starts it; left at offset 0, it gave new records offsets the tier already
     held, and local retention then deleted them as tiered. One with records (an older
     copy of the folder) is named in an error and added to ``overlapping``, which the
-    tiering task then leaves alone. Returns the partitions aligned."""
+    tiering task then leaves alone. ``manifest_of`` is the tiering's own answer to "the
+    remote log of this partition" (:meth:`kompakt.broker.tiering.Tiering.manifest`:
+    this topic's, of a tiered topic), which it then keeps. Returns the partitions
+    aligned."""
     aligned = []
     for name in logs.topics():
-        if not logs.topic_config(name).remote_storage_enable:
-            continue
-        topic_id = logs.topic_meta(name).topic_id
         for partition in range(logs.partition_count(name)):
+            plog = logs.get_log(name, partition)
             try:
-                v = tier.metadata.load_partition(name, partition)
+                m = manifest_of(plog)
             except RemoteStorageError as exc:  # a manifest unreadable now: the task retries
-                log.warning("%s-%d: not checked against the remote tier: %s", name, partition, exc)
+                log.warning("%s: not checked against the remote tier: %s", plog.name, exc)
                 continue
-            if v is None or v.value.topic_id != topic_id or not v.value.segments:
+            if m is None or not m.segments:
                 continue
-            m, plog = v.value, logs.get_log(name, partition)
             if plog.log_end_offset >= m.end_offset:
                 continue
             if plog.log_end_offset > plog.log_start_offset:

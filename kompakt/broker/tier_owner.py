@@ -24,7 +24,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from kompakt.errors import KompaktError
 from kompakt.remote.store import (
@@ -83,8 +83,9 @@ class TierOwnership:
         self._version: str | None = None  # owned by the task thread once claimed
         self.fenced = False  # owned by the task thread: another broker took the bucket
 
-    def _record(self) -> bytes:
-        now = int(self._clock() * 1000)
+    def _record(self, renewed_ms: int | None = None) -> bytes:
+        """This broker's record, renewed now (or at ``renewed_ms``)."""
+        now = int(self._clock() * 1000) if renewed_ms is None else renewed_ms
         return Owner(self._me, socket.gethostname(), os.getpid(), now).to_json()
 
     def claim(self) -> None:
@@ -129,9 +130,8 @@ class TierOwnership:
         out, so a broker with another data dir may take the bucket at once."""
         if self.fenced or self._version is None:
             return
-        record = Owner.from_json(self._record())
         try:
-            self.store.put(OWNER_KEY, replace(record, renewed_ms=0).to_json(), match=self._version)
+            self.store.put(OWNER_KEY, self._record(renewed_ms=0), match=self._version)
         except RemoteStorageError as exc:  # taken over meanwhile, or unreachable
             log.warning("the remote tier's owner record was not released: %s", exc)
 

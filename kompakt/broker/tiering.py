@@ -120,7 +120,7 @@ def install(broker: BrokerParts) -> None:
     owner.claim()  # another broker's bucket: this one does not start
     tiering.owner = owner
     rebuild_from_tier(logs, tiering.tier)  # an empty data dir: the tiered topics back
-    align_to_tier(logs, tiering.tier, tiering.overlapping)  # a lost partition folder
+    align_to_tier(logs, tiering.tier, tiering.manifest, tiering.overlapping)  # a lost folder
     tiering.remote_cleaner.engine = remote_clean_engine(cfg, tiering.tier.segments, settings)
     broker.state.extra[EXTRA_KEY] = tiering
     broker.background.threads.append(

@@ -272,7 +272,8 @@ def test_a_tiered_partition_whose_folder_was_lost_goes_on_at_the_remote_end(
         logs.create_topic(COMPACT, 1, {"remote.storage.enable": "true"}, topic_id=topic_id)
         logs.create_topic(EVENTS, 1, {"remote.storage.enable": "true"})  # nothing tiered
         logs.get_log(EVENTS, 0).append(idempotent(9, 0, 0, n=2))
-        assert align_to_tier(logs, tier) == [f"{COMPACT}-0"]
+        manifest_of = Tiering(logs, tier).manifest
+        assert align_to_tier(logs, tier, manifest_of) == [f"{COMPACT}-0"]
         plog = logs.get_log(COMPACT, 0)
         assert (plog.log_start_offset, plog.log_end_offset) == (3, 3)
         with plog.lock:  # the tier's producer snapshot: a retry of 0..2 is known
@@ -280,7 +281,7 @@ def test_a_tiered_partition_whose_folder_was_lost_goes_on_at_the_remote_end(
         assert plog.append(idempotent(7, 0, 3)).first_offset == 3
         assert logs.get_log(EVENTS, 0).log_end_offset == 2
         assert "goes on at 3" in caplog.text
-        assert align_to_tier(logs, tier) == []  # aligned once
+        assert align_to_tier(logs, tier, manifest_of) == []  # aligned once
     finally:
         logs.close()
 
@@ -291,15 +292,15 @@ def test_a_tiered_partition_whose_folder_was_lost_goes_on_at_the_remote_end(
         logs.create_topic("behind", 1, configs, topic_id=topic_id)
         plog = logs.get_log("behind", 0)
         plog.append(idempotent(8, 0, 0, n=1))  # an older copy: offset 0 only
-        overlapping: set[tuple[str, int]] = set()
-        assert align_to_tier(logs, tier, overlapping) == [] and overlapping == {("behind", 0)}
+        tiering = Tiering(logs, tier)
+        overlapping = tiering.overlapping
+        assert align_to_tier(logs, tier, tiering.manifest, overlapping) == []
+        assert overlapping == {("behind", 0)}
         assert "behind the remote tier's end 3 and overlaps it" in caplog.text
         for seq in range(1, 8, 2):  # new records: offsets 1..8, the tier's 1..2 among them
             plog.roll()
             plog.append(idempotent(8, 0, seq, n=2))
         plog.roll()
-        tiering = Tiering(logs, tier)
-        tiering.overlapping = overlapping
         tiering.run_once()  # copies nothing, so its retention deletes nothing
         assert (plog.log_start_offset, plog.log_end_offset) == (0, 9)
         assert tiering.manifest(plog).end_offset == 3
